@@ -1,0 +1,63 @@
+//! Command-line flags and their environment variables. Each doc comment is the `--help` text.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+use crate::store::StoreConfig;
+
+/// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
+#[derive(Debug, Clone, Parser)]
+#[command(version, about)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free one (the bound address is printed on stdout).
+    #[arg(long, env = "BLOCKLISTD_LISTEN", default_value = "127.0.0.1:7224")]
+    pub listen: SocketAddr,
+
+    /// Directory of the sled database; created if missing.
+    #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
+    pub data_dir: PathBuf,
+
+    /// sled page cache, in MiB. The process's memory runs to a few times this.
+    #[arg(long, env = "BLOCKLISTD_CACHE_MB", default_value_t = 64)]
+    pub cache_mb: u64,
+
+    /// fsync the database log after every group commit, so acknowledged writes survive a
+    /// power cut and not only a crash. `--fsync false` trades that for speed.
+    #[arg(long, env = "BLOCKLISTD_FSYNC", default_value_t = true, action = ArgAction::Set)]
+    pub fsync: bool,
+
+    /// The most write requests that share one transaction and one flush.
+    #[arg(long, env = "BLOCKLISTD_COMMIT_BATCH", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub commit_batch: u32,
+
+    /// The largest request body accepted, in bytes; larger ones get 413.
+    #[arg(long, env = "BLOCKLISTD_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// The most items one add request may carry; more get 413.
+    #[arg(long, env = "BLOCKLISTD_MAX_BATCH", default_value_t = 10_000)]
+    pub max_batch: usize,
+
+    /// How long shutdown waits for in-flight requests before exiting anyway, in seconds.
+    #[arg(long, env = "BLOCKLISTD_SHUTDOWN_TIMEOUT", default_value_t = 10)]
+    pub shutdown_timeout: u64,
+}
+
+impl Config {
+    pub fn store(&self) -> StoreConfig {
+        StoreConfig {
+            data_dir: self.data_dir.clone(),
+            cache_bytes: self.cache_mb * 1024 * 1024,
+            fsync: self.fsync,
+            max_commit_batch: self.commit_batch as usize,
+        }
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout)
+    }
+}

@@ -1,0 +1,142 @@
+//! `/blocklist`: add, merge, remove and read blocked task managers and nodes.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+
+use super::error::{ApiError, Result};
+use super::extract::{IdPath, JsonBody};
+use super::AppState;
+use crate::clock::now_ms;
+use crate::model::{Item, Kind};
+use crate::store::AddOutcome;
+use crate::validate;
+
+pub fn router() -> Router<AppState> {
+    let mut router = Router::new().route("/blocklist", get(list_all));
+    for kind in Kind::ALL {
+        router = router
+            .route(
+                &format!("/blocklist/{}", kind.plural()),
+                get(move |state| list(state, kind)).post(move |state, body| add(state, kind, body)),
+            )
+            .route(
+                &format!("/blocklist/{}/{{id}}", kind.plural()),
+                get(move |state, id| get_one(state, kind, id))
+                    .delete(move |state, id| remove(state, kind, id)),
+            );
+    }
+    router
+}
+
+/// A node entry: the item plus the task managers registered on the node.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeEntry {
+    #[serde(flatten)]
+    item: Item,
+    task_managers: Vec<String>,
+}
+
+fn node_entries(items: Vec<Item>) -> Vec<NodeEntry> {
+    items
+        .into_iter()
+        .map(|item| NodeEntry {
+            item,
+            task_managers: Vec::new(),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Blocklist {
+    blocked_task_managers: Vec<Item>,
+    blocked_nodes: Vec<NodeEntry>,
+}
+
+async fn list_all(State(state): State<AppState>) -> Result<Json<Blocklist>> {
+    let (task_managers, nodes) = state
+        .blocking(|store| {
+            let now = now_ms();
+            Ok((
+                store.list(Kind::TaskManager, now)?,
+                store.list(Kind::Node, now)?,
+            ))
+        })
+        .await?;
+    Ok(Json(Blocklist {
+        blocked_task_managers: task_managers,
+        blocked_nodes: node_entries(nodes),
+    }))
+}
+
+async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
+    let items = state
+        .blocking(move |store| store.list(kind, now_ms()))
+        .await?;
+    Ok(match kind {
+        Kind::TaskManager => Json(items).into_response(),
+        Kind::Node => Json(node_entries(items)).into_response(),
+    })
+}
+
+async fn get_one(
+    State(state): State<AppState>,
+    kind: Kind,
+    IdPath(id): IdPath,
+) -> Result<Response> {
+    let Some(block) = state.store.get(kind, &id, now_ms())? else {
+        return Err(not_blocked(kind, &id));
+    };
+    let item = Item::new(id, block);
+    Ok(match kind {
+        Kind::TaskManager => Json(item).into_response(),
+        Kind::Node => Json(node_entries(vec![item]).pop()).into_response(),
+    })
+}
+
+async fn add(
+    State(state): State<AppState>,
+    kind: Kind,
+    JsonBody(body): JsonBody,
+) -> Result<Response> {
+    let now = now_ms();
+    let items = validate::add_batch(&body, now, state.limits.max_batch)?;
+    match state.store.add(kind, items, now).await? {
+        AddOutcome::Written { merged } if merged.is_empty() => {
+            Ok(StatusCode::CREATED.into_response())
+        }
+        AddOutcome::Written { merged } => Ok((StatusCode::ACCEPTED, Json(merged)).into_response()),
+        AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
+            conflicts
+                .into_iter()
+                .map(|(index, id)| {
+                    format!(
+                        "items[{index}] (id {id:?}): {} {id:?} is already blocked and allowMerge \
+                         is false; nothing of the batch was written",
+                        kind.singular()
+                    )
+                })
+                .collect(),
+        )),
+    }
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    kind: Kind,
+    IdPath(id): IdPath,
+) -> Result<Json<serde_json::Value>> {
+    match state.store.remove(kind, id.clone()).await? {
+        Some(_) => Ok(Json(serde_json::json!({}))),
+        None => Err(not_blocked(kind, &id)),
+    }
+}
+
+fn not_blocked(kind: Kind, id: &str) -> ApiError {
+    ApiError::NotFound(format!("{} {id:?} is not blocked", kind.singular()))
+}

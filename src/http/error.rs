@@ -1,0 +1,91 @@
+//! The one error type of the HTTP layer and its `{"errors": [...]}` response.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use crate::store::StoreError;
+use crate::validate::Invalid;
+
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("bad request: {0:?}")]
+    BadRequest(Vec<String>),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("method not allowed: {0}")]
+    MethodNotAllowed(String),
+    #[error("conflict: {0:?}")]
+    Conflict(Vec<String>),
+    #[error("payload too large: {0}")]
+    PayloadTooLarge(String),
+    #[error("unsupported media type: {0}")]
+    UnsupportedMediaType(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest(vec![message.into()])
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn messages(self) -> Vec<String> {
+        match self {
+            ApiError::BadRequest(errors) | ApiError::Conflict(errors) => errors,
+            ApiError::NotFound(m)
+            | ApiError::MethodNotAllowed(m)
+            | ApiError::PayloadTooLarge(m)
+            | ApiError::UnsupportedMediaType(m) => vec![m],
+            // Details of internal failures go to the log, not to the client.
+            ApiError::Store(e) if e.is_unavailable() => vec![
+                "the store is unavailable (storage error); nothing was changed, retry later".into(),
+            ],
+            ApiError::Store(_) => {
+                vec!["internal error; the daemon's log has the details".into()]
+            }
+        }
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(invalid: Invalid) -> ApiError {
+        match invalid {
+            Invalid::BadRequest(errors) => ApiError::BadRequest(errors),
+            Invalid::TooLarge(message) => ApiError::PayloadTooLarge(message),
+        }
+    }
+}
+
+/// The body of every error response.
+#[derive(Serialize)]
+pub struct ErrorBody {
+    pub errors: Vec<String>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        let errors = self.messages();
+        (status, Json(ErrorBody { errors })).into_response()
+    }
+}

@@ -1,0 +1,87 @@
+//! Extractors that turn every malformed request into an [`ApiError`] naming what is wrong,
+//! instead of axum's plain-text rejections.
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use super::error::ApiError;
+use crate::model::validate_id;
+
+/// A request body that must be JSON (`application/json` or `application/*+json`).
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !is_json(content_type) {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body must be JSON: send Content-Type: application/json (got {:?})",
+                content_type
+            )));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(format!("the body is over the size limit: {e}"))
+            } else {
+                ApiError::bad_request(format!("could not read the body: {e}"))
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let mime = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+/// The `{id}` of a path, percent-decoded and checked against the id rules.
+pub struct IdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(id) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|e: PathRejection| {
+                    ApiError::bad_request(format!("id in the path: {e}"))
+                })?;
+        validate_id(&id).map_err(|why| ApiError::bad_request(format!("id in the path {why}")))?;
+        Ok(IdPath(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json;
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(is_json("application/merge-patch+json"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json(""));
+        assert!(!is_json("application/jsonx"));
+    }
+}

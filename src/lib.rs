@@ -1,0 +1,85 @@
+//! blocklistd: a persistent blocklist daemon with Apache Flink's FLIP-224 semantics.
+//!
+//! Callers block task managers or nodes over REST, for a while or for good; the daemon
+//! merges repeated reports, expires items on time, and acknowledges a write only once it is
+//! on disk.
+//!
+//! # Layout
+//! - [`config`]: flags and environment variables.
+//! - [`model`]: the pure domain: kinds, actions, items, the merge rule, id rules.
+//! - [`validate`]: request JSON to validated domain values, with every error named.
+//! - [`store`]: the only module that touches sled: trees, key and value encodings,
+//!   migrations, and the single group-commit writer.
+//! - [`sweeper`]: the expiry loop over the store's expiry index.
+//! - [`http`]: the axum front end (routes, extractors, the error response).
+//! - [`clock`]: unix-ms wall-clock time.
+
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod model;
+pub mod store;
+pub mod sweeper;
+pub mod validate;
+
+use std::future::Future;
+
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http::{AppState, Limits};
+use crate::store::{Store, StoreError};
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server error: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Runs the daemon until `shutdown` resolves: opens the store, starts the sweeper, serves
+/// HTTP, then drains in-flight requests and closes the store.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let store_config = config.store();
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_config))
+        .await
+        .expect("opening the store does not panic")?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(Error::Serve)?;
+    let sweeper = tokio::spawn(sweeper::run(store.clone()));
+    // Tests and supervisors read this line from stdout to learn the bound port.
+    println!("listening on {addr}");
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");
+
+    let state = AppState {
+        store: store.clone(),
+        limits: Limits {
+            max_body_bytes: config.max_body_bytes,
+            max_batch: config.max_batch,
+        },
+    };
+    let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
+    tracing::info!("shutting down");
+    sweeper.abort();
+    let _ = sweeper.await;
+    tokio::task::spawn_blocking(move || store.shutdown())
+        .await
+        .expect("store shutdown does not panic")?;
+    tracing::info!("stopped");
+    served.map_err(Error::Serve)
+}

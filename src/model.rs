@@ -1,0 +1,292 @@
+//! The pure blocklist domain: kinds, actions, items and the FLIP-224 merge rule.
+//!
+//! Nothing here does I/O or reads the clock; callers pass `now` in. That keeps the rules
+//! unit- and property-testable, and lets the committer apply them inside a sled transaction.
+
+use serde::{Deserialize, Serialize};
+
+/// `endTimestamp` of a permanent item: Java's `Long.MAX_VALUE`, as FLIP-224 uses it.
+pub const PERMANENT: i64 = i64::MAX;
+
+/// The longest id accepted, in UTF-8 bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The longest cause one request may carry, in UTF-8 bytes.
+pub const MAX_CAUSE_BYTES: usize = 1024;
+
+/// The longest merged cause kept on an item. A merge whose new cause would push the joined
+/// causes past this keeps the old causes and drops the new one (action and end still merge),
+/// so a detector that reports a fresh cause string every minute cannot grow an item forever.
+pub const MAX_MERGED_CAUSE_BYTES: usize = 16 * 1024;
+
+/// The separator FLIP-224 uses between merged causes.
+pub const CAUSE_SEPARATOR: char = ',';
+
+/// The two namespaces of the blocklist. The same id may be blocked in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    TaskManager,
+    Node,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::TaskManager, Kind::Node];
+
+    /// The path segment of the REST API (`/blocklist/taskmanagers`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::TaskManager => "taskmanagers",
+            Kind::Node => "nodes",
+        }
+    }
+
+    /// The name used inside JSON documents (`"kind": "taskmanager"`).
+    pub fn singular(self) -> &'static str {
+        match self {
+            Kind::TaskManager => "taskmanager",
+            Kind::Node => "node",
+        }
+    }
+}
+
+/// What a block asks the scheduler to do. The derive order is the strength order:
+/// `MarkBlocked < MarkBlockedAndEvacuateTasks`, so the stronger action is `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Action {
+    #[serde(rename = "MARK_BLOCKED")]
+    MarkBlocked,
+    #[serde(rename = "MARK_BLOCKED_AND_EVACUATE_TASKS")]
+    MarkBlockedAndEvacuateTasks,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::MarkBlocked => "MARK_BLOCKED",
+            Action::MarkBlockedAndEvacuateTasks => "MARK_BLOCKED_AND_EVACUATE_TASKS",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        match s {
+            "MARK_BLOCKED" => Some(Action::MarkBlocked),
+            "MARK_BLOCKED_AND_EVACUATE_TASKS" => Some(Action::MarkBlockedAndEvacuateTasks),
+            _ => None,
+        }
+    }
+}
+
+/// The state of one blocked resource, without its id and kind (those are its key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub action: Action,
+    /// Unix ms when the item was first created; kept across merges.
+    pub start: i64,
+    /// Unix ms when the item stops blocking; [`PERMANENT`] for never.
+    pub end: i64,
+    /// Distinct causes in arrival order, joined by [`CAUSE_SEPARATOR`].
+    pub cause: String,
+}
+
+impl Block {
+    /// Whether the item still blocks at `now`. Every reader applies this itself rather than
+    /// trusting the sweeper to have removed due items already.
+    pub fn is_active(&self, now: i64) -> bool {
+        self.end > now
+    }
+
+    pub fn is_permanent(&self) -> bool {
+        self.end == PERMANENT
+    }
+
+    /// Merges a newer report into this item (FLIP-224): the stronger action, the later end
+    /// (permanent wins), the existing start, and the causes as a set in arrival order.
+    pub fn merge(&mut self, action: Action, end: i64, cause: &str) {
+        self.action = self.action.max(action);
+        self.end = self.end.max(end);
+        self.cause = merge_causes(&self.cause, cause);
+    }
+}
+
+/// Appends the parts of `new` (split on `,`) that `existing` does not hold yet. Empty parts
+/// are dropped, so merging is idempotent and the result is a set in arrival order. When the
+/// result would exceed [`MAX_MERGED_CAUSE_BYTES`], the parts that do not fit are dropped.
+pub fn merge_causes(existing: &str, new: &str) -> String {
+    let mut merged = existing.to_owned();
+    for part in new.split(CAUSE_SEPARATOR).filter(|p| !p.is_empty()) {
+        if existing_parts(&merged).any(|p| p == part) {
+            continue;
+        }
+        let extra = part.len() + usize::from(!merged.is_empty());
+        if merged.len() + extra > MAX_MERGED_CAUSE_BYTES {
+            continue;
+        }
+        if !merged.is_empty() {
+            merged.push(CAUSE_SEPARATOR);
+        }
+        merged.push_str(part);
+    }
+    merged
+}
+
+fn existing_parts(causes: &str) -> impl Iterator<Item = &str> {
+    causes.split(CAUSE_SEPARATOR).filter(|p| !p.is_empty())
+}
+
+/// A blocked item as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Item {
+    pub id: String,
+    pub action: Action,
+    pub start_timestamp: i64,
+    pub end_timestamp: i64,
+    pub cause: String,
+}
+
+impl Item {
+    pub fn new(id: String, block: Block) -> Item {
+        Item {
+            id,
+            action: block.action,
+            start_timestamp: block.start,
+            end_timestamp: block.end,
+            cause: block.cause,
+        }
+    }
+}
+
+/// One validated element of an add request, its end already resolved to an absolute time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewItem {
+    pub id: String,
+    pub action: Action,
+    pub end: i64,
+    pub cause: String,
+    pub allow_merge: bool,
+}
+
+impl NewItem {
+    /// The block this element creates when nothing active holds its id.
+    pub fn to_block(&self, now: i64) -> Block {
+        Block {
+            action: self.action,
+            start: now,
+            end: self.end,
+            cause: merge_causes("", &self.cause),
+        }
+    }
+}
+
+/// Checks an id (from a body or a decoded path): 1–256 bytes of UTF-8 and no control
+/// characters. Everything else (`/`, spaces, `%`, non-ASCII) is allowed. The error text
+/// completes "id …".
+pub fn validate_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if id.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "is {} bytes long; the limit is {MAX_ID_BYTES} bytes of UTF-8",
+            id.len()
+        ));
+    }
+    if let Some(c) = id.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "contains the control character U+{:04X}; control characters are not allowed",
+            u32::from(c)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(action: Action, end: i64, cause: &str) -> Block {
+        Block {
+            action,
+            start: 100,
+            end,
+            cause: cause.into(),
+        }
+    }
+
+    #[test]
+    fn merge_takes_stronger_action_later_end_and_keeps_start() {
+        let mut b = block(Action::MarkBlockedAndEvacuateTasks, 5_000, "a");
+        b.merge(Action::MarkBlocked, 9_000, "b");
+        assert_eq!(b.action, Action::MarkBlockedAndEvacuateTasks);
+        assert_eq!(b.end, 9_000);
+        assert_eq!(b.start, 100);
+        assert_eq!(b.cause, "a,b");
+
+        let mut b = block(Action::MarkBlocked, 9_000, "a");
+        b.merge(Action::MarkBlockedAndEvacuateTasks, 5_000, "a");
+        assert_eq!(b.action, Action::MarkBlockedAndEvacuateTasks);
+        assert_eq!(b.end, 9_000);
+        assert_eq!(b.cause, "a");
+    }
+
+    #[test]
+    fn permanent_wins_a_merge_either_way() {
+        let mut b = block(Action::MarkBlocked, PERMANENT, "a");
+        b.merge(Action::MarkBlocked, 9_000, "a");
+        assert!(b.is_permanent());
+        let mut b = block(Action::MarkBlocked, 9_000, "a");
+        b.merge(Action::MarkBlocked, PERMANENT, "a");
+        assert!(b.is_permanent());
+    }
+
+    #[test]
+    fn repeated_causes_are_not_repeated() {
+        let mut b = block(Action::MarkBlocked, 1, "disk");
+        for _ in 0..100 {
+            b.merge(Action::MarkBlocked, 1, "disk");
+            b.merge(Action::MarkBlocked, 1, "net");
+        }
+        assert_eq!(b.cause, "disk,net");
+    }
+
+    #[test]
+    fn causes_with_separators_merge_part_by_part() {
+        assert_eq!(merge_causes("a,b", "b,c"), "a,b,c");
+        assert_eq!(merge_causes("", "x,,y"), "x,y");
+        assert_eq!(merge_causes("a", ""), "a");
+    }
+
+    #[test]
+    fn merged_cause_is_bounded() {
+        let mut cause = String::new();
+        for i in 0..10_000 {
+            cause = merge_causes(&cause, &format!("cause-{i:05}"));
+        }
+        assert!(cause.len() <= MAX_MERGED_CAUSE_BYTES);
+        assert!(cause.starts_with("cause-00000,cause-00001"));
+    }
+
+    #[test]
+    fn action_strength_order() {
+        assert!(Action::MarkBlocked < Action::MarkBlockedAndEvacuateTasks);
+        for a in [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks] {
+            assert_eq!(Action::parse(a.as_str()), Some(a));
+        }
+        assert_eq!(Action::parse("mark_blocked"), None);
+    }
+
+    #[test]
+    fn id_rules() {
+        assert!(validate_id("tm-1").is_ok());
+        assert!(validate_id("a/b c%20ü🦀").is_ok());
+        assert!(validate_id(&"x".repeat(MAX_ID_BYTES)).is_ok());
+        assert!(validate_id(&"x".repeat(MAX_ID_BYTES + 1)).is_err());
+        // 128 two-byte characters are 256 bytes; one more is over.
+        assert!(validate_id(&"ü".repeat(128)).is_ok());
+        assert!(validate_id(&"ü".repeat(129)).is_err());
+        assert!(validate_id("").is_err());
+        assert!(validate_id("a\nb").is_err());
+        assert!(validate_id("a\u{7f}").is_err());
+        assert!(validate_id("a\u{0}").is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! Stored values: one format byte, then the bincode 2 (`config::standard()`) encoding of a
+//! frozen value struct.
+//!
+//! bincode writes no field names, so a value struct can never change shape once data exists
+//! in it: a new shape gets a new format byte and a new struct, and the old one stays here
+//! for decoding (or a migration rewrites it). Byte-exact fixtures in the tests below pin the
+//! current format down.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Action, Block};
+
+/// Format byte of [`BlockV1`], the item value of schema version 1.
+pub const BLOCK_V1: u8 = 1;
+
+/// The largest value we ever decode; a corrupt length prefix cannot make us allocate more.
+const DECODE_LIMIT: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CodecError {
+    #[error("empty value")]
+    Empty,
+    #[error("unknown value format {0}")]
+    UnknownFormat(u8),
+    #[error("value does not decode: {0}")]
+    Decode(String),
+    #[error("value has {0} trailing bytes")]
+    Trailing(usize),
+    #[error("value holds an unknown action code {0}")]
+    UnknownAction(u8),
+}
+
+/// Item value, format 1. Frozen: field order and types are the on-disk layout.
+#[derive(Serialize, Deserialize)]
+struct BlockV1 {
+    /// 0 = MARK_BLOCKED, 1 = MARK_BLOCKED_AND_EVACUATE_TASKS.
+    action: u8,
+    start: i64,
+    end: i64,
+    cause: String,
+}
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+pub fn encode_block(block: &Block) -> Vec<u8> {
+    let value = BlockV1 {
+        action: match block.action {
+            Action::MarkBlocked => 0,
+            Action::MarkBlockedAndEvacuateTasks => 1,
+        },
+        start: block.start,
+        end: block.end,
+        cause: block.cause.clone(),
+    };
+    let mut out = vec![BLOCK_V1];
+    // Encoding into a Vec only fails for types serde cannot represent; BlockV1 is not one.
+    bincode::serde::encode_into_std_write(&value, &mut out, config())
+        .expect("BlockV1 always encodes");
+    out
+}
+
+pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if format != BLOCK_V1 {
+        return Err(CodecError::UnknownFormat(format));
+    }
+    let (value, read): (BlockV1, usize) =
+        bincode::serde::decode_from_slice(body, config().with_limit::<DECODE_LIMIT>())
+            .map_err(|e| CodecError::Decode(e.to_string()))?;
+    if read != body.len() {
+        return Err(CodecError::Trailing(body.len() - read));
+    }
+    let action = match value.action {
+        0 => Action::MarkBlocked,
+        1 => Action::MarkBlockedAndEvacuateTasks,
+        other => return Err(CodecError::UnknownAction(other)),
+    };
+    Ok(Block {
+        action,
+        start: value.start,
+        end: value.end,
+        cause: value.cause,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PERMANENT;
+
+    fn block() -> Block {
+        Block {
+            action: Action::MarkBlockedAndEvacuateTasks,
+            start: 1_700_000_000_000,
+            end: PERMANENT,
+            cause: "disk".into(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let b = block();
+        assert_eq!(decode_block(&encode_block(&b)), Ok(b));
+    }
+
+    /// The exact bytes of format 1. If this fails, the on-disk format changed: add a new
+    /// format byte and a migration instead of editing this fixture.
+    #[test]
+    fn format_v1_fixture() {
+        let bytes = encode_block(&block());
+        let expected: &[u8] = &[
+            1, // format byte
+            1, // action: evacuate
+            // start: zigzag varint of 1_700_000_000_000 (u64 marker 253 + 8 bytes LE)
+            253, 0, 208, 202, 159, 23, 3, 0, 0,
+            // end: zigzag varint of i64::MAX = u64::MAX - 1
+            253, 254, 255, 255, 255, 255, 255, 255, 255, 4, b'd', b'i', b's',
+            b'k', // cause: length + bytes
+        ];
+        assert_eq!(bytes, expected);
+        assert_eq!(decode_block(expected), Ok(block()));
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let good = encode_block(&block());
+        assert_eq!(decode_block(&[]), Err(CodecError::Empty));
+        let mut wrong_format = good.clone();
+        wrong_format[0] = 9;
+        assert_eq!(
+            decode_block(&wrong_format),
+            Err(CodecError::UnknownFormat(9))
+        );
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(decode_block(&trailing), Err(CodecError::Trailing(1)));
+        assert!(matches!(
+            decode_block(&good[..good.len() - 2]),
+            Err(CodecError::Decode(_))
+        ));
+        let mut bad_action = good;
+        bad_action[1] = 7;
+        assert_eq!(decode_block(&bad_action), Err(CodecError::UnknownAction(7)));
+        // A huge length prefix for the cause must not allocate it.
+        let huge = [1, 0, 0, 0, 252, 255, 255, 255, 255];
+        assert!(decode_block(&huge).is_err());
+    }
+}

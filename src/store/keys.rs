@@ -1,0 +1,138 @@
+//! Every key encoding of the store, in one place.
+//!
+//! ```text
+//! items   key: kind(1) ++ id(1..=256)                 value: codec::Block
+//! expiry  key: end(8, big-endian u64) ++ kind(1) ++ id   value: empty
+//! meta    key: b"schema_version"                      value: u32 big-endian
+//! ```
+//!
+//! Invariant of the expiry key: byte order equals time order, so `range(..=due_bound(now))`
+//! is exactly the set of items due at `now`. That holds because `end` is non-negative (it
+//! is a future unix-ms time when written) and big-endian. Permanent items are not indexed.
+
+use crate::model::Kind;
+
+/// Tag byte of a kind, the first byte of an item key and the ninth of an expiry key.
+pub fn kind_tag(kind: Kind) -> u8 {
+    match kind {
+        Kind::TaskManager => b'T',
+        Kind::Node => b'N',
+    }
+}
+
+pub fn kind_from_tag(tag: u8) -> Option<Kind> {
+    match tag {
+        b'T' => Some(Kind::TaskManager),
+        b'N' => Some(Kind::Node),
+        _ => None,
+    }
+}
+
+/// `items` key of `(kind, id)`.
+pub fn item_key(kind: Kind, id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + id.len());
+    key.push(kind_tag(kind));
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The `items` key prefix holding every item of `kind`.
+pub fn item_prefix(kind: Kind) -> [u8; 1] {
+    [kind_tag(kind)]
+}
+
+/// Splits an `items` key into kind and id.
+pub fn parse_item_key(key: &[u8]) -> Option<(Kind, &str)> {
+    let (&tag, id) = key.split_first()?;
+    Some((kind_from_tag(tag)?, std::str::from_utf8(id).ok()?))
+}
+
+const END_LEN: usize = 8;
+
+/// `expiry` key of an item ending at `end` (unix ms, non-negative).
+pub fn expiry_key(end: i64, kind: Kind, id: &str) -> Vec<u8> {
+    debug_assert!(end >= 0, "expiry keys need a non-negative end");
+    let mut key = Vec::with_capacity(END_LEN + 1 + id.len());
+    key.extend_from_slice(&(end as u64).to_be_bytes());
+    key.push(kind_tag(kind));
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The smallest key greater than every expiry key with `end <= now`: scanning the expiry
+/// tree below it yields exactly the items due at `now`.
+pub fn due_bound(now: i64) -> [u8; END_LEN] {
+    (now.max(-1) as u64).wrapping_add(1).to_be_bytes()
+}
+
+/// Splits an `expiry` key into end, kind and id.
+pub fn parse_expiry_key(key: &[u8]) -> Option<(i64, Kind, &str)> {
+    if key.len() < END_LEN + 1 {
+        return None;
+    }
+    let (end, rest) = key.split_at(END_LEN);
+    let end = u64::from_be_bytes(end.try_into().ok()?);
+    let (kind, id) = parse_item_key(rest)?;
+    Some((i64::try_from(end).ok()?, kind, id))
+}
+
+/// The end time of an expiry key, read from its first eight bytes.
+pub fn expiry_key_end(key: &[u8]) -> Option<i64> {
+    let end = u64::from_be_bytes(key.get(..END_LEN)?.try_into().ok()?);
+    i64::try_from(end).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn item_keys_round_trip() {
+        for kind in Kind::ALL {
+            let key = item_key(kind, "a/b ü");
+            assert_eq!(parse_item_key(&key), Some((kind, "a/b ü")));
+            assert!(key.starts_with(&item_prefix(kind)));
+        }
+        assert_ne!(item_key(Kind::Node, "x"), item_key(Kind::TaskManager, "x"));
+    }
+
+    #[test]
+    fn expiry_keys_round_trip() {
+        let key = expiry_key(1_700_000_000_123, Kind::Node, "n1");
+        assert_eq!(
+            parse_expiry_key(&key),
+            Some((1_700_000_000_123, Kind::Node, "n1"))
+        );
+        assert_eq!(expiry_key_end(&key), Some(1_700_000_000_123));
+    }
+
+    #[test]
+    fn due_bound_separates_due_from_future() {
+        let now = 1_000;
+        let bound = due_bound(now);
+        assert!(expiry_key(now, Kind::Node, "zzz").as_slice() < &bound[..]);
+        assert!(expiry_key(now - 1, Kind::Node, "a").as_slice() < &bound[..]);
+        assert!(expiry_key(now + 1, Kind::TaskManager, "").as_slice() > &bound[..]);
+    }
+
+    proptest! {
+        /// Encoded order equals numeric order of endTimestamp, whatever the ids.
+        #[test]
+        fn expiry_key_order_is_time_order(
+            a in 0i64..i64::MAX, b in 0i64..i64::MAX,
+            ida in "[a-z0-9ü/ ]{1,8}", idb in "[a-z0-9ü/ ]{1,8}",
+        ) {
+            let ka = expiry_key(a, Kind::TaskManager, &ida);
+            let kb = expiry_key(b, Kind::Node, &idb);
+            if a < b { prop_assert!(ka < kb); }
+            if a > b { prop_assert!(ka > kb); }
+        }
+
+        #[test]
+        fn due_bound_is_exact(end in 0i64..i64::MAX - 1, now in 0i64..i64::MAX - 1) {
+            let key = expiry_key(end, Kind::Node, "x");
+            prop_assert_eq!(key.as_slice() < &due_bound(now)[..], end <= now);
+        }
+    }
+}

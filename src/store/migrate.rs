@@ -1,0 +1,62 @@
+//! The schema version in `meta`, and the upgrade path from every older version.
+//!
+//! Each version is documented in `migrations/NNNN-*.md`. Opening a database:
+//! - fresh (sled's default tree only, nothing in it): stamp [`CURRENT`];
+//! - older than [`CURRENT`]: run each step in order, each in one transaction;
+//! - newer than [`CURRENT`]: refuse, so an old binary never misreads a newer layout;
+//! - a sled database without our version key: refuse as foreign.
+
+use sled::Db;
+
+use super::StoreError;
+
+/// The schema version this binary reads and writes. 1: `items`, `expiry`, `meta`.
+pub const CURRENT: u32 = 1;
+
+pub const META_TREE: &str = "meta";
+pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
+
+/// Brings the database to [`CURRENT`], or explains why it cannot.
+pub fn upgrade(db: &Db) -> Result<(), StoreError> {
+    let fresh = db
+        .tree_names()
+        .iter()
+        .all(|name| name == b"__sled__default")
+        && db.is_empty();
+    let meta = db.open_tree(META_TREE)?;
+    let version = match meta.get(SCHEMA_VERSION_KEY)? {
+        Some(bytes) => decode_version(&bytes)?,
+        None if fresh => {
+            meta.insert(SCHEMA_VERSION_KEY, &CURRENT.to_be_bytes())?;
+            db.flush()?;
+            tracing::info!(schema_version = CURRENT, "created a new database");
+            return Ok(());
+        }
+        None => {
+            return Err(StoreError::Foreign(
+                "it has no blocklistd schema version".into(),
+            ))
+        }
+    };
+    if version > CURRENT {
+        return Err(StoreError::TooNew {
+            found: version,
+            supported: CURRENT,
+        });
+    }
+    if version == 0 {
+        return Err(StoreError::Foreign(
+            "schema version 0 does not exist".into(),
+        ));
+    }
+    // No older versions exist yet; each future step goes here as `if version < N { ... }`,
+    // rewriting data and bumping the stored version in one transaction.
+    Ok(())
+}
+
+fn decode_version(bytes: &[u8]) -> Result<u32, StoreError> {
+    let bytes: [u8; 4] = bytes.try_into().map_err(|_| {
+        StoreError::Foreign(format!("its schema version has {} bytes", bytes.len()))
+    })?;
+    Ok(u32::from_be_bytes(bytes))
+}

@@ -1,0 +1,416 @@
+//! The only module that touches sled.
+//!
+//! Trees (byte layouts in [`keys`] and [`codec`], prose in `docs/architecture.md`):
+//! - `items`: every blocked item, keyed by kind and id;
+//! - `expiry`: one empty-valued entry per item with a finite end, keyed by big-endian end,
+//!   so the sweeper reads only what is due;
+//! - `meta`: the schema version.
+//!
+//! Invariants, kept by doing every write in one multi-tree transaction:
+//! - an item with a finite `end` has exactly the expiry entry `expiry_key(end, kind, id)`,
+//!   a permanent item has none, and every expiry entry belongs to such an item;
+//! - a write is acknowledged only after the flush (and, by default, the fsync) covering it.
+//!
+//! Writes go through the single committer thread ([`commit`]); reads go straight to the
+//! trees and filter `end <= now` themselves, so an item is gone for readers the moment it
+//! is due, whether or not the sweeper has reached it.
+
+mod codec;
+mod commit;
+pub mod keys;
+mod migrate;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use sled::{Db, Tree};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+pub use codec::CodecError;
+pub use commit::{AddOutcome, Expired};
+pub use migrate::CURRENT as SCHEMA_VERSION;
+
+use crate::model::{Block, Item, Kind, NewItem};
+use commit::{Commit, Op, Outcome};
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("data dir {0} is in use by another process (is another blocklistd running on it?)")]
+    InUse(PathBuf),
+    #[error("not a blocklistd data dir: {0}")]
+    Foreign(String),
+    #[error(
+        "the database has schema version {found}, newer than this binary supports \
+         ({supported}): run a newer blocklistd"
+    )]
+    TooNew { found: u32, supported: u32 },
+    #[error("storage error: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt value under key {key:?}: {source}")]
+    Corrupt { key: String, source: CodecError },
+    #[error("the write was not committed: {0}")]
+    CommitFailed(String),
+    #[error("the store is shut down")]
+    Closed,
+}
+
+impl StoreError {
+    /// Whether the failure is the storage's (disk full, I/O error, shutting down) rather than
+    /// a problem with the data: the HTTP layer answers 503 for these.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sled(_)
+                | StoreError::Io(_)
+                | StoreError::CommitFailed(_)
+                | StoreError::Closed
+        )
+    }
+}
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub data_dir: PathBuf,
+    /// sled's page cache budget. RSS runs to a few times this, so it is set explicitly.
+    pub cache_bytes: u64,
+    /// fsync the log file after each group-commit flush (power-loss durability). sled's own
+    /// flush is `sync_file_range`, which survives a killed process but not a power cut.
+    pub fsync: bool,
+    /// The most requests one group commit takes.
+    pub max_commit_batch: usize,
+}
+
+impl StoreConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            data_dir: data_dir.into(),
+            cache_bytes: 64 * 1024 * 1024,
+            fsync: true,
+            max_commit_batch: 256,
+        }
+    }
+}
+
+/// A handle to the open store. Cloning costs one atomic increment.
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    db: Db,
+    trees: Trees,
+    commits: mpsc::Sender<Commit>,
+    /// The committer thread, taken by [`Store::shutdown`]. A std mutex: only touched once,
+    /// never across an await.
+    committer: Mutex<Option<JoinHandle<()>>>,
+    sweep: Arc<SweepSignal>,
+}
+
+/// The trees every transaction spans.
+#[derive(Clone)]
+pub(crate) struct Trees {
+    pub items: Tree,
+    pub expiry: Tree,
+}
+
+/// How writers tell the sweeper that a deadline earlier than the one it sleeps on exists.
+#[derive(Default)]
+pub struct SweepSignal {
+    /// The deadline the sweeper currently sleeps until (unix ms), `i64::MAX` when none.
+    pub next_deadline: AtomicI64,
+    pub wake: Notify,
+}
+
+impl SweepSignal {
+    /// Wakes the sweeper if `end` comes before what it sleeps on. `Notify` keeps a permit
+    /// when nobody waits, so a wake-up between its scan and its sleep is not lost.
+    pub fn deadline_added(&self, end: i64) {
+        if end < self.next_deadline.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts
+    /// the committer thread.
+    pub fn open(config: &StoreConfig) -> Result<Store> {
+        let dir = &config.data_dir;
+        std::fs::create_dir_all(dir)?;
+        check_not_foreign(dir)?;
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(config.cache_bytes)
+            // We flush after every group commit; a background flusher would only add wake-ups.
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| open_error(dir, e))?;
+        migrate::upgrade(&db)?;
+        let trees = Trees {
+            items: db.open_tree("items")?,
+            expiry: db.open_tree("expiry")?,
+        };
+        let log = if config.fsync {
+            Some(std::fs::File::open(dir.join("db"))?)
+        } else {
+            None
+        };
+        let sweep = Arc::new(SweepSignal {
+            next_deadline: AtomicI64::new(i64::MAX),
+            wake: Notify::new(),
+        });
+        let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
+        let committer = commit::Committer {
+            db: db.clone(),
+            trees: trees.clone(),
+            log,
+            requests,
+            max_batch: config.max_commit_batch,
+            sweep: sweep.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("committer".into())
+            .spawn(move || committer.run())?;
+        Ok(Store {
+            shared: Arc::new(Shared {
+                db,
+                trees,
+                commits,
+                committer: Mutex::new(Some(handle)),
+                sweep,
+            }),
+        })
+    }
+
+    /// Stops the committer after the requests already queued, and flushes. Blocking.
+    pub fn shutdown(&self) -> Result<()> {
+        let handle = self.shared.committer.lock().expect("not poisoned").take();
+        if let Some(handle) = handle {
+            // A shutdown marker rather than dropping the sender: HTTP handlers still hold
+            // clones of the store.
+            let _ = self.shared.commits.blocking_send(Commit::shutdown());
+            let _ = handle.join();
+        }
+        self.shared.db.flush()?;
+        Ok(())
+    }
+
+    pub fn sweep_signal(&self) -> &SweepSignal {
+        &self.shared.sweep
+    }
+
+    // ---- reads: straight from the trees, never trusting the sweeper ----
+
+    /// The active item `(kind, id)` at `now`.
+    pub fn get(&self, kind: Kind, id: &str, now: i64) -> Result<Option<Block>> {
+        let key = keys::item_key(kind, id);
+        let Some(bytes) = self.shared.trees.items.get(&key)? else {
+            return Ok(None);
+        };
+        let block = decode(&key, &bytes)?;
+        Ok(block.is_active(now).then_some(block))
+    }
+
+    /// Every active item of `kind` at `now`, sorted by id (byte order of UTF-8).
+    pub fn list(&self, kind: Kind, now: i64) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        for entry in self.shared.trees.items.scan_prefix(keys::item_prefix(kind)) {
+            let (key, bytes) = entry?;
+            let block = decode(&key, &bytes)?;
+            if block.is_active(now) {
+                let (_, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+                out.push(Item::new(id.to_owned(), block));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The earliest end in the expiry index, if any.
+    pub fn first_deadline(&self) -> Result<Option<i64>> {
+        match self.shared.trees.expiry.first()? {
+            Some((key, _)) => Ok(Some(
+                keys::expiry_key_end(&key).ok_or_else(|| bad_key(&key))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `limit` expiry keys due at `now`, earliest first. Its cost is proportional to
+    /// the number of due items, not to the size of the blocklist.
+    pub fn due(&self, now: i64, limit: usize) -> Result<Vec<Vec<u8>>> {
+        self.shared
+            .trees
+            .expiry
+            .range(..keys::due_bound(now))
+            .keys()
+            .take(limit)
+            .map(|k| Ok(k?.to_vec()))
+            .collect()
+    }
+
+    /// Checks the store's invariants and returns every violation found (empty when sound).
+    pub fn verify(&self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let trees = &self.shared.trees;
+        let mut indexed = 0usize;
+        for entry in trees.items.iter() {
+            let (key, bytes) = entry?;
+            let Some((kind, id)) = keys::parse_item_key(&key) else {
+                problems.push(format!("items: malformed key {key:?}"));
+                continue;
+            };
+            match codec::decode_block(&bytes) {
+                Err(e) => problems.push(format!("items: {} {id:?}: {e}", kind.singular())),
+                Ok(block) if block.is_permanent() => {}
+                Ok(block) if block.end < 0 => problems.push(format!(
+                    "items: {} {id:?} has a negative end {}",
+                    kind.singular(),
+                    block.end
+                )),
+                Ok(block) => {
+                    indexed += 1;
+                    if !trees
+                        .expiry
+                        .contains_key(keys::expiry_key(block.end, kind, id))?
+                    {
+                        problems.push(format!(
+                            "expiry: no entry for {} {id:?} ending at {}",
+                            kind.singular(),
+                            block.end
+                        ));
+                    }
+                }
+            }
+        }
+        let mut entries = 0usize;
+        for key in trees.expiry.iter().keys() {
+            let key = key?;
+            entries += 1;
+            let Some((end, kind, id)) = keys::parse_expiry_key(&key) else {
+                problems.push(format!("expiry: malformed key {key:?}"));
+                continue;
+            };
+            let item = trees.items.get(keys::item_key(kind, id))?;
+            let matches = item
+                .and_then(|bytes| codec::decode_block(&bytes).ok())
+                .is_some_and(|block| block.end == end);
+            if !matches {
+                problems.push(format!(
+                    "expiry: entry for {} {id:?} at {end} has no item ending then",
+                    kind.singular()
+                ));
+            }
+        }
+        if entries != indexed && problems.is_empty() {
+            problems.push(format!(
+                "expiry: {entries} entries for {indexed} items with a finite end"
+            ));
+        }
+        Ok(problems)
+    }
+
+    /// Counts of entries per tree, for tests and diagnostics: `(items, expiry)`.
+    pub fn tree_sizes(&self) -> (usize, usize) {
+        (
+            self.shared.trees.items.len(),
+            self.shared.trees.expiry.len(),
+        )
+    }
+
+    // ---- writes: through the committer, acknowledged once durable ----
+
+    /// Adds (or merges) a validated batch as one atomic unit.
+    pub async fn add(&self, kind: Kind, items: Vec<NewItem>, now: i64) -> Result<AddOutcome> {
+        match self.submit(Op::Add { kind, items, now }).await? {
+            Outcome::Added(outcome) => Ok(outcome),
+            other => unreachable!("add answered with {other:?}"),
+        }
+    }
+
+    /// Removes the active item `(kind, id)`; `None` when there is none.
+    pub async fn remove(&self, kind: Kind, id: String) -> Result<Option<Item>> {
+        match self.submit(Op::Remove { kind, id }).await? {
+            Outcome::Removed(item) => Ok(item),
+            other => unreachable!("remove answered with {other:?}"),
+        }
+    }
+
+    /// Removes the items behind these due expiry keys (from [`Store::due`]) whose end has
+    /// really come; an item extended since the scan stays.
+    pub async fn expire(&self, expiry_keys: Vec<Vec<u8>>) -> Result<Vec<Expired>> {
+        match self.submit(Op::Expire { expiry_keys }).await? {
+            Outcome::Expired(expired) => Ok(expired),
+            other => unreachable!("expire answered with {other:?}"),
+        }
+    }
+
+    async fn submit(&self, op: Op) -> Result<Outcome> {
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .commits
+            .send(Commit::new(op, reply))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// Refuses a non-empty directory that holds none of sled's files: pointing the daemon at
+/// the wrong directory must not litter it with a database.
+fn check_not_foreign(dir: &Path) -> Result<()> {
+    let mut foreign = Vec::new();
+    let mut has_db = false;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        match name.as_str() {
+            "db" | "conf" => has_db = true,
+            "blobs" | "lost+found" => {}
+            n if n.starts_with("snap.") || n.starts_with('.') => {}
+            _ => foreign.push(name),
+        }
+    }
+    if !has_db && !foreign.is_empty() {
+        foreign.sort();
+        return Err(StoreError::Foreign(format!(
+            "{} holds other files ({}) and no database; give an empty or new directory",
+            dir.display(),
+            foreign.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn open_error(dir: &Path, e: sled::Error) -> StoreError {
+    match &e {
+        sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+            StoreError::InUse(dir.to_owned())
+        }
+        sled::Error::Corruption { .. } => StoreError::Foreign(format!(
+            "{} holds a corrupted database ({e}); restore it from a backup",
+            dir.display()
+        )),
+        _ => StoreError::Sled(e),
+    }
+}
+
+fn decode(key: &[u8], bytes: &[u8]) -> Result<Block> {
+    codec::decode_block(bytes).map_err(|source| StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+fn bad_key(key: &[u8]) -> StoreError {
+    StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source: CodecError::Decode("malformed key".into()),
+    }
+}

@@ -1,0 +1,91 @@
+//! The expiry loop: deletes due items, waking exactly when the earliest deadline arrives.
+//!
+//! ```text
+//! loop {
+//!     arm the wake-up (before reading the index: no lost wake-up)
+//!     due now?      expire ..=now in bounded batches through the committer, loop
+//!     next at `at`  sleep until min(at, now + 60 s) or a wake-up
+//!     nothing       wait for a wake-up
+//! }
+//! ```
+//! A writer that stores an end earlier than the one we sleep on wakes us
+//! ([`SweepSignal::deadline_added`]). The 60 s cap covers wall-clock jumps. Readers never
+//! depend on us: they filter `end <= now` themselves, so a late sweep is never visible.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::clock::now_ms;
+use crate::store::Store;
+
+/// The most items expired in one commit, so a mass expiry does not hold up other writers.
+const SWEEP_BATCH: usize = 1_000;
+
+/// The longest sleep, in case the wall clock jumps while we sleep on a monotonic timer.
+const MAX_SLEEP: Duration = Duration::from_secs(60);
+
+/// How long to back off after a storage error before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Runs until the task is aborted.
+pub async fn run(store: Store) {
+    let signal = store.sweep_signal();
+    loop {
+        let notified = signal.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        // While we look, any writer's new deadline counts as earlier than ours.
+        signal.next_deadline.store(i64::MIN, Ordering::SeqCst);
+        let now = now_ms();
+        let first = match store.first_deadline() {
+            Ok(first) => first,
+            Err(e) => {
+                tracing::error!(error = %e, "sweeper cannot read the expiry index");
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+        };
+        match first {
+            Some(at) if at <= now => {
+                if let Err(e) = sweep_once(&store, now).await {
+                    tracing::error!(error = %e, "sweep failed; retrying");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
+            }
+            Some(at) => {
+                signal.next_deadline.store(at, Ordering::SeqCst);
+                let wait = Duration::from_millis((at - now) as u64).min(MAX_SLEEP);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = notified => {}
+                }
+            }
+            None => {
+                signal.next_deadline.store(i64::MAX, Ordering::SeqCst);
+                notified.await;
+            }
+        }
+    }
+}
+
+/// Expires one bounded batch of what is due at `now`.
+async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<()> {
+    let scan = store.clone();
+    let due = tokio::task::spawn_blocking(move || scan.due(now, SWEEP_BATCH))
+        .await
+        .expect("the due scan does not panic")?;
+    let expired = store.expire(due).await?;
+    let done = now_ms();
+    for e in &expired {
+        tracing::info!(
+            kind = e.kind.singular(),
+            id = %e.item.id,
+            action = e.item.action.as_str(),
+            end = e.item.end_timestamp,
+            lag_ms = done - e.item.end_timestamp,
+            cause = %e.item.cause,
+            "expired"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! Turns request JSON into validated domain values, or into every error found.
+//!
+//! Validation is hand-written over `serde_json::Value` rather than derived, because the
+//! contract needs things serde's derive does not give together: every error names the
+//! element index and field, all errors of a batch are reported at once, numbers may arrive
+//! as decimal strings and booleans as `"true"`/`"false"` (as in FLIP-224's own examples),
+//! and an unknown field — say the typo `endTimeStamp` — is an error rather than a silent
+//! permanent block. Pure: the caller passes `now`.
+
+use serde_json::{Map, Value};
+
+use crate::model::{validate_id, Action, NewItem, MAX_CAUSE_BYTES, PERMANENT};
+
+/// Why a request was refused before it reached the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// 400: the request is malformed; each string names the element and field.
+    BadRequest(Vec<String>),
+    /// 413: the request is well-formed but over a size limit.
+    TooLarge(String),
+}
+
+const ADD_FIELDS: &[&str] = &[
+    "id",
+    "action",
+    "cause",
+    "timeout",
+    "endTimestamp",
+    "allowMerge",
+    "mergeOnConflict",
+];
+
+/// Parses the body of `POST /blocklist/{kind}`: a JSON array of items, or `{"items": [...]}`.
+pub fn add_batch(body: &Value, now: i64, max_batch: usize) -> Result<Vec<NewItem>, Invalid> {
+    let elements = batch_elements(body, max_batch)?;
+    let mut items = Vec::with_capacity(elements.len());
+    let mut errors = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        match add_item(element, now) {
+            Ok(item) => items.push(item),
+            Err(mut errs) => {
+                let id = element.get("id").and_then(Value::as_str);
+                for e in &mut errs {
+                    *e = match id {
+                        Some(id) => format!("items[{index}] (id {id:?}){e}"),
+                        None => format!("items[{index}]{e}"),
+                    };
+                }
+                errors.append(&mut errs);
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(items)
+    } else {
+        Err(Invalid::BadRequest(errors))
+    }
+}
+
+/// The elements of a batch body: a non-empty array, bare or as `{"items": [...]}`, with at
+/// most `max_batch` elements.
+pub fn batch_elements(body: &Value, max_batch: usize) -> Result<&[Value], Invalid> {
+    let elements = match body {
+        Value::Array(elements) => elements,
+        Value::Object(map) => {
+            if let Some(field) = map.keys().find(|k| *k != "items") {
+                return Err(bad(format!(
+                    "unknown field {field:?}: the body is an array of items or {{\"items\": [...]}}"
+                )));
+            }
+            match map.get("items") {
+                Some(Value::Array(elements)) => elements,
+                Some(other) => {
+                    return Err(bad(format!(
+                        "items: must be an array, got {}",
+                        type_name(other)
+                    )))
+                }
+                None => return Err(bad("items: required field is missing".into())),
+            }
+        }
+        other => {
+            return Err(bad(format!(
+                "the body must be a JSON array of items (or {{\"items\": [...]}}), got {}",
+                type_name(other)
+            )))
+        }
+    };
+    if elements.is_empty() {
+        return Err(bad("the batch is empty: give at least one item".into()));
+    }
+    if elements.len() > max_batch {
+        return Err(Invalid::TooLarge(format!(
+            "the batch has {} items; the limit is {max_batch} per request",
+            elements.len()
+        )));
+    }
+    Ok(elements)
+}
+
+/// One add element. Errors are returned as suffixes (`.field: what`) for the caller to
+/// prefix with the element's position.
+fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
+    let Value::Object(map) = element else {
+        return Err(vec![format!(
+            ": must be an object, got {}",
+            type_name(element)
+        )]);
+    };
+    let mut errors = Vec::new();
+    for field in map.keys() {
+        if !ADD_FIELDS.contains(&field.as_str()) {
+            errors.push(format!(
+                ".{field}: unknown field (known fields: {})",
+                ADD_FIELDS.join(", ")
+            ));
+        }
+    }
+    let id = required_id(map, "id", &mut errors);
+    let action = match map.get("action") {
+        None => missing("action", &mut errors),
+        Some(Value::String(s)) => Action::parse(s).or_else(|| {
+            errors.push(format!(
+                ".action: unknown action {s:?}; use MARK_BLOCKED or MARK_BLOCKED_AND_EVACUATE_TASKS"
+            ));
+            None
+        }),
+        Some(other) => wrong_type("action", "a string", other, &mut errors),
+    };
+    let cause = match map.get("cause") {
+        None => missing("cause", &mut errors),
+        Some(Value::String(s)) if s.is_empty() => {
+            errors.push(".cause: must not be empty".into());
+            None
+        }
+        Some(Value::String(s)) if s.len() > MAX_CAUSE_BYTES => {
+            errors.push(format!(
+                ".cause: is {} bytes long; the limit is {MAX_CAUSE_BYTES} bytes",
+                s.len()
+            ));
+            None
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => wrong_type("cause", "a string", other, &mut errors),
+    };
+    let end = resolve_end(map, now, &mut errors);
+    let allow_merge = allow_merge(map, &mut errors);
+    match (id, action, cause, end, allow_merge) {
+        (Some(id), Some(action), Some(cause), Some(end), Some(allow_merge))
+            if errors.is_empty() =>
+        {
+            Ok(NewItem {
+                id,
+                action,
+                end,
+                cause,
+                allow_merge,
+            })
+        }
+        _ => Err(errors),
+    }
+}
+
+/// The absolute end time: `now + timeout`, the given `endTimestamp`, or permanent.
+fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> Option<i64> {
+    let timeout = optional(map, "timeout");
+    let end = optional(map, "endTimestamp");
+    if timeout.is_some() && end.is_some() {
+        errors.push(
+            ".timeout/.endTimestamp: give at most one of timeout (ms from now) and endTimestamp \
+             (unix ms); neither means permanent"
+                .into(),
+        );
+        return None;
+    }
+    if let Some(v) = timeout {
+        let timeout = integer("timeout", v, errors)?;
+        if timeout <= 0 {
+            errors.push(format!(
+                ".timeout: must be a positive number of milliseconds, got {timeout}"
+            ));
+            return None;
+        }
+        return match now.checked_add(timeout) {
+            Some(end) => Some(end),
+            None => {
+                errors.push(format!(
+                    ".timeout: {timeout} ms from now overflows the end time; omit timeout for a \
+                     permanent block"
+                ));
+                None
+            }
+        };
+    }
+    if let Some(v) = end {
+        let end = integer("endTimestamp", v, errors)?;
+        if end <= now {
+            errors.push(format!(
+                ".endTimestamp: must be in the future (unix ms), got {end} while now is {now}"
+            ));
+            return None;
+        }
+        return Some(end);
+    }
+    Some(PERMANENT)
+}
+
+fn allow_merge(map: &Map<String, Value>, errors: &mut Vec<String>) -> Option<bool> {
+    let allow = optional(map, "allowMerge");
+    let alias = optional(map, "mergeOnConflict");
+    match (allow, alias) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                ".allowMerge/.mergeOnConflict: give allowMerge or its alias mergeOnConflict, \
+                 not both"
+                    .into(),
+            );
+            None
+        }
+        (Some(v), None) => boolean("allowMerge", v, errors),
+        (None, Some(v)) => boolean("mergeOnConflict", v, errors),
+        (None, None) => Some(false),
+    }
+}
+
+/// A field that may be absent; `null` counts as absent.
+fn optional<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    map.get(field).filter(|v| !v.is_null())
+}
+
+/// A required id field, checked against the id rules.
+pub(crate) fn required_id(
+    map: &Map<String, Value>,
+    field: &str,
+    errors: &mut Vec<String>,
+) -> Option<String> {
+    match map.get(field) {
+        None => missing(field, errors),
+        Some(Value::String(s)) => match validate_id(s) {
+            Ok(()) => Some(s.clone()),
+            Err(why) => {
+                errors.push(format!(".{field}: {why}"));
+                None
+            }
+        },
+        Some(other) => wrong_type(field, "a string", other, errors),
+    }
+}
+
+/// An integer given as a JSON number or as a decimal string.
+fn integer(field: &str, v: &Value, errors: &mut Vec<String>) -> Option<i64> {
+    let parsed = match v {
+        Value::Number(n) => n.as_i64().ok_or_else(|| {
+            if n.is_f64() && n.as_f64().is_some_and(|f| f.fract() != 0.0) {
+                format!("must be a whole number of milliseconds, got {n}")
+            } else {
+                format!("{n} is out of range (a signed 64-bit integer)")
+            }
+        }),
+        Value::String(s) => s.parse::<i64>().map_err(|_| {
+            format!("must be an integer (a JSON number or a decimal string), got {s:?}")
+        }),
+        other => Err(format!(
+            "must be an integer (a JSON number or a decimal string), got {}",
+            type_name(other)
+        )),
+    };
+    parsed
+        .map_err(|e| errors.push(format!(".{field}: {e}")))
+        .ok()
+}
+
+/// A boolean given as JSON `true`/`false` or as the strings `"true"`/`"false"`.
+fn boolean(field: &str, v: &Value, errors: &mut Vec<String>) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) if s == "true" => Some(true),
+        Value::String(s) if s == "false" => Some(false),
+        other => wrong_type(field, "true or false", other, errors),
+    }
+}
+
+fn missing<T>(field: &str, errors: &mut Vec<String>) -> Option<T> {
+    errors.push(format!(".{field}: required field is missing"));
+    None
+}
+
+fn wrong_type<T>(field: &str, expected: &str, got: &Value, errors: &mut Vec<String>) -> Option<T> {
+    errors.push(format!(
+        ".{field}: must be {expected}, got {}",
+        type_name(got)
+    ));
+    None
+}
+
+fn bad(message: String) -> Invalid {
+    Invalid::BadRequest(vec![message])
+}
+
+/// The JSON type of a value, for error messages.
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn parse(body: Value) -> Result<Vec<NewItem>, Invalid> {
+        add_batch(&body, NOW, 100)
+    }
+
+    fn errors(body: Value) -> Vec<String> {
+        match parse(body) {
+            Err(Invalid::BadRequest(errors)) => errors,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_item_is_permanent_without_merge() {
+        let items = parse(json!([{"id": "tm-1", "action": "MARK_BLOCKED", "cause": "c"}])).unwrap();
+        assert_eq!(
+            items,
+            vec![NewItem {
+                id: "tm-1".into(),
+                action: Action::MarkBlocked,
+                end: PERMANENT,
+                cause: "c".into(),
+                allow_merge: false,
+            }]
+        );
+    }
+
+    #[test]
+    fn object_form_strings_for_numbers_and_booleans() {
+        let items = parse(json!({"items": [
+            {"id": "a", "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "cause": "c",
+             "timeout": "3600000", "allowMerge": "true"},
+            {"id": "b", "action": "MARK_BLOCKED", "cause": "c",
+             "endTimestamp": NOW + 5, "mergeOnConflict": true},
+            {"id": "c", "action": "MARK_BLOCKED", "cause": "c", "timeout": null},
+        ]}))
+        .unwrap();
+        assert_eq!(items[0].end, NOW + 3_600_000);
+        assert!(items[0].allow_merge);
+        assert_eq!(items[1].end, NOW + 5);
+        assert!(items[1].allow_merge);
+        assert_eq!(items[2].end, PERMANENT);
+    }
+
+    #[test]
+    fn unknown_field_is_named_with_index_and_id() {
+        let errs = errors(json!([
+            {"id": "ok", "action": "MARK_BLOCKED", "cause": "c"},
+            {"id": "tm-2", "action": "MARK_BLOCKED", "cause": "c", "endTimeStamp": NOW + 1000},
+        ]));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("items[1] (id \"tm-2\").endTimeStamp: unknown field"));
+    }
+
+    #[test]
+    fn every_bad_element_is_reported() {
+        let errs = errors(json!([
+            {"action": "MARK_BLOCKED", "cause": "c"},
+            {"id": "x", "action": "BLOCK", "cause": 5},
+            {"id": "y", "action": "MARK_BLOCKED", "cause": "c", "timeout": 5, "endTimestamp": NOW + 9},
+            {"id": "z", "action": "MARK_BLOCKED", "cause": "c", "timeout": 0},
+            {"id": "w", "action": "MARK_BLOCKED", "cause": "c", "timeout": i64::MAX},
+            {"id": "v", "action": "MARK_BLOCKED", "cause": "c", "endTimestamp": NOW},
+            {"id": "", "action": "MARK_BLOCKED", "cause": "c"},
+            {"id": "u", "action": "MARK_BLOCKED", "cause": "x".repeat(1025)},
+            {"id": "t", "action": "MARK_BLOCKED", "cause": "c", "timeout": 1.5},
+            {"id": "s", "action": "MARK_BLOCKED", "cause": "c", "timeout": 1e30},
+            {"id": "r", "action": "MARK_BLOCKED", "cause": "c", "allowMerge": "yes"},
+            "not an object",
+        ]));
+        let expect = [
+            "items[0].id: required field is missing",
+            "items[1] (id \"x\").action: unknown action",
+            "items[1] (id \"x\").cause: must be a string, got a number",
+            "items[2] (id \"y\").timeout/.endTimestamp: give at most one",
+            "items[3] (id \"z\").timeout: must be a positive",
+            "items[4] (id \"w\").timeout: 9223372036854775807 ms from now overflows",
+            "items[5] (id \"v\").endTimestamp: must be in the future",
+            "items[6] (id \"\").id: must not be empty",
+            "items[7] (id \"u\").cause: is 1025 bytes long",
+            "items[8] (id \"t\").timeout: must be a whole number",
+            "items[9] (id \"s\").timeout: 1e+30 is out of range",
+            "items[10] (id \"r\").allowMerge: must be true or false",
+            "items[11]: must be an object, got a string",
+        ];
+        assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+        for (got, want) in errs.iter().zip(expect) {
+            assert!(got.starts_with(want), "{got:?} should start with {want:?}");
+        }
+    }
+
+    #[test]
+    fn batch_shape_errors() {
+        assert!(errors(json!([]))[0].contains("empty"));
+        assert!(errors(json!({"items": []}))[0].contains("empty"));
+        assert!(errors(json!({"item": []}))[0].contains("unknown field \"item\""));
+        assert!(errors(json!({}))[0].contains("items: required"));
+        assert!(errors(json!("x"))[0].contains("got a string"));
+        let big: Vec<Value> = (0..101)
+            .map(|i| json!({"id": format!("{i}"), "action": "MARK_BLOCKED", "cause": "c"}))
+            .collect();
+        assert!(matches!(
+            parse(Value::Array(big)),
+            Err(Invalid::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn end_timestamp_may_be_permanent_explicitly() {
+        let items = parse(json!([{"id": "a", "action": "MARK_BLOCKED", "cause": "c",
+            "endTimestamp": "9223372036854775807"}]))
+        .unwrap();
+        assert_eq!(items[0].end, PERMANENT);
+    }
+}
