@@ -42,6 +42,12 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_MAX_BATCH", default_value_t = 10_000)]
     pub max_batch: usize,
 
+    /// The least time between two sweeps of due items, in ms. 0 (the default) removes each
+    /// item the moment it is due; a larger value trades prompt deletion for fewer, bigger
+    /// expiry commits. Reads never show a due item either way.
+    #[arg(long, env = "BLOCKLISTD_SWEEP_INTERVAL_MS", default_value_t = 0)]
+    pub sweep_interval_ms: u64,
+
     /// How long shutdown waits for in-flight requests before exiting anyway, in seconds.
     #[arg(long, env = "BLOCKLISTD_SHUTDOWN_TIMEOUT", default_value_t = 10)]
     pub shutdown_timeout: u64,
@@ -55,6 +61,10 @@ impl Config {
             fsync: self.fsync,
             max_commit_batch: self.commit_batch as usize,
         }
+    }
+
+    pub fn sweep_interval(&self) -> Duration {
+        Duration::from_millis(self.sweep_interval_ms)
     }
 
     pub fn shutdown_timeout(&self) -> Duration {

@@ -61,7 +61,7 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
-    let sweeper = tokio::spawn(sweeper::run(store.clone()));
+    let sweeper = tokio::spawn(sweeper::run(store.clone(), config.sweep_interval()));
     // Tests and supervisors read this line from stdout to learn the bound port.
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");

@@ -27,9 +27,14 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// How long to back off after a storage error before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Runs until the task is aborted.
-pub async fn run(store: Store) {
+/// Runs until the task is aborted. `min_interval` is the least time between the end of one
+/// sweep pass and the start of the next (zero: sweep each deadline as it comes).
+pub async fn run(store: Store, min_interval: Duration) {
     let signal = store.sweep_signal();
+    let min_interval = i64::try_from(min_interval.as_millis()).unwrap_or(i64::MAX);
+    // When the last complete pass ended; the first pass runs at start, for items that came
+    // due while the daemon was down.
+    let mut last_pass: Option<i64> = None;
     loop {
         let notified = signal.wake.notified();
         tokio::pin!(notified);
@@ -45,14 +50,23 @@ pub async fn run(store: Store) {
                 continue;
             }
         };
+        let allowed = last_pass.map_or(i64::MIN, |t| t.saturating_add(min_interval));
         match first {
-            Some(at) if at <= now => {
-                if let Err(e) = sweep_once(&store, now).await {
+            Some(at) if at <= now && allowed <= now => match sweep_once(&store, now).await {
+                Ok(more) => {
+                    if !more {
+                        last_pass = Some(now_ms());
+                    }
+                }
+                Err(e) => {
                     tracing::error!(error = %e, "sweep failed; retrying");
                     tokio::time::sleep(RETRY_AFTER).await;
                 }
-            }
+            },
             Some(at) => {
+                // The start-up pass found nothing due: it counts as the first pass.
+                last_pass.get_or_insert(now);
+                let at = at.max(allowed);
                 signal.next_deadline.store(at, Ordering::SeqCst);
                 let wait = Duration::from_millis((at - now) as u64).min(MAX_SLEEP);
                 tokio::select! {
@@ -61,6 +75,7 @@ pub async fn run(store: Store) {
                 }
             }
             None => {
+                last_pass.get_or_insert(now);
                 signal.next_deadline.store(i64::MAX, Ordering::SeqCst);
                 notified.await;
             }
@@ -68,12 +83,13 @@ pub async fn run(store: Store) {
     }
 }
 
-/// Expires one bounded batch of what is due at `now`.
-async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<()> {
+/// Expires one bounded batch of what is due at `now`; true when more may be due.
+async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<bool> {
     let scan = store.clone();
     let due = tokio::task::spawn_blocking(move || scan.due(now, SWEEP_BATCH))
         .await
         .expect("the due scan does not panic")?;
+    let more = due.len() == SWEEP_BATCH;
     let expired = store.expire(due).await?;
     let done = now_ms();
     for e in &expired {
@@ -87,5 +103,5 @@ async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<()> {
             "expired"
         );
     }
-    Ok(())
+    Ok(more)
 }

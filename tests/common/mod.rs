@@ -1,0 +1,295 @@
+//! Test harness: the real `blocklistd` binary on `127.0.0.1:0` with a temporary data dir,
+//! spoken to over real HTTP.
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use blocklistd::store::{Store, StoreConfig};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_blocklistd");
+
+/// How long anything in a test may take before it counts as hung.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A running daemon. Killed (SIGKILL) on drop.
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub client: reqwest::Client,
+}
+
+/// A temporary directory holding a data dir and the daemons' logs.
+pub struct Workspace {
+    pub tmp: tempfile::TempDir,
+    runs: usize,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace {
+            tmp: tempfile::tempdir().expect("temp dir"),
+            runs: 0,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.tmp.path().join("data")
+    }
+
+    /// Starts a daemon on this workspace's data dir.
+    pub fn start(&mut self, extra: &[&str]) -> Daemon {
+        self.runs += 1;
+        let log = self.tmp.path().join(format!("daemon-{}.log", self.runs));
+        Daemon::start(&self.data_dir(), &log, extra)
+    }
+
+    /// Opens the store offline (no daemon running) and returns what `verify` finds, and the
+    /// sizes of the items and expiry trees.
+    pub fn inspect(&self) -> (Vec<String>, (usize, usize)) {
+        let dir = self.data_dir();
+        // On a plain thread: the store's shutdown blocks, which a tokio worker may not do.
+        std::thread::spawn(move || {
+            let store = Store::open(&StoreConfig::new(dir)).expect("open the store offline");
+            let problems = store.verify().expect("verify");
+            let sizes = store.tree_sizes();
+            store.shutdown().expect("shutdown");
+            (problems, sizes)
+        })
+        .join()
+        .expect("inspect thread")
+    }
+}
+
+impl Daemon {
+    pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
+        let mut child = Command::new(BIN)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("start blocklistd");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().and_then(Result::ok);
+            let _ = tx.send(first);
+            for _ in lines {} // keep the pipe drained
+        });
+        let line = match rx.recv_timeout(DEADLINE) {
+            Ok(Some(line)) => line,
+            other => {
+                let _ = child.kill();
+                panic!(
+                    "blocklistd did not report its address ({other:?}); log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+        };
+        let addr = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("an address");
+        Daemon {
+            child,
+            addr,
+            data_dir: data_dir.to_owned(),
+            log: log.to_owned(),
+            client: reqwest::Client::builder()
+                .timeout(DEADLINE)
+                .build()
+                .expect("client"),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Sends a request with an optional JSON body; returns status and parsed body
+    /// (`Value::Null` when empty).
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method, self.url(path));
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.expect("request");
+        read(resp).await
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    /// Sends raw bytes with a given content type.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        read(resp).await
+    }
+
+    /// The whole blocklist as `GET /blocklist` returns it.
+    pub async fn listing(&self) -> Value {
+        let (status, body) = self.get("/blocklist").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    /// SIGKILL, as a crash or `kill -9` would.
+    pub fn kill9(mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("wait");
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub fn terminate(mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        wait_exit(&mut self.child)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the daemon did not exit in time"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn read(resp: reqwest::Response) -> (StatusCode, Value) {
+    let status = resp.status();
+    let bytes = resp.bytes().await.expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "response is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })
+    };
+    (status, body)
+}
+
+/// Polls `check` until it returns true, panicking after [`DEADLINE`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs the binary to completion with these arguments; returns status and stderr.
+pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start blocklistd");
+    let status = wait_exit(&mut child);
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    (status, stderr)
+}
+
+/// An add element.
+pub fn item(id: &str, action: &str, cause: &str) -> Value {
+    serde_json::json!({"id": id, "action": action, "cause": cause})
+}
+
+/// Ids of a listing array, in order.
+pub fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .expect("an array")
+        .iter()
+        .map(|i| i["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
+/// Percent-encodes an id for a path segment (everything but unreserved characters).
+pub fn enc(id: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(id, SEGMENT).to_string()
+}
+
+pub fn now_ms() -> i64 {
+    blocklistd::clock::now_ms()
+}
