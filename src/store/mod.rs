@@ -15,7 +15,7 @@
 //! trees and filter `end <= now` themselves, so an item is gone for readers the moment it
 //! is due, whether or not the sweeper has reached it.
 
-mod codec;
+pub mod codec;
 mod commit;
 pub mod keys;
 mod migrate;
