@@ -10,10 +10,12 @@
 //! - [`validate`]: request JSON to validated domain values, with every error named.
 //! - [`store`]: the only module that touches sled: trees, key and value encodings,
 //!   migrations, and the single group-commit writer.
+//! - [`check`]: the effective "is this task manager or node blocked?" answer.
 //! - [`sweeper`]: the expiry loop over the store's expiry index.
 //! - [`http`]: the axum front end (routes, extractors, the error response).
 //! - [`clock`]: unix-ms wall-clock time.
 
+pub mod check;
 pub mod clock;
 pub mod config;
 pub mod http;

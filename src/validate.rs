@@ -107,15 +107,7 @@ fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
             type_name(element)
         )]);
     };
-    let mut errors = Vec::new();
-    for field in map.keys() {
-        if !ADD_FIELDS.contains(&field.as_str()) {
-            errors.push(format!(
-                ".{field}: unknown field (known fields: {})",
-                ADD_FIELDS.join(", ")
-            ));
-        }
-    }
+    let mut errors = unknown_fields(map, ADD_FIELDS);
     let id = required_id(map, "id", &mut errors);
     let action = match map.get("action") {
         None => missing("action", &mut errors),
@@ -159,6 +151,143 @@ fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
         }
         _ => Err(errors),
     }
+}
+
+/// Parses the body of `PUT /taskmanagers/{id}`: `{"node": "n1"}`; returns the node.
+pub fn registration(body: &Value) -> Result<String, Invalid> {
+    let Value::Object(map) = body else {
+        return Err(bad(format!(
+            "the body must be an object {{\"node\": \"...\"}}, got {}",
+            type_name(body)
+        )));
+    };
+    let mut errors = unknown_fields(map, &["node"]);
+    let node = required_id(map, "node", &mut errors);
+    match node {
+        Some(node) if errors.is_empty() => Ok(node),
+        _ => Err(Invalid::BadRequest(
+            errors
+                .into_iter()
+                .map(|e| e.trim_start_matches('.').to_owned())
+                .collect(),
+        )),
+    }
+}
+
+/// Parses the body of `PUT /taskmanagers`: an array of `{"id", "node"}` (or
+/// `{"items": [...]}`) into `(task manager, node)` pairs.
+pub fn registrations(body: &Value, max_batch: usize) -> Result<Vec<(String, String)>, Invalid> {
+    let elements = batch_elements(body, max_batch)?;
+    let mut pairs = Vec::with_capacity(elements.len());
+    let mut errors = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let Value::Object(map) = element else {
+            errors.push(format!(
+                "items[{index}]: must be an object, got {}",
+                type_name(element)
+            ));
+            continue;
+        };
+        let mut errs = unknown_fields(map, &["id", "node"]);
+        let id = required_id(map, "id", &mut errs);
+        let node = required_id(map, "node", &mut errs);
+        match (id, node) {
+            (Some(id), Some(node)) if errs.is_empty() => pairs.push((id, node)),
+            _ => {
+                let label = match map.get("id").and_then(Value::as_str) {
+                    Some(id) => format!("items[{index}] (id {id:?})"),
+                    None => format!("items[{index}]"),
+                };
+                errors.extend(errs.into_iter().map(|e| format!("{label}{e}")));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(pairs)
+    } else {
+        Err(Invalid::BadRequest(errors))
+    }
+}
+
+/// The ids of a batch check, `POST /blocklist/check`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CheckRequest {
+    pub task_managers: Vec<String>,
+    pub nodes: Vec<String>,
+}
+
+/// Parses `{"taskManagers": [...], "nodes": [...]}` (either may be absent), at most
+/// `max_ids` ids in all.
+pub fn check_request(body: &Value, max_ids: usize) -> Result<CheckRequest, Invalid> {
+    let Value::Object(map) = body else {
+        return Err(bad(format!(
+            "the body must be an object {{\"taskManagers\": [...], \"nodes\": [...]}}, got {}",
+            type_name(body)
+        )));
+    };
+    let mut errors: Vec<String> = unknown_fields(map, &["taskManagers", "nodes"])
+        .into_iter()
+        .map(|e| e.trim_start_matches('.').to_owned())
+        .collect();
+    let mut ids_of = |field: &str| -> Vec<String> {
+        match map.get(field) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(ids)) => ids
+                .iter()
+                .enumerate()
+                .filter_map(|(i, id)| match id {
+                    Value::String(s) => match validate_id(s) {
+                        Ok(()) => Some(s.clone()),
+                        Err(why) => {
+                            errors.push(format!("{field}[{i}] (id {s:?}): {why}"));
+                            None
+                        }
+                    },
+                    other => {
+                        errors.push(format!(
+                            "{field}[{i}]: must be a string, got {}",
+                            type_name(other)
+                        ));
+                        None
+                    }
+                })
+                .collect(),
+            Some(other) => {
+                errors.push(format!(
+                    "{field}: must be an array of ids, got {}",
+                    type_name(other)
+                ));
+                Vec::new()
+            }
+        }
+    };
+    let request = CheckRequest {
+        task_managers: ids_of("taskManagers"),
+        nodes: ids_of("nodes"),
+    };
+    if !errors.is_empty() {
+        return Err(Invalid::BadRequest(errors));
+    }
+    let total = request.task_managers.len() + request.nodes.len();
+    if total > max_ids {
+        return Err(Invalid::TooLarge(format!(
+            "the check asks for {total} ids; the limit is {max_ids} per request"
+        )));
+    }
+    Ok(request)
+}
+
+/// One `.field: unknown field` error per field of `map` not in `known`.
+fn unknown_fields(map: &Map<String, Value>, known: &[&str]) -> Vec<String> {
+    map.keys()
+        .filter(|field| !known.contains(&field.as_str()))
+        .map(|field| {
+            format!(
+                ".{field}: unknown field (known fields: {})",
+                known.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// The absolute end time: `now + timeout`, the given `endTimestamp`, or permanent.
@@ -420,6 +549,55 @@ mod tests {
             parse(Value::Array(big)),
             Err(Invalid::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn registrations_parse_and_name_errors() {
+        assert_eq!(registration(&json!({"node": "n1"})), Ok("n1".to_owned()));
+        let Err(Invalid::BadRequest(errs)) = registration(&json!({"node": "", "nod": 1})) else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs.iter().any(|e| e.starts_with("nod: unknown field")));
+        assert!(errs
+            .iter()
+            .any(|e| e.starts_with("node: must not be empty")));
+
+        let pairs = registrations(
+            &json!([{"id": "t1", "node": "n1"}, {"id": "t2", "node": "n1"}]),
+            10,
+        );
+        assert_eq!(pairs.unwrap().len(), 2);
+        let Err(Invalid::BadRequest(errs)) =
+            registrations(&json!([{"id": "t1", "node": "n1"}, {"id": "t2"}, 5]), 10)
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(
+            errs,
+            [
+                "items[1] (id \"t2\").node: required field is missing",
+                "items[2]: must be an object, got a number",
+            ]
+        );
+    }
+
+    #[test]
+    fn check_requests() {
+        let req = check_request(&json!({"taskManagers": ["a", "b"], "nodes": ["n"]}), 3).unwrap();
+        assert_eq!(req.task_managers, ["a", "b"]);
+        assert_eq!(req.nodes, ["n"]);
+        assert_eq!(check_request(&json!({}), 3), Ok(CheckRequest::default()));
+        assert!(matches!(
+            check_request(&json!({"taskManagers": ["a", "b"], "nodes": ["n", "m"]}), 3),
+            Err(Invalid::TooLarge(_))
+        ));
+        let Err(Invalid::BadRequest(errs)) =
+            check_request(&json!({"taskManagers": ["ok", 1, ""], "node": []}), 10)
+        else {
+            panic!("expected a 400");
+        };
+        assert_eq!(errs.len(), 3, "{errs:?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::extract::{IdPath, JsonBody};
 use super::AppState;
 use crate::clock::now_ms;
 use crate::model::{Item, Kind};
-use crate::store::AddOutcome;
+use crate::store::{self, AddOutcome, Store};
 use crate::validate;
 
 pub fn router() -> Router<AppState> {
@@ -41,12 +41,16 @@ struct NodeEntry {
     task_managers: Vec<String>,
 }
 
-fn node_entries(items: Vec<Item>) -> Vec<NodeEntry> {
+/// Node entries for these node items: one index prefix scan per node.
+fn node_entries(store: &Store, items: Vec<Item>) -> store::Result<Vec<NodeEntry>> {
     items
         .into_iter()
-        .map(|item| NodeEntry {
-            item,
-            task_managers: Vec::new(),
+        .map(|item| {
+            let task_managers = store.task_managers_on(&item.id)?;
+            Ok(NodeEntry {
+                item,
+                task_managers,
+            })
         })
         .collect()
 }
@@ -59,29 +63,28 @@ struct Blocklist {
 }
 
 async fn list_all(State(state): State<AppState>) -> Result<Json<Blocklist>> {
-    let (task_managers, nodes) = state
+    let blocklist = state
         .blocking(|store| {
             let now = now_ms();
-            Ok((
-                store.list(Kind::TaskManager, now)?,
-                store.list(Kind::Node, now)?,
-            ))
+            Ok(Blocklist {
+                blocked_task_managers: store.list(Kind::TaskManager, now)?,
+                blocked_nodes: node_entries(store, store.list(Kind::Node, now)?)?,
+            })
         })
         .await?;
-    Ok(Json(Blocklist {
-        blocked_task_managers: task_managers,
-        blocked_nodes: node_entries(nodes),
-    }))
+    Ok(Json(blocklist))
 }
 
 async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
-    let items = state
-        .blocking(move |store| store.list(kind, now_ms()))
-        .await?;
-    Ok(match kind {
-        Kind::TaskManager => Json(items).into_response(),
-        Kind::Node => Json(node_entries(items)).into_response(),
-    })
+    state
+        .blocking(move |store| {
+            let items = store.list(kind, now_ms())?;
+            Ok(match kind {
+                Kind::TaskManager => Json(items).into_response(),
+                Kind::Node => Json(node_entries(store, items)?).into_response(),
+            })
+        })
+        .await
 }
 
 async fn get_one(
@@ -95,7 +98,7 @@ async fn get_one(
     let item = Item::new(id, block);
     Ok(match kind {
         Kind::TaskManager => Json(item).into_response(),
-        Kind::Node => Json(node_entries(vec![item]).pop()).into_response(),
+        Kind::Node => Json(node_entries(&state.store, vec![item])?.pop()).into_response(),
     })
 }
 

@@ -1,8 +1,10 @@
 //! The HTTP front end: parse, validate, call the store, map errors. Nothing else.
 
 mod blocklist;
+mod check;
 mod error;
 mod extract;
+mod taskmanagers;
 
 use std::future::{Future, IntoFuture};
 use std::time::Duration;
@@ -53,6 +55,8 @@ pub fn router(state: AppState) -> Router {
     let limit = state.limits.max_body_bytes;
     Router::new()
         .merge(blocklist::router())
+        .merge(check::router())
+        .merge(taskmanagers::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

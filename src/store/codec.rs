@@ -13,6 +13,9 @@ use crate::model::{Action, Block};
 /// Format byte of [`BlockV1`], the item value of schema version 1.
 pub const BLOCK_V1: u8 = 1;
 
+/// Format byte of a registration value (`tm_node`): the node id's UTF-8 bytes follow.
+pub const REGISTRATION_V1: u8 = 1;
+
 /// The largest value we ever decode; a corrupt length prefix cannot make us allocate more.
 const DECODE_LIMIT: usize = 64 * 1024;
 
@@ -85,6 +88,22 @@ pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
     })
 }
 
+/// Value of a `tm_node` entry: the node the task manager runs on.
+pub fn encode_registration(node: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + node.len());
+    out.push(REGISTRATION_V1);
+    out.extend_from_slice(node.as_bytes());
+    out
+}
+
+pub fn decode_registration(bytes: &[u8]) -> Result<String, CodecError> {
+    let (&format, node) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if format != REGISTRATION_V1 {
+        return Err(CodecError::UnknownFormat(format));
+    }
+    String::from_utf8(node.to_vec()).map_err(|e| CodecError::Decode(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +140,17 @@ mod tests {
         ];
         assert_eq!(bytes, expected);
         assert_eq!(decode_block(expected), Ok(block()));
+    }
+
+    #[test]
+    fn registration_format_v1_fixture() {
+        assert_eq!(encode_registration("n1"), [1, b'n', b'1']);
+        assert_eq!(decode_registration(&[1, b'n', b'1']), Ok("n1".to_owned()));
+        assert_eq!(
+            decode_registration(&[2, b'n']),
+            Err(CodecError::UnknownFormat(2))
+        );
+        assert!(decode_registration(&[1, 0xff]).is_err());
     }
 
     #[test]

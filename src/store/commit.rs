@@ -60,6 +60,13 @@ pub(crate) enum Op {
     Expire {
         expiry_keys: Vec<Vec<u8>>,
     },
+    Register {
+        /// `(task manager, node)` pairs; a later pair for the same task manager wins.
+        registrations: Vec<(String, String)>,
+    },
+    Unregister {
+        tm: String,
+    },
 }
 
 impl Op {
@@ -69,6 +76,8 @@ impl Op {
             Op::Add { items, .. } => items.len(),
             Op::Remove { .. } => 1,
             Op::Expire { expiry_keys } => expiry_keys.len(),
+            Op::Register { registrations } => registrations.len(),
+            Op::Unregister { .. } => 1,
         }
     }
 }
@@ -78,6 +87,17 @@ pub(crate) enum Outcome {
     Added(AddOutcome),
     Removed(Option<Item>),
     Expired(Vec<Expired>),
+    Registered(Vec<Registered>),
+    /// The node the task manager was registered on, if it was.
+    Unregistered(Option<String>),
+}
+
+/// What registering one task manager did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registered {
+    Created,
+    Moved,
+    Unchanged,
 }
 
 /// The result of an add batch.
@@ -185,10 +205,21 @@ impl Committer {
         ops: &[&Op],
         now: i64,
     ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
-        let trees = (&self.trees.items, &self.trees.expiry);
+        let trees = (
+            &self.trees.items,
+            &self.trees.expiry,
+            &self.trees.tm_node,
+            &self.trees.node_tms,
+        );
         trees
-            .transaction(|(items, expiry)| {
-                let tx = Tx { items, expiry, now };
+            .transaction(|(items, expiry, tm_node, node_tms)| {
+                let tx = Tx {
+                    items,
+                    expiry,
+                    tm_node,
+                    node_tms,
+                    now,
+                };
                 ops.iter().map(|op| tx.apply(op)).collect()
             })
             .map_err(|e| match e {
@@ -229,6 +260,8 @@ type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
 struct Tx<'a> {
     items: &'a TransactionalTree,
     expiry: &'a TransactionalTree,
+    tm_node: &'a TransactionalTree,
+    node_tms: &'a TransactionalTree,
     /// Commit time: what counts as expired.
     now: i64,
 }
@@ -241,7 +274,64 @@ impl Tx<'_> {
             Op::Add { kind, items, now } => self.add(*kind, items, *now),
             Op::Remove { kind, id } => self.remove(*kind, id),
             Op::Expire { expiry_keys } => self.expire(expiry_keys),
+            Op::Register { registrations } => self.register(registrations),
+            Op::Unregister { tm } => self.unregister(tm),
         }
+    }
+
+    fn register(
+        &self,
+        registrations: &[(String, String)],
+    ) -> TxResult<Result<Applied, StoreError>> {
+        let mut results = Vec::with_capacity(registrations.len());
+        for (tm, node) in registrations {
+            // Reads see this transaction's own writes, so a repeated task manager in the
+            // batch moves from where the earlier pair put it.
+            let old = match self.node_of(tm)? {
+                Ok(old) => old,
+                Err(e) => return Ok(Err(e)),
+            };
+            let result = match old {
+                Some(old) if old == *node => Registered::Unchanged,
+                Some(old) => {
+                    self.node_tms.remove(keys::node_tm_key(&old, tm))?;
+                    Registered::Moved
+                }
+                None => Registered::Created,
+            };
+            if result != Registered::Unchanged {
+                self.tm_node
+                    .insert(tm.as_bytes(), codec::encode_registration(node))?;
+                self.node_tms.insert(keys::node_tm_key(node, tm), &[])?;
+            }
+            results.push(result);
+        }
+        Ok(Ok(Applied::new(Outcome::Registered(results))))
+    }
+
+    fn unregister(&self, tm: &str) -> TxResult<Result<Applied, StoreError>> {
+        let old = match self.node_of(tm)? {
+            Ok(old) => old,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(node) = &old {
+            self.tm_node.remove(tm.as_bytes())?;
+            self.node_tms.remove(keys::node_tm_key(node, tm))?;
+        }
+        Ok(Ok(Applied::new(Outcome::Unregistered(old))))
+    }
+
+    /// The node `tm` is registered on.
+    fn node_of(&self, tm: &str) -> TxResult<Result<Option<String>, StoreError>> {
+        let Some(bytes) = self.tm_node.get(tm.as_bytes())? else {
+            return Ok(Ok(None));
+        };
+        Ok(codec::decode_registration(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Corrupt {
+                key: format!("taskmanager registration {tm}"),
+                source,
+            }))
     }
 
     fn add(

@@ -4,7 +4,13 @@
 //! items   key: kind(1) ++ id(1..=256)                 value: codec::Block
 //! expiry  key: end(8, big-endian u64) ++ kind(1) ++ id   value: empty
 //! meta    key: b"schema_version"                      value: u32 big-endian
+//! tm_node   key: task manager id                      value: codec registration (its node)
+//! node_tms  key: node id ++ 0x00 ++ task manager id   value: empty
 //! ```
+//!
+//! `node_tms` is the node → task managers index. The 0x00 separator is unambiguous because
+//! ids never hold control characters, so the prefix `node ++ 0x00` matches exactly the
+//! entries of that node (`n1` never matches `n10`).
 //!
 //! Invariant of the expiry key: byte order equals time order, so `range(..=due_bound(now))`
 //! is exactly the set of items due at `now`. That holds because `end` is non-negative (it
@@ -82,6 +88,32 @@ pub fn expiry_key_end(key: &[u8]) -> Option<i64> {
     i64::try_from(end).ok()
 }
 
+/// Separator between node id and task manager id in a `node_tms` key.
+const SEP: u8 = 0;
+
+/// `node_tms` key of task manager `tm` on `node`.
+pub fn node_tm_key(node: &str, tm: &str) -> Vec<u8> {
+    let mut key = node_tm_prefix(node);
+    key.extend_from_slice(tm.as_bytes());
+    key
+}
+
+/// The `node_tms` prefix of every task manager on `node`.
+pub fn node_tm_prefix(node: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(node.len() + 1 + 32);
+    key.extend_from_slice(node.as_bytes());
+    key.push(SEP);
+    key
+}
+
+/// Splits a `node_tms` key into node and task manager.
+pub fn parse_node_tm_key(key: &[u8]) -> Option<(&str, &str)> {
+    let at = key.iter().position(|&b| b == SEP)?;
+    let node = std::str::from_utf8(&key[..at]).ok()?;
+    let tm = std::str::from_utf8(&key[at + 1..]).ok()?;
+    Some((node, tm))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +146,14 @@ mod tests {
         assert!(expiry_key(now, Kind::Node, "zzz").as_slice() < &bound[..]);
         assert!(expiry_key(now - 1, Kind::Node, "a").as_slice() < &bound[..]);
         assert!(expiry_key(now + 1, Kind::TaskManager, "").as_slice() > &bound[..]);
+    }
+
+    #[test]
+    fn node_tm_keys_round_trip_and_prefixes_do_not_bleed() {
+        let key = node_tm_key("n1", "tm/ü");
+        assert_eq!(parse_node_tm_key(&key), Some(("n1", "tm/ü")));
+        assert!(key.starts_with(&node_tm_prefix("n1")));
+        assert!(!node_tm_key("n10", "tm").starts_with(&node_tm_prefix("n1")));
     }
 
     proptest! {

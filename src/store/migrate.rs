@@ -10,7 +10,8 @@ use sled::Db;
 
 use super::StoreError;
 
-/// The schema version this binary reads and writes. 1: `items`, `expiry`, `meta`.
+/// The schema version this binary reads and writes.
+/// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
 pub const CURRENT: u32 = 1;
 
 pub const META_TREE: &str = "meta";

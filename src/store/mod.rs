@@ -4,11 +4,14 @@
 //! - `items`: every blocked item, keyed by kind and id;
 //! - `expiry`: one empty-valued entry per item with a finite end, keyed by big-endian end,
 //!   so the sweeper reads only what is due;
-//! - `meta`: the schema version.
+//! - `meta`: the schema version;
+//! - `tm_node`: which node each registered task manager runs on, and `node_tms`, its
+//!   inverse index, so "task managers on node n" is a prefix scan, never a full scan.
 //!
 //! Invariants, kept by doing every write in one multi-tree transaction:
 //! - an item with a finite `end` has exactly the expiry entry `expiry_key(end, kind, id)`,
 //!   a permanent item has none, and every expiry entry belongs to such an item;
+//! - `tm_node[tm] = n` exactly when `node_tms[n ++ 0x00 ++ tm]` exists;
 //! - a write is acknowledged only after the flush (and, by default, the fsync) covering it.
 //!
 //! Writes go through the single committer thread ([`commit`]); reads go straight to the
@@ -29,7 +32,7 @@ use sled::{Db, Tree};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use codec::CodecError;
-pub use commit::{AddOutcome, Expired};
+pub use commit::{AddOutcome, Expired, Registered};
 pub use migrate::CURRENT as SCHEMA_VERSION;
 
 use crate::model::{Block, Item, Kind, NewItem};
@@ -119,6 +122,8 @@ struct Shared {
 pub(crate) struct Trees {
     pub items: Tree,
     pub expiry: Tree,
+    pub tm_node: Tree,
+    pub node_tms: Tree,
 }
 
 /// How writers tell the sweeper that a deadline earlier than the one it sleeps on exists.
@@ -157,6 +162,8 @@ impl Store {
         let trees = Trees {
             items: db.open_tree("items")?,
             expiry: db.open_tree("expiry")?,
+            tm_node: db.open_tree("tm_node")?,
+            node_tms: db.open_tree("node_tms")?,
         };
         let log = if config.fsync {
             Some(std::fs::File::open(dir.join("db"))?)
@@ -229,6 +236,52 @@ impl Store {
                 let (_, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
                 out.push(Item::new(id.to_owned(), block));
             }
+        }
+        Ok(out)
+    }
+
+    /// The node task manager `tm` is registered on.
+    pub fn node_of(&self, tm: &str) -> Result<Option<String>> {
+        let Some(bytes) = self.shared.trees.tm_node.get(tm.as_bytes())? else {
+            return Ok(None);
+        };
+        codec::decode_registration(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Corrupt {
+                key: format!("taskmanager registration {tm}"),
+                source,
+            })
+    }
+
+    /// Every registration `(task manager, node)`, sorted by task manager id.
+    pub fn registrations(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for entry in self.shared.trees.tm_node.iter() {
+            let (key, bytes) = entry?;
+            let tm = std::str::from_utf8(&key).map_err(|_| bad_key(&key))?;
+            let node =
+                codec::decode_registration(&bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!("taskmanager registration {tm}"),
+                    source,
+                })?;
+            out.push((tm.to_owned(), node));
+        }
+        Ok(out)
+    }
+
+    /// The task managers registered on `node`, sorted by id: one prefix scan of the index.
+    pub fn task_managers_on(&self, node: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for key in self
+            .shared
+            .trees
+            .node_tms
+            .scan_prefix(keys::node_tm_prefix(node))
+            .keys()
+        {
+            let key = key?;
+            let (_, tm) = keys::parse_node_tm_key(&key).ok_or_else(|| bad_key(&key))?;
+            out.push(tm.to_owned());
         }
         Ok(out)
     }
@@ -309,6 +362,34 @@ impl Store {
                 ));
             }
         }
+        for entry in trees.tm_node.iter() {
+            let (key, bytes) = entry?;
+            let tm = String::from_utf8_lossy(&key);
+            match codec::decode_registration(&bytes) {
+                Err(e) => problems.push(format!("tm_node: {tm:?}: {e}")),
+                Ok(node) => {
+                    if !trees.node_tms.contains_key(keys::node_tm_key(&node, &tm))? {
+                        problems.push(format!("node_tms: no entry for {tm:?} on {node:?}"));
+                    }
+                }
+            }
+        }
+        for key in trees.node_tms.iter().keys() {
+            let key = key?;
+            let Some((node, tm)) = keys::parse_node_tm_key(&key) else {
+                problems.push(format!("node_tms: malformed key {key:?}"));
+                continue;
+            };
+            let registered = trees
+                .tm_node
+                .get(tm.as_bytes())?
+                .and_then(|bytes| codec::decode_registration(&bytes).ok());
+            if registered.as_deref() != Some(node) {
+                problems.push(format!(
+                    "node_tms: {tm:?} listed on {node:?} but registered on {registered:?}"
+                ));
+            }
+        }
         if entries != indexed && problems.is_empty() {
             problems.push(format!(
                 "expiry: {entries} entries for {indexed} items with a finite end"
@@ -340,6 +421,22 @@ impl Store {
         match self.submit(Op::Remove { kind, id }).await? {
             Outcome::Removed(item) => Ok(item),
             other => unreachable!("remove answered with {other:?}"),
+        }
+    }
+
+    /// Registers (or moves) task managers on nodes, atomically; one result per pair.
+    pub async fn register(&self, registrations: Vec<(String, String)>) -> Result<Vec<Registered>> {
+        match self.submit(Op::Register { registrations }).await? {
+            Outcome::Registered(results) => Ok(results),
+            other => unreachable!("register answered with {other:?}"),
+        }
+    }
+
+    /// Removes a task manager's registration; the node it was on, or `None`.
+    pub async fn unregister(&self, tm: String) -> Result<Option<String>> {
+        match self.submit(Op::Unregister { tm }).await? {
+            Outcome::Unregistered(node) => Ok(node),
+            other => unreachable!("unregister answered with {other:?}"),
         }
     }
 
