@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
-use crate::store::StoreConfig;
+use crate::store::{Retention, StoreConfig};
 
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
 #[derive(Debug, Clone, Parser)]
@@ -48,6 +48,28 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_SWEEP_INTERVAL_MS", default_value_t = 0)]
     pub sweep_interval_ms: u64,
 
+    /// The change log keeps at most this many events; a watch from an older revision gets
+    /// 410 Gone and must list again.
+    #[arg(long, env = "BLOCKLISTD_EVENTS_RETENTION_COUNT", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_retention_count: u64,
+
+    /// The change log keeps no event older than this, in seconds.
+    #[arg(long, env = "BLOCKLISTD_EVENTS_RETENTION_SECS", default_value_t = 24 * 3600)]
+    pub events_retention_secs: u64,
+
+    /// Events buffered for the slowest watcher; one that falls further behind is
+    /// disconnected (it resumes with Last-Event-ID).
+    #[arg(long, env = "BLOCKLISTD_EVENTS_BUFFER", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub events_buffer: u32,
+
+    /// Seconds between heartbeat comments on idle watch streams (keeps proxies from
+    /// closing them).
+    #[arg(long, env = "BLOCKLISTD_EVENTS_HEARTBEAT_SECS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_heartbeat_secs: u64,
+
     /// How long shutdown waits for in-flight requests before exiting anyway, in seconds.
     #[arg(long, env = "BLOCKLISTD_SHUTDOWN_TIMEOUT", default_value_t = 10)]
     pub shutdown_timeout: u64,
@@ -60,11 +82,21 @@ impl Config {
             cache_bytes: self.cache_mb * 1024 * 1024,
             fsync: self.fsync,
             max_commit_batch: self.commit_batch as usize,
+            retention: Retention {
+                count: self.events_retention_count,
+                max_age_ms: i64::try_from(self.events_retention_secs.saturating_mul(1000))
+                    .unwrap_or(i64::MAX),
+            },
+            feed_buffer: self.events_buffer as usize,
         }
     }
 
     pub fn sweep_interval(&self) -> Duration {
         Duration::from_millis(self.sweep_interval_ms)
+    }
+
+    pub fn events_heartbeat(&self) -> Duration {
+        Duration::from_secs(self.events_heartbeat_secs)
     }
 
     pub fn shutdown_timeout(&self) -> Duration {

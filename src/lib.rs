@@ -68,13 +68,14 @@ pub async fn run(
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");
 
-    let state = AppState {
-        store: store.clone(),
-        limits: Limits {
+    let state = AppState::new(
+        store.clone(),
+        Limits {
             max_body_bytes: config.max_body_bytes,
             max_batch: config.max_batch,
+            events_heartbeat: config.events_heartbeat(),
         },
-    };
+    );
     let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
     tracing::info!("shutting down");
     sweeper.abort();

@@ -156,6 +156,78 @@ impl Item {
     }
 }
 
+/// What a committed change did, the `event:` name of the change feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Added,
+    Merged,
+    Removed,
+    Expired,
+    Registered,
+    Unregistered,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 6] = [
+        EventType::Added,
+        EventType::Merged,
+        EventType::Removed,
+        EventType::Expired,
+        EventType::Registered,
+        EventType::Unregistered,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "added",
+            EventType::Merged => "merged",
+            EventType::Removed => "removed",
+            EventType::Expired => "expired",
+            EventType::Registered => "registered",
+            EventType::Unregistered => "unregistered",
+        }
+    }
+}
+
+/// One committed change: its revision, what happened, when (unix ms, commit time), and the
+/// JSON of the item or registration after the change (as it was, for removals).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub revision: u64,
+    pub event: EventType,
+    pub at: i64,
+    pub data: String,
+}
+
+/// The JSON an item carries in the change feed: the item plus its kind.
+#[derive(Serialize)]
+struct ItemEvent<'a> {
+    kind: &'static str,
+    #[serde(flatten)]
+    item: &'a Item,
+}
+
+/// The JSON a registration carries in the change feed.
+#[derive(Serialize)]
+struct RegistrationEvent<'a> {
+    id: &'a str,
+    node: &'a str,
+}
+
+/// Event data of an item change.
+pub fn item_event_data(kind: Kind, item: &Item) -> String {
+    serde_json::to_string(&ItemEvent {
+        kind: kind.singular(),
+        item,
+    })
+    .expect("items serialize")
+}
+
+/// Event data of a registration change.
+pub fn registration_event_data(tm: &str, node: &str) -> String {
+    serde_json::to_string(&RegistrationEvent { id: tm, node }).expect("registrations serialize")
+}
+
 /// One validated element of an add request, its end already resolved to an absolute time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewItem {

@@ -90,7 +90,14 @@ async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<bool> {
         .await
         .expect("the due scan does not panic")?;
     let more = due.len() == SWEEP_BATCH;
-    let expired = store.expire(due).await?;
+    let scanned = due.len();
+    let (expired, _) = store.expire(due).await?;
+    if expired.is_empty() && scanned > 0 {
+        // Due entries that cannot be expired (a corrupt item): do not spin on them.
+        tracing::error!(entries = scanned, "due expiry entries could not be expired; backing off");
+        tokio::time::sleep(RETRY_AFTER).await;
+        return Ok(false);
+    }
     let done = now_ms();
     for e in &expired {
         tracing::info!(

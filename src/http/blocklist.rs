@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::error::{ApiError, Result};
 use super::extract::{IdPath, JsonBody};
-use super::AppState;
+use super::{with_revision, AppState};
 use crate::clock::now_ms;
 use crate::model::{Item, Kind};
 use crate::store::{self, AddOutcome, Store};
@@ -60,31 +60,35 @@ fn node_entries(store: &Store, items: Vec<Item>) -> store::Result<Vec<NodeEntry>
 struct Blocklist {
     blocked_task_managers: Vec<Item>,
     blocked_nodes: Vec<NodeEntry>,
+    /// The revision this listing reflects: watch the feed from here.
+    revision: u64,
 }
 
-async fn list_all(State(state): State<AppState>) -> Result<Json<Blocklist>> {
-    let blocklist = state
-        .blocking(|store| {
+async fn list_all(State(state): State<AppState>) -> Result<Response> {
+    let (blocklist, revision) = state
+        .listing(|store| {
             let now = now_ms();
             Ok(Blocklist {
                 blocked_task_managers: store.list(Kind::TaskManager, now)?,
                 blocked_nodes: node_entries(store, store.list(Kind::Node, now)?)?,
+                revision: store.revision(),
             })
         })
         .await?;
-    Ok(Json(blocklist))
+    Ok(with_revision(revision, Json(Blocklist { revision, ..blocklist })))
 }
 
 async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
-    state
-        .blocking(move |store| {
+    let (body, revision) = state
+        .listing(move |store| {
             let items = store.list(kind, now_ms())?;
             Ok(match kind {
                 Kind::TaskManager => Json(items).into_response(),
                 Kind::Node => Json(node_entries(store, items)?).into_response(),
             })
         })
-        .await
+        .await?;
+    Ok(with_revision(revision, body))
 }
 
 async fn get_one(
@@ -109,11 +113,14 @@ async fn add(
 ) -> Result<Response> {
     let now = now_ms();
     let items = validate::add_batch(&body, now, state.limits.max_batch)?;
-    match state.store.add(kind, items, now).await? {
+    let (outcome, revision) = state.store.add(kind, items, now).await?;
+    match outcome {
         AddOutcome::Written { merged } if merged.is_empty() => {
-            Ok(StatusCode::CREATED.into_response())
+            Ok(with_revision(revision, StatusCode::CREATED))
         }
-        AddOutcome::Written { merged } => Ok((StatusCode::ACCEPTED, Json(merged)).into_response()),
+        AddOutcome::Written { merged } => {
+            Ok(with_revision(revision, (StatusCode::ACCEPTED, Json(merged))))
+        }
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
                 .into_iter()
@@ -133,10 +140,10 @@ async fn remove(
     State(state): State<AppState>,
     kind: Kind,
     IdPath(id): IdPath,
-) -> Result<Json<serde_json::Value>> {
+) -> Result<Response> {
     match state.store.remove(kind, id.clone()).await? {
-        Some(_) => Ok(Json(serde_json::json!({}))),
-        None => Err(not_blocked(kind, &id)),
+        (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
+        (None, _) => Err(not_blocked(kind, &id)),
     }
 }
 

@@ -18,6 +18,8 @@ pub enum ApiError {
     NotFound(String),
     #[error("method not allowed: {0}")]
     MethodNotAllowed(String),
+    #[error("gone: {0}")]
+    Gone(String),
     #[error("conflict: {0:?}")]
     Conflict(Vec<String>),
     #[error("payload too large: {0}")]
@@ -39,6 +41,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Gone(_) => StatusCode::GONE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
@@ -51,6 +54,7 @@ impl ApiError {
             ApiError::BadRequest(errors) | ApiError::Conflict(errors) => errors,
             ApiError::NotFound(m)
             | ApiError::MethodNotAllowed(m)
+            | ApiError::Gone(m)
             | ApiError::PayloadTooLarge(m)
             | ApiError::UnsupportedMediaType(m) => vec![m],
             // Details of internal failures go to the log, not to the client.

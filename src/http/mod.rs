@@ -3,16 +3,20 @@
 mod blocklist;
 mod check;
 mod error;
+mod events;
 mod extract;
 mod taskmanagers;
 
 use std::future::{Future, IntoFuture};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Method, Uri};
+use axum::http::{HeaderValue, Method, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 pub use error::{ApiError, ErrorBody};
 
@@ -23,6 +27,8 @@ use crate::store::{self, Store};
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_batch: usize,
+    /// Between heartbeat comments on idle watch streams.
+    pub events_heartbeat: Duration,
 }
 
 /// What every handler gets. Cloning costs a few atomic increments.
@@ -30,9 +36,25 @@ pub struct Limits {
 pub struct AppState {
     pub store: Store,
     pub limits: Limits,
+    /// Set to true when the server stops: long-lived responses (watch streams) end on it,
+    /// or graceful shutdown would wait for them forever.
+    stop: Arc<watch::Sender<bool>>,
 }
 
 impl AppState {
+    pub fn new(store: Store, limits: Limits) -> AppState {
+        AppState {
+            store,
+            limits,
+            stop: Arc::new(watch::Sender::new(false)),
+        }
+    }
+
+    /// A receiver that turns true when the server stops.
+    fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
     /// Runs a store call that may scan (a listing) on the blocking pool, off the async workers.
     async fn blocking<T, F>(&self, f: F) -> error::Result<T>
     where
@@ -49,6 +71,34 @@ impl AppState {
             })?
             .map_err(ApiError::from)
     }
+
+    /// Runs a listing on the blocking pool so that it reflects one revision, then waits
+    /// until that revision is durable: a listing never shows a change that a crash could
+    /// still take back.
+    async fn listing<T, F>(&self, read: F) -> error::Result<(T, u64)>
+    where
+        T: Send + 'static,
+        F: Fn(&Store) -> store::Result<T> + Send + 'static,
+    {
+        let (value, revision) = self
+            .blocking(move |store| store.consistent_read(&read))
+            .await?;
+        // What the scan saw may be newer than `revision` when it settled for a lower bound.
+        self.store.wait_durable(self.store.revision()).await;
+        Ok((value, revision))
+    }
+}
+
+/// The header that carries the revision a response reflects.
+pub const REVISION_HEADER: &str = "x-blocklist-revision";
+
+/// Adds the `X-Blocklist-Revision` header to a response.
+pub(crate) fn with_revision(revision: u64, response: impl IntoResponse) -> Response {
+    let mut response = response.into_response();
+    response
+        .headers_mut()
+        .insert(REVISION_HEADER, HeaderValue::from(revision));
+    response
 }
 
 pub fn router(state: AppState) -> Router {
@@ -56,6 +106,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(blocklist::router())
         .merge(check::router())
+        .merge(events::router())
         .merge(taskmanagers::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -79,12 +130,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = state.stop.clone();
+    let mut stop_rx = stop.subscribe();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         shutdown.await;
-        let _ = stop_tx.send(true);
+        stop.send_replace(true);
     });
-    let mut stop_rx = stop_rx;
     let server = server.into_future();
     tokio::pin!(server);
     tokio::select! {

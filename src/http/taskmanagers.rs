@@ -2,13 +2,14 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
 use super::error::{ApiError, Result};
 use super::extract::{IdPath, JsonBody};
-use super::AppState;
+use super::{with_revision, AppState};
 use crate::store::Registered;
 use crate::validate;
 
@@ -47,9 +48,9 @@ async fn register(
     State(state): State<AppState>,
     IdPath(id): IdPath,
     JsonBody(body): JsonBody,
-) -> Result<(StatusCode, Json<Registration>)> {
+) -> Result<Response> {
     let node = validate::registration(&body)?;
-    let results = state
+    let (results, revision) = state
         .store
         .register(vec![(id.clone(), node.clone())])
         .await?;
@@ -57,7 +58,7 @@ async fn register(
         Some(Registered::Created) => StatusCode::CREATED,
         _ => StatusCode::OK,
     };
-    Ok((status, Json(Registration { id, node })))
+    Ok(with_revision(revision, (status, Json(Registration { id, node }))))
 }
 
 /// Counts of what a batch registration did.
@@ -71,10 +72,11 @@ struct Summary {
 async fn register_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
-) -> Result<(StatusCode, Json<Summary>)> {
+) -> Result<Response> {
     let pairs = validate::registrations(&body, state.limits.max_batch)?;
     let mut summary = Summary::default();
-    for result in state.store.register(pairs).await? {
+    let (results, revision) = state.store.register(pairs).await?;
+    for result in results {
         match result {
             Registered::Created => summary.created += 1,
             Registered::Moved => summary.moved += 1,
@@ -86,16 +88,16 @@ async fn register_many(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(summary)))
+    Ok(with_revision(revision, (status, Json(summary))))
 }
 
 async fn unregister(
     State(state): State<AppState>,
     IdPath(id): IdPath,
-) -> Result<Json<serde_json::Value>> {
+) -> Result<Response> {
     match state.store.unregister(id.clone()).await? {
-        Some(_) => Ok(Json(serde_json::json!({}))),
-        None => Err(not_registered(&id)),
+        (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
+        (None, _) => Err(not_registered(&id)),
     }
 }
 

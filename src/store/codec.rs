@@ -8,13 +8,27 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Action, Block};
+use crate::model::{Action, Block, Event, EventType};
 
 /// Format byte of [`BlockV1`], the item value of schema version 1.
 pub const BLOCK_V1: u8 = 1;
 
 /// Format byte of a registration value (`tm_node`): the node id's UTF-8 bytes follow.
 pub const REGISTRATION_V1: u8 = 1;
+
+/// Format byte of [`EventV1`], an `events` value of schema version 2.
+pub const EVENT_V1: u8 = 1;
+
+/// Event value, format 1. Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct EventV1 {
+    /// Index into [`EventType::ALL`].
+    event: u8,
+    /// Commit time, unix ms (for age-based retention).
+    at: i64,
+    /// The JSON the feed sends as `data:`.
+    data: String,
+}
 
 /// The largest value we ever decode; a corrupt length prefix cannot make us allocate more.
 const DECODE_LIMIT: usize = 64 * 1024;
@@ -31,6 +45,8 @@ pub enum CodecError {
     Trailing(usize),
     #[error("value holds an unknown action code {0}")]
     UnknownAction(u8),
+    #[error("value holds an unknown event code {0}")]
+    UnknownEvent(u8),
 }
 
 /// Item value, format 1. Frozen: field order and types are the on-disk layout.
@@ -88,6 +104,45 @@ pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
     })
 }
 
+pub fn encode_event(event: &Event) -> Vec<u8> {
+    let code = EventType::ALL
+        .iter()
+        .position(|t| *t == event.event)
+        .expect("every event type is in ALL") as u8;
+    let value = EventV1 {
+        event: code,
+        at: event.at,
+        data: event.data.clone(),
+    };
+    let mut out = vec![EVENT_V1];
+    bincode::serde::encode_into_std_write(&value, &mut out, config())
+        .expect("EventV1 always encodes");
+    out
+}
+
+/// Decodes an `events` value stored under `revision`.
+pub fn decode_event(revision: u64, bytes: &[u8]) -> Result<Event, CodecError> {
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if format != EVENT_V1 {
+        return Err(CodecError::UnknownFormat(format));
+    }
+    let (value, read): (EventV1, usize) =
+        bincode::serde::decode_from_slice(body, config().with_limit::<DECODE_LIMIT>())
+            .map_err(|e| CodecError::Decode(e.to_string()))?;
+    if read != body.len() {
+        return Err(CodecError::Trailing(body.len() - read));
+    }
+    let event = *EventType::ALL
+        .get(usize::from(value.event))
+        .ok_or(CodecError::UnknownEvent(value.event))?;
+    Ok(Event {
+        revision,
+        event,
+        at: value.at,
+        data: value.data,
+    })
+}
+
 /// Value of a `tm_node` entry: the node the task manager runs on.
 pub fn encode_registration(node: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + node.len());
@@ -140,6 +195,20 @@ mod tests {
         ];
         assert_eq!(bytes, expected);
         assert_eq!(decode_block(expected), Ok(block()));
+    }
+
+    #[test]
+    fn event_format_v1_fixture() {
+        let event = Event {
+            revision: 7,
+            event: EventType::Expired,
+            at: 2,
+            data: "{}".into(),
+        };
+        let bytes = encode_event(&event);
+        assert_eq!(bytes, [1, 3, 4, 2, b'{', b'}']);
+        assert_eq!(decode_event(7, &bytes), Ok(event));
+        assert!(decode_event(7, &[1, 9, 4, 2, b'{', b'}']).is_err());
     }
 
     #[test]

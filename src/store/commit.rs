@@ -10,8 +10,10 @@
 //! conflict) writes nothing while the rest of the batch commits. A storage error fails the
 //! whole batch, and nothing of it is acknowledged.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,18 +21,20 @@ use sled::transaction::{ConflictableTransactionResult, TransactionalTree};
 use sled::{Db, Transactional};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{codec, keys, StoreError, SweepSignal, Trees};
+use super::{codec, keys, Feed, StoreError, SweepSignal, Trees, REVISION_KEY};
 use crate::clock::now_ms;
-use crate::model::{Block, Item, Kind, NewItem};
+use crate::model::{
+    item_event_data, registration_event_data, Block, Event, EventType, Item, Kind, NewItem,
+};
 
 /// A request to the committer; `op: None` asks it to stop.
 pub(crate) struct Commit {
     op: Option<Op>,
-    reply: Option<oneshot::Sender<Result<Outcome, StoreError>>>,
+    reply: Option<oneshot::Sender<Result<(Outcome, u64), StoreError>>>,
 }
 
 impl Commit {
-    pub fn new(op: Op, reply: oneshot::Sender<Result<Outcome, StoreError>>) -> Commit {
+    pub fn new(op: Op, reply: oneshot::Sender<Result<(Outcome, u64), StoreError>>) -> Commit {
         Commit {
             op: Some(op),
             reply: Some(reply),
@@ -129,7 +133,24 @@ pub(crate) struct Committer {
     pub requests: mpsc::Receiver<Commit>,
     pub max_batch: usize,
     pub sweep: Arc<SweepSignal>,
+    pub feed: Arc<Feed>,
+    /// The revision of the last committed transaction.
+    pub revision: u64,
+    /// Events committed but not yet known durable (a flush failed after their transaction);
+    /// published with the next successful flush.
+    pub unpublished: Vec<Event>,
+    pub retention: Retention,
 }
+
+/// How many events the log keeps: at most `count`, none older than `max_age_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub count: u64,
+    pub max_age_ms: i64,
+}
+
+/// The most old events one commit prunes, so pruning never stalls the writers.
+const MAX_PRUNE: u64 = 10_000;
 
 impl Committer {
     pub fn run(mut self) {
@@ -164,13 +185,24 @@ impl Committer {
         let started = Instant::now();
         let now = now_ms();
         let ops: Vec<&Op> = batch.iter().filter_map(|c| c.op.as_ref()).collect();
-        let result = self.transact(&ops, now).and_then(|outcomes| {
+        // Seqlock around the transaction: readers that need a consistent listing retry when
+        // the sequence moved (or is odd) while they scanned.
+        self.feed.seq.fetch_add(1, Ordering::SeqCst);
+        let transacted = self.transact(&ops, now);
+        if let Ok((_, _, revision)) = &transacted {
+            self.revision = *revision;
+            self.feed.committed.store(*revision, Ordering::SeqCst);
+        }
+        self.feed.seq.fetch_add(1, Ordering::SeqCst);
+        let result = transacted.and_then(|(outcomes, events, _)| {
+            self.unpublished.extend(events);
             self.make_durable()?;
             Ok(outcomes)
         });
         tracing::trace!(requests = ops.len(), elapsed = ?started.elapsed(), "group commit");
         match result {
             Ok(outcomes) => {
+                self.publish();
                 let earliest = outcomes
                     .iter()
                     .filter_map(|o| o.as_ref().ok())
@@ -183,9 +215,10 @@ impl Committer {
                 for commit in batch.drain(..) {
                     if let Some(reply) = commit.reply {
                         let outcome = outcomes.next().expect("one outcome per op");
-                        let _ = reply.send(outcome.map(|a| a.outcome));
+                        let _ = reply.send(outcome.map(|a| (a.outcome, a.revision)));
                     }
                 }
+                self.prune(now);
             }
             Err(e) => {
                 tracing::error!(error = %e, requests = ops.len(), "group commit failed");
@@ -199,28 +232,80 @@ impl Committer {
         }
     }
 
+    /// Announces what is now durable: the revision first, then each event to subscribers.
+    fn publish(&mut self) {
+        self.feed.durable.send_replace(self.revision);
+        for event in self.unpublished.drain(..) {
+            // No subscribers is fine; a lagging one is cut off on its side.
+            let _ = self.feed.live.send(Arc::new(event));
+        }
+    }
+
+    /// Drops events beyond the retention count or age, oldest first, at most [`MAX_PRUNE`]
+    /// per commit. Not flushed on its own: a prune lost to a crash only keeps more history.
+    fn prune(&mut self, now: i64) {
+        let first = self.feed.first_retained.load(Ordering::SeqCst);
+        let retained = (self.revision + 1).saturating_sub(first);
+        let mut drop_to = first + retained.saturating_sub(self.retention.count).min(MAX_PRUNE);
+        let cutoff = now.saturating_sub(self.retention.max_age_ms);
+        while drop_to <= self.revision && drop_to - first < MAX_PRUNE {
+            match self.trees.events.get(keys::event_key(drop_to)) {
+                Ok(Some(bytes)) => match codec::decode_event(drop_to, &bytes) {
+                    Ok(event) if event.at < cutoff => drop_to += 1,
+                    _ => break,
+                },
+                _ => break,
+            }
+        }
+        if drop_to == first {
+            return;
+        }
+        for revision in first..drop_to {
+            if let Err(e) = self.trees.events.remove(keys::event_key(revision)) {
+                tracing::warn!(error = %e, "pruning the event log failed");
+                return;
+            }
+            self.feed.first_retained.store(revision + 1, Ordering::SeqCst);
+        }
+    }
+
     /// Applies every op in one transaction. The closure may be re-run, so it only computes.
+    #[allow(clippy::type_complexity)]
     fn transact(
         &self,
         ops: &[&Op],
         now: i64,
-    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+    ) -> Result<(Vec<Result<Applied, StoreError>>, Vec<Event>, u64), StoreError> {
         let trees = (
             &self.trees.items,
             &self.trees.expiry,
             &self.trees.tm_node,
             &self.trees.node_tms,
+            &self.trees.events,
+            &self.trees.meta,
         );
         trees
-            .transaction(|(items, expiry, tm_node, node_tms)| {
+            .transaction(|(items, expiry, tm_node, node_tms, events, meta)| {
+                // Built afresh on every run of the closure: sled may re-run it.
                 let tx = Tx {
                     items,
                     expiry,
                     tm_node,
                     node_tms,
+                    events,
                     now,
+                    revision: Cell::new(self.revision),
+                    emitted: RefCell::new(Vec::new()),
                 };
-                ops.iter().map(|op| tx.apply(op)).collect()
+                let outcomes = ops
+                    .iter()
+                    .map(|op| tx.apply(op))
+                    .collect::<TxResult<Vec<_>>>()?;
+                let revision = tx.revision.get();
+                if revision != self.revision {
+                    meta.insert(REVISION_KEY, &revision.to_be_bytes())?;
+                }
+                Ok((outcomes, tx.emitted.into_inner(), revision))
             })
             .map_err(|e| match e {
                 sled::transaction::TransactionError::Abort(e) => e,
@@ -239,19 +324,12 @@ impl Committer {
     }
 }
 
-/// What one op did, plus the earliest finite end it wrote (to wake the sweeper).
+/// What one op did, the revision after it, and the earliest finite end it wrote (to wake
+/// the sweeper).
 struct Applied {
     outcome: Outcome,
+    revision: u64,
     earliest_end: i64,
-}
-
-impl Applied {
-    fn new(outcome: Outcome) -> Applied {
-        Applied {
-            outcome,
-            earliest_end: i64::MAX,
-        }
-    }
 }
 
 type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
@@ -262,35 +340,72 @@ struct Tx<'a> {
     expiry: &'a TransactionalTree,
     tm_node: &'a TransactionalTree,
     node_tms: &'a TransactionalTree,
-    /// Commit time: what counts as expired.
+    events: &'a TransactionalTree,
+    /// Commit time: what counts as expired, and the time stamped on events.
     now: i64,
+    /// The last revision handed out in this transaction.
+    revision: Cell<u64>,
+    /// The events written, in revision order, for publishing once durable.
+    emitted: RefCell<Vec<Event>>,
 }
 
 impl Tx<'_> {
     /// Applies one op. The outer `Result` aborts the whole transaction (storage errors);
     /// the inner one fails only this request (a corrupt stored value).
     fn apply(&self, op: &Op) -> TxResult<Result<Applied, StoreError>> {
-        match op {
+        let applied = match op {
             Op::Add { kind, items, now } => self.add(*kind, items, *now),
             Op::Remove { kind, id } => self.remove(*kind, id),
             Op::Expire { expiry_keys } => self.expire(expiry_keys),
             Op::Register { registrations } => self.register(registrations),
             Op::Unregister { tm } => self.unregister(tm),
-        }
+        }?;
+        Ok(applied.map(|(outcome, earliest_end)| Applied {
+            outcome,
+            revision: self.revision.get(),
+            earliest_end,
+        }))
+    }
+
+    /// Writes the event of one change under the next revision, in this transaction.
+    fn emit(&self, event: EventType, data: String) -> TxResult<()> {
+        let revision = self.revision.get() + 1;
+        self.revision.set(revision);
+        let event = Event {
+            revision,
+            event,
+            at: self.now,
+            data,
+        };
+        self.events
+            .insert(&keys::event_key(revision), codec::encode_event(&event))?;
+        self.emitted.borrow_mut().push(event);
+        Ok(())
+    }
+
+    fn emit_item(&self, event: EventType, kind: Kind, id: &str, block: &Block) -> TxResult<()> {
+        let item = Item::new(id.to_owned(), block.clone());
+        self.emit(event, item_event_data(kind, &item))
     }
 
     fn register(
         &self,
         registrations: &[(String, String)],
-    ) -> TxResult<Result<Applied, StoreError>> {
+    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+        // Read every old node first, so a corrupt value fails the request before any write.
+        let mut current: HashMap<&str, Option<String>> = HashMap::new();
+        for (tm, _) in registrations {
+            if !current.contains_key(tm.as_str()) {
+                match self.node_of(tm)? {
+                    Ok(old) => current.insert(tm, old),
+                    Err(e) => return Ok(Err(e)),
+                };
+            }
+        }
         let mut results = Vec::with_capacity(registrations.len());
         for (tm, node) in registrations {
-            // Reads see this transaction's own writes, so a repeated task manager in the
-            // batch moves from where the earlier pair put it.
-            let old = match self.node_of(tm)? {
-                Ok(old) => old,
-                Err(e) => return Ok(Err(e)),
-            };
+            // A repeated task manager moves from where the earlier pair put it.
+            let old = current.insert(tm, Some(node.clone())).flatten();
             let result = match old {
                 Some(old) if old == *node => Registered::Unchanged,
                 Some(old) => {
@@ -303,13 +418,14 @@ impl Tx<'_> {
                 self.tm_node
                     .insert(tm.as_bytes(), codec::encode_registration(node))?;
                 self.node_tms.insert(keys::node_tm_key(node, tm), &[])?;
+                self.emit(EventType::Registered, registration_event_data(tm, node))?;
             }
             results.push(result);
         }
-        Ok(Ok(Applied::new(Outcome::Registered(results))))
+        Ok(Ok((Outcome::Registered(results), i64::MAX)))
     }
 
-    fn unregister(&self, tm: &str) -> TxResult<Result<Applied, StoreError>> {
+    fn unregister(&self, tm: &str) -> TxResult<Result<(Outcome, i64), StoreError>> {
         let old = match self.node_of(tm)? {
             Ok(old) => old,
             Err(e) => return Ok(Err(e)),
@@ -317,8 +433,9 @@ impl Tx<'_> {
         if let Some(node) = &old {
             self.tm_node.remove(tm.as_bytes())?;
             self.node_tms.remove(keys::node_tm_key(node, tm))?;
+            self.emit(EventType::Unregistered, registration_event_data(tm, node))?;
         }
-        Ok(Ok(Applied::new(Outcome::Unregistered(old))))
+        Ok(Ok((Outcome::Unregistered(old), i64::MAX)))
     }
 
     /// The node `tm` is registered on.
@@ -339,7 +456,7 @@ impl Tx<'_> {
         kind: Kind,
         items: &[NewItem],
         start: i64,
-    ) -> TxResult<Result<Applied, StoreError>> {
+    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
         // The state each id has as the batch goes: first the stored state, then each
         // element's result, so a later element of the batch arrives after an earlier one.
         let mut stored: HashMap<&str, Option<Block>> = HashMap::new();
@@ -372,16 +489,28 @@ impl Tx<'_> {
             }
         }
         if !conflicts.is_empty() {
-            return Ok(Ok(Applied::new(Outcome::Added(AddOutcome::Conflict(
-                conflicts,
-            )))));
+            return Ok(Ok((
+                Outcome::Added(AddOutcome::Conflict(conflicts)),
+                i64::MAX,
+            )));
         }
         let mut earliest_end = i64::MAX;
         for id in &order {
             let block = state[id]
                 .as_ref()
                 .expect("every touched id ends with a block");
-            self.write(kind, id, stored[id].as_ref(), block)?;
+            let old = stored[id].as_ref();
+            self.write(kind, id, old, block)?;
+            match old {
+                // An expired item the sweeper has not reached yet ends before the new one
+                // starts, so a subscriber sees the old block end first.
+                Some(old) if !old.is_active(self.now) => {
+                    self.emit_item(EventType::Expired, kind, id, old)?;
+                    self.emit_item(EventType::Added, kind, id, block)?;
+                }
+                Some(_) => self.emit_item(EventType::Merged, kind, id, block)?,
+                None => self.emit_item(EventType::Added, kind, id, block)?,
+            }
             if !block.is_permanent() {
                 earliest_end = earliest_end.min(block.end);
             }
@@ -395,30 +524,34 @@ impl Tx<'_> {
                 )
             })
             .collect();
-        Ok(Ok(Applied {
-            outcome: Outcome::Added(AddOutcome::Written { merged }),
-            earliest_end,
-        }))
+        Ok(Ok((Outcome::Added(AddOutcome::Written { merged }), earliest_end)))
     }
 
-    fn remove(&self, kind: Kind, id: &str) -> TxResult<Result<Applied, StoreError>> {
+    fn remove(&self, kind: Kind, id: &str) -> TxResult<Result<(Outcome, i64), StoreError>> {
         let old = match self.read(kind, id)? {
             Ok(old) => old,
             Err(e) => return Ok(Err(e)),
         };
         let Some(old) = old else {
-            return Ok(Ok(Applied::new(Outcome::Removed(None))));
+            return Ok(Ok((Outcome::Removed(None), i64::MAX)));
         };
         self.delete(kind, id, &old)?;
         // An expired item the sweeper has not reached is gone for the caller too (404), but
-        // deleting it here is still right: it saves the sweeper the work.
+        // deleting it here is still right: it saves the sweeper the work. Subscribers learn
+        // that it expired.
+        let event = if old.is_active(self.now) {
+            EventType::Removed
+        } else {
+            EventType::Expired
+        };
+        self.emit_item(event, kind, id, &old)?;
         let removed = old
             .is_active(self.now)
             .then(|| Item::new(id.to_owned(), old));
-        Ok(Ok(Applied::new(Outcome::Removed(removed))))
+        Ok(Ok((Outcome::Removed(removed), i64::MAX)))
     }
 
-    fn expire(&self, expiry_keys: &[Vec<u8>]) -> TxResult<Result<Applied, StoreError>> {
+    fn expire(&self, expiry_keys: &[Vec<u8>]) -> TxResult<Result<(Outcome, i64), StoreError>> {
         let mut expired = Vec::new();
         for key in expiry_keys {
             let Some((end, kind, id)) = keys::parse_expiry_key(key) else {
@@ -426,9 +559,10 @@ impl Tx<'_> {
                 self.expiry.remove(key.as_slice())?;
                 continue;
             };
-            let block = match self.read(kind, id)? {
-                Ok(block) => block,
-                Err(e) => return Ok(Err(e)),
+            // A corrupt item is left alone for `blocklistd check` to report; the sweeper backs
+            // off when a pass removes nothing.
+            let Ok(block) = self.read(kind, id)? else {
+                continue;
             };
             match block {
                 Some(block) if block.end == end => {
@@ -436,6 +570,7 @@ impl Tx<'_> {
                         continue; // not due (the scan and the commit disagree on now)
                     }
                     self.delete(kind, id, &block)?;
+                    self.emit_item(EventType::Expired, kind, id, &block)?;
                     expired.push(Expired {
                         kind,
                         item: Item::new(id.to_owned(), block),
@@ -448,7 +583,7 @@ impl Tx<'_> {
                 }
             }
         }
-        Ok(Ok(Applied::new(Outcome::Expired(expired))))
+        Ok(Ok((Outcome::Expired(expired), i64::MAX)))
     }
 
     /// The stored block (active or not) of `(kind, id)`.

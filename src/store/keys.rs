@@ -4,6 +4,8 @@
 //! items   key: kind(1) ++ id(1..=256)                 value: codec::Block
 //! expiry  key: end(8, big-endian u64) ++ kind(1) ++ id   value: empty
 //! meta    key: b"schema_version"                      value: u32 big-endian
+//!         key: b"revision"                            value: u64 big-endian (schema 2)
+//! events  key: revision (8, big-endian u64)           value: codec event (schema 2)
 //! tm_node   key: task manager id                      value: codec registration (its node)
 //! node_tms  key: node id ++ 0x00 ++ task manager id   value: empty
 //! ```
@@ -86,6 +88,15 @@ pub fn parse_expiry_key(key: &[u8]) -> Option<(i64, Kind, &str)> {
 pub fn expiry_key_end(key: &[u8]) -> Option<i64> {
     let end = u64::from_be_bytes(key.get(..END_LEN)?.try_into().ok()?);
     i64::try_from(end).ok()
+}
+
+/// `events` key of a revision: big-endian, so key order is revision order.
+pub fn event_key(revision: u64) -> [u8; 8] {
+    revision.to_be_bytes()
+}
+
+pub fn parse_event_key(key: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(key.try_into().ok()?))
 }
 
 /// Separator between node id and task manager id in a `node_tms` key.

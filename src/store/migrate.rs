@@ -12,7 +12,8 @@ use super::StoreError;
 
 /// The schema version this binary reads and writes.
 /// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
-pub const CURRENT: u32 = 1;
+/// 2: adds `events` and `meta/revision` (migrations/0002-change-feed.md).
+pub const CURRENT: u32 = 2;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -50,8 +51,28 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
             "schema version 0 does not exist".into(),
         ));
     }
-    // No older versions exist yet; each future step goes here as `if version < N { ... }`,
-    // rewriting data and bumping the stored version in one transaction.
+    // Each step rewrites what it must and bumps the stored version in one transaction, so
+    // a crash mid-upgrade leaves the previous version intact; the next open resumes.
+    if version < 2 {
+        upgrade_1_to_2(db, &meta)?;
+    }
+    Ok(())
+}
+
+/// Version 2 adds the change log. Existing items and registrations are kept as they are;
+/// the revision starts at 0 and the log at the first change after the upgrade.
+fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
+    db.open_tree("events")?;
+    meta.transaction(|meta| {
+        if meta.get(super::REVISION_KEY)?.is_none() {
+            meta.insert(super::REVISION_KEY, &0u64.to_be_bytes())?;
+        }
+        meta.insert(SCHEMA_VERSION_KEY, &2u32.to_be_bytes())?;
+        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+    })
+    .map_err(|e| StoreError::CommitFailed(format!("upgrade to schema 2: {e:?}")))?;
+    db.flush()?;
+    tracing::info!(from = 1, to = 2, "upgraded the database schema");
     Ok(())
 }
 

@@ -4,7 +4,9 @@
 //! - `items`: every blocked item, keyed by kind and id;
 //! - `expiry`: one empty-valued entry per item with a finite end, keyed by big-endian end,
 //!   so the sweeper reads only what is due;
-//! - `meta`: the schema version;
+//! - `meta`: the schema version and the current revision;
+//! - `events`: the change log, one event per change keyed by big-endian revision, written
+//!   in the same transaction as the change;
 //! - `tm_node`: which node each registered task manager runs on, and `node_tms`, its
 //!   inverse index, so "task managers on node n" is a prefix scan, never a full scan.
 //!
@@ -12,7 +14,11 @@
 //! - an item with a finite `end` has exactly the expiry entry `expiry_key(end, kind, id)`,
 //!   a permanent item has none, and every expiry entry belongs to such an item;
 //! - `tm_node[tm] = n` exactly when `node_tms[n ++ 0x00 ++ tm]` exists;
-//! - a write is acknowledged only after the flush (and, by default, the fsync) covering it.
+//! - every change gets the next revision and its event in the transaction that makes it;
+//!   `meta/revision` is the last revision handed out; `events` holds a contiguous range of
+//!   revisions ending there (older ones pruned by retention);
+//! - a write is acknowledged, and its events published to subscribers, only after the flush
+//!   (and, by default, the fsync) covering it.
 //!
 //! Writes go through the single committer thread ([`commit`]); reads go straight to the
 //! trees and filter `end <= now` themselves, so an item is gone for readers the moment it
@@ -24,18 +30,18 @@ pub mod keys;
 mod migrate;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use sled::{Db, Tree};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 
 pub use codec::CodecError;
-pub use commit::{AddOutcome, Expired, Registered};
+pub use commit::{AddOutcome, Expired, Registered, Retention};
 pub use migrate::CURRENT as SCHEMA_VERSION;
 
-use crate::model::{Block, Item, Kind, NewItem};
+use crate::model::{Block, Event, Item, Kind, NewItem};
 use commit::{Commit, Op, Outcome};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -88,6 +94,11 @@ pub struct StoreConfig {
     pub fsync: bool,
     /// The most requests one group commit takes.
     pub max_commit_batch: usize,
+    /// How much of the change log to keep.
+    pub retention: Retention,
+    /// How many events the live feed buffers for its slowest subscriber before cutting it
+    /// off (it resumes from the log with `Last-Event-ID`).
+    pub feed_buffer: usize,
 }
 
 impl StoreConfig {
@@ -97,6 +108,11 @@ impl StoreConfig {
             cache_bytes: 64 * 1024 * 1024,
             fsync: true,
             max_commit_batch: 256,
+            retention: Retention {
+                count: 100_000,
+                max_age_ms: 24 * 3600 * 1000,
+            },
+            feed_buffer: 4096,
         }
     }
 }
@@ -115,6 +131,23 @@ struct Shared {
     /// never across an await.
     committer: Mutex<Option<JoinHandle<()>>>,
     sweep: Arc<SweepSignal>,
+    feed: Arc<Feed>,
+}
+
+/// The revision counters and the live event feed, shared by the committer and readers.
+pub(crate) struct Feed {
+    /// The revision of the last committed transaction (visible in the trees; maybe not yet
+    /// durable).
+    pub committed: AtomicU64,
+    /// Seqlock over transactions: odd while one is being applied. A reader that needs a
+    /// listing consistent with one revision checks it did not move during its scan.
+    pub seq: AtomicU64,
+    /// The revision known durable; listings wait for it to cover what they saw.
+    pub durable: watch::Sender<u64>,
+    /// Durable events, as they commit.
+    pub live: broadcast::Sender<Arc<Event>>,
+    /// The oldest revision still in the log (`committed + 1` when the log is empty).
+    pub first_retained: AtomicU64,
 }
 
 /// The trees every transaction spans.
@@ -124,7 +157,12 @@ pub(crate) struct Trees {
     pub expiry: Tree,
     pub tm_node: Tree,
     pub node_tms: Tree,
+    pub events: Tree,
+    pub meta: Tree,
 }
+
+/// `meta` key of the last revision handed out (u64 big-endian).
+pub(crate) const REVISION_KEY: &[u8] = b"revision";
 
 /// How writers tell the sweeper that a deadline earlier than the one it sleeps on exists.
 #[derive(Default)]
@@ -164,7 +202,26 @@ impl Store {
             expiry: db.open_tree("expiry")?,
             tm_node: db.open_tree("tm_node")?,
             node_tms: db.open_tree("node_tms")?,
+            events: db.open_tree("events")?,
+            meta: db.open_tree(migrate::META_TREE)?,
         };
+        let revision = match trees.meta.get(REVISION_KEY)? {
+            Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| {
+                StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))
+            })?),
+            None => 0,
+        };
+        let first_retained = match trees.events.first()? {
+            Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
+            None => revision + 1,
+        };
+        let feed = Arc::new(Feed {
+            committed: AtomicU64::new(revision),
+            seq: AtomicU64::new(0),
+            durable: watch::Sender::new(revision),
+            live: broadcast::channel(config.feed_buffer.max(1)).0,
+            first_retained: AtomicU64::new(first_retained),
+        });
         let log = if config.fsync {
             Some(std::fs::File::open(dir.join("db"))?)
         } else {
@@ -182,6 +239,10 @@ impl Store {
             requests,
             max_batch: config.max_commit_batch,
             sweep: sweep.clone(),
+            feed: feed.clone(),
+            revision,
+            unpublished: Vec::new(),
+            retention: config.retention,
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())
@@ -193,6 +254,7 @@ impl Store {
                 commits,
                 committer: Mutex::new(Some(handle)),
                 sweep,
+                feed,
             }),
         })
     }
@@ -212,6 +274,80 @@ impl Store {
 
     pub fn sweep_signal(&self) -> &SweepSignal {
         &self.shared.sweep
+    }
+
+    // ---- the change feed ----
+
+    /// The revision of the last committed change.
+    pub fn revision(&self) -> u64 {
+        self.shared.feed.committed.load(Ordering::SeqCst)
+    }
+
+    /// The revision known to be on disk.
+    pub fn durable_revision(&self) -> u64 {
+        *self.shared.feed.durable.borrow()
+    }
+
+    /// Waits until `revision` is durable (or the store shuts down).
+    pub async fn wait_durable(&self, revision: u64) {
+        let mut durable = self.shared.feed.durable.subscribe();
+        let _ = durable.wait_for(|d| *d >= revision).await;
+    }
+
+    /// The oldest revision whose event is still in the log; `revision() + 1` when empty.
+    pub fn first_retained(&self) -> u64 {
+        self.shared.feed.first_retained.load(Ordering::SeqCst)
+    }
+
+    /// Subscribes to durable events as they commit. Subscribe before reading the log, then
+    /// skip what the log already gave: nothing falls between the two.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.shared.feed.live.subscribe()
+    }
+
+    /// Up to `limit` events with `after < revision <= upto`, in order.
+    pub fn events_between(&self, after: u64, upto: u64, limit: usize) -> Result<Vec<Event>> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        let range = keys::event_key(after + 1)..=keys::event_key(upto);
+        let mut out = Vec::new();
+        for entry in self.shared.trees.events.range(range).take(limit) {
+            let (key, bytes) = entry?;
+            let revision = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
+            out.push(codec::decode_event(revision, &bytes).map_err(|source| {
+                StoreError::Corrupt {
+                    key: format!("event {revision}"),
+                    source,
+                }
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Runs a multi-key read (a listing) so that it reflects exactly one revision, which it
+    /// returns: the read is retried while a transaction commits under it. After a few
+    /// tries under heavy writes it settles for the revision seen before its last read — a
+    /// lower bound: replaying the feed from it converges to the same state, since every
+    /// event carries the full state after its change.
+    pub fn consistent_read<T>(&self, read: impl Fn(&Store) -> Result<T>) -> Result<(T, u64)> {
+        const TRIES: usize = 4;
+        let feed = &self.shared.feed;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let before = feed.seq.load(Ordering::SeqCst);
+            let revision = feed.committed.load(Ordering::SeqCst);
+            let value = read(self)?;
+            let settled = before % 2 == 0 && feed.seq.load(Ordering::SeqCst) == before;
+            if settled || tries == TRIES {
+                return Ok((value, revision));
+            }
+            if before % 2 == 1 {
+                // A transaction is in flight; they take well under a millisecond.
+                std::thread::yield_now();
+            }
+        }
     }
 
     // ---- reads: straight from the trees, never trusting the sweeper ----
@@ -409,47 +545,47 @@ impl Store {
     // ---- writes: through the committer, acknowledged once durable ----
 
     /// Adds (or merges) a validated batch as one atomic unit.
-    pub async fn add(&self, kind: Kind, items: Vec<NewItem>, now: i64) -> Result<AddOutcome> {
+    pub async fn add(&self, kind: Kind, items: Vec<NewItem>, now: i64) -> Result<(AddOutcome, u64)> {
         match self.submit(Op::Add { kind, items, now }).await? {
-            Outcome::Added(outcome) => Ok(outcome),
+            (Outcome::Added(outcome), revision) => Ok((outcome, revision)),
             other => unreachable!("add answered with {other:?}"),
         }
     }
 
     /// Removes the active item `(kind, id)`; `None` when there is none.
-    pub async fn remove(&self, kind: Kind, id: String) -> Result<Option<Item>> {
+    pub async fn remove(&self, kind: Kind, id: String) -> Result<(Option<Item>, u64)> {
         match self.submit(Op::Remove { kind, id }).await? {
-            Outcome::Removed(item) => Ok(item),
+            (Outcome::Removed(item), revision) => Ok((item, revision)),
             other => unreachable!("remove answered with {other:?}"),
         }
     }
 
     /// Registers (or moves) task managers on nodes, atomically; one result per pair.
-    pub async fn register(&self, registrations: Vec<(String, String)>) -> Result<Vec<Registered>> {
+    pub async fn register(&self, registrations: Vec<(String, String)>) -> Result<(Vec<Registered>, u64)> {
         match self.submit(Op::Register { registrations }).await? {
-            Outcome::Registered(results) => Ok(results),
+            (Outcome::Registered(results), revision) => Ok((results, revision)),
             other => unreachable!("register answered with {other:?}"),
         }
     }
 
     /// Removes a task manager's registration; the node it was on, or `None`.
-    pub async fn unregister(&self, tm: String) -> Result<Option<String>> {
+    pub async fn unregister(&self, tm: String) -> Result<(Option<String>, u64)> {
         match self.submit(Op::Unregister { tm }).await? {
-            Outcome::Unregistered(node) => Ok(node),
+            (Outcome::Unregistered(node), revision) => Ok((node, revision)),
             other => unreachable!("unregister answered with {other:?}"),
         }
     }
 
     /// Removes the items behind these due expiry keys (from [`Store::due`]) whose end has
     /// really come; an item extended since the scan stays.
-    pub async fn expire(&self, expiry_keys: Vec<Vec<u8>>) -> Result<Vec<Expired>> {
+    pub async fn expire(&self, expiry_keys: Vec<Vec<u8>>) -> Result<(Vec<Expired>, u64)> {
         match self.submit(Op::Expire { expiry_keys }).await? {
-            Outcome::Expired(expired) => Ok(expired),
+            (Outcome::Expired(expired), revision) => Ok((expired, revision)),
             other => unreachable!("expire answered with {other:?}"),
         }
     }
 
-    async fn submit(&self, op: Op) -> Result<Outcome> {
+    async fn submit(&self, op: Op) -> Result<(Outcome, u64)> {
         let (reply, answer) = oneshot::channel();
         self.shared
             .commits

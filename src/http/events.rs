@@ -1,0 +1,171 @@
+//! `GET /blocklist/events`: the change feed as Server-Sent Events, list-then-watch style.
+//!
+//! A watcher gets every event with revision > `since` (from the log on disk), then new
+//! events as they become durable (from the store's broadcast), in order, without gaps or
+//! duplicates. It subscribes to the broadcast before reading the log and skips what the log
+//! already gave, so nothing falls between the two. A watcher whose buffer overflows is
+//! disconnected rather than slowing writers or growing memory; it resumes with
+//! `Last-Event-ID`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use std::collections::HashMap;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::error::{ApiError, Result};
+use super::{with_revision, AppState};
+use crate::model::Event;
+use crate::store::Store;
+
+/// Events read from the log per step of a catch-up.
+const CATCH_UP_CHUNK: usize = 1_000;
+
+/// Events queued per watcher between its task and its socket.
+const WATCHER_QUEUE: usize = 256;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/blocklist/events", get(watch))
+}
+
+async fn watch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Result<Response> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+    if let Some(field) = query.keys().find(|k| *k != "since") {
+        return Err(ApiError::bad_request(format!(
+            "{field}: unknown query parameter (only since=REVISION)"
+        )));
+    }
+    // Last-Event-ID wins over ?since=: a browser EventSource re-sends its original URL with
+    // the header on every reconnect, and the header is the newer position.
+    let since = match headers.get("last-event-id") {
+        Some(v) => Some(parse_revision(
+            "Last-Event-ID",
+            v.to_str().map_err(|_| ApiError::bad_request("Last-Event-ID: not ASCII"))?,
+        )?),
+        None => query
+            .get("since")
+            .map(|v| parse_revision("since", v))
+            .transpose()?,
+    };
+
+    let store = state.store.clone();
+    // Subscribe first, then read positions: see the module docs.
+    let live = store.subscribe();
+    let durable = store.durable_revision();
+    let since = since.unwrap_or(durable);
+    let current = store.revision();
+    if since > current {
+        return Err(ApiError::Gone(format!(
+            "revision {since} is ahead of this daemon's revision {current} (was the data \
+             restored from an older backup?); list again with GET /blocklist and watch from \
+             its revision"
+        )));
+    }
+    let first = store.first_retained();
+    if since + 1 < first {
+        return Err(ApiError::Gone(format!(
+            "revision {since} is older than the event log keeps (it starts at {first}); list \
+             again with GET /blocklist and watch from its revision"
+        )));
+    }
+
+    let (tx, rx) = mpsc::channel(WATCHER_QUEUE);
+    tokio::spawn(feed_watcher(store, live, since, tx, state.stopping()));
+    let sse = Sse::new(ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::new().interval(state.limits.events_heartbeat));
+    Ok(with_revision(current, sse.into_response()))
+}
+
+fn parse_revision(what: &str, value: &str) -> Result<u64> {
+    value.trim().parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "{what}: must be a revision (a non-negative integer), got {value:?}"
+        ))
+    })
+}
+
+type Sender = mpsc::Sender<Result<SseEvent, Infallible>>;
+
+/// Feeds one watcher: the log from `since`, then live events, until the client goes away,
+/// falls too far behind, or the daemon shuts down.
+async fn feed_watcher(
+    store: Store,
+    mut live: broadcast::Receiver<Arc<Event>>,
+    since: u64,
+    tx: Sender,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut last = since;
+    // Catch up from the log, up to what is durable (the broadcast has the rest).
+    loop {
+        let upto = store.durable_revision();
+        if last >= upto {
+            break;
+        }
+        let reader = store.clone();
+        let chunk = tokio::task::spawn_blocking(move || {
+            reader.events_between(last, upto, CATCH_UP_CHUNK)
+        })
+        .await;
+        let events = match chunk {
+            Ok(Ok(events)) => events,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "reading the event log for a watcher failed");
+                return;
+            }
+            Err(_) => return,
+        };
+        // Retention pruned what we were about to send: end the stream; the reconnect gets
+        // a 410 and lists again, rather than a silent gap.
+        if events.first().map(|e| e.revision) != Some(last + 1) {
+            return;
+        }
+        for event in &events {
+            if !send(&tx, event).await {
+                return;
+            }
+            last = event.revision;
+        }
+    }
+    loop {
+        tokio::select! {
+            received = live.recv() => match received {
+                Ok(event) if event.revision <= last => {}
+                Ok(event) => {
+                    if !send(&tx, &event).await {
+                        return;
+                    }
+                    last = event.revision;
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::info!(missed, last, "watcher fell behind; disconnecting it");
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = tx.closed() => return,
+            _ = async { let _ = stopping.wait_for(|stop| *stop).await; } => return,
+        }
+    }
+}
+
+/// Sends one event; false when the client has gone.
+async fn send(tx: &Sender, event: &Event) -> bool {
+    let sse = SseEvent::default()
+        .id(event.revision.to_string())
+        .event(event.event.as_str())
+        .data(&event.data);
+    tx.send(Ok(sse)).await.is_ok()
+}
