@@ -58,11 +58,12 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_EVENTS_RETENTION_SECS", default_value_t = 24 * 3600)]
     pub events_retention_secs: u64,
 
-    /// Events buffered for the slowest watcher; one that falls further behind is
-    /// disconnected (it resumes with Last-Event-ID).
-    #[arg(long, env = "BLOCKLISTD_EVENTS_BUFFER", default_value_t = 4096,
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub events_buffer: u32,
+    /// How many events a watcher may fall behind the newest before it is disconnected (it
+    /// resumes with Last-Event-ID). Memory does not grow with it: a lagging watcher reads
+    /// from the log on disk.
+    #[arg(long, env = "BLOCKLISTD_EVENTS_MAX_LAG", default_value_t = 50_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_max_lag: u64,
 
     /// Seconds between heartbeat comments on idle watch streams (keeps proxies from
     /// closing them).
@@ -87,7 +88,7 @@ impl Config {
                 max_age_ms: i64::try_from(self.events_retention_secs.saturating_mul(1000))
                     .unwrap_or(i64::MAX),
             },
-            feed_buffer: self.events_buffer as usize,
+            feed_buffer: 1024,
         }
     }
 

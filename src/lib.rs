@@ -74,6 +74,7 @@ pub async fn run(
             max_body_bytes: config.max_body_bytes,
             max_batch: config.max_batch,
             events_heartbeat: config.events_heartbeat(),
+            events_max_lag: config.events_max_lag,
         },
     );
     let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;

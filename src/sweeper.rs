@@ -94,7 +94,10 @@ async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<bool> {
     let (expired, _) = store.expire(due).await?;
     if expired.is_empty() && scanned > 0 {
         // Due entries that cannot be expired (a corrupt item): do not spin on them.
-        tracing::error!(entries = scanned, "due expiry entries could not be expired; backing off");
+        tracing::error!(
+            entries = scanned,
+            "due expiry entries could not be expired; backing off"
+        );
         tokio::time::sleep(RETRY_AFTER).await;
         return Ok(false);
     }

@@ -75,7 +75,13 @@ async fn list_all(State(state): State<AppState>) -> Result<Response> {
             })
         })
         .await?;
-    Ok(with_revision(revision, Json(Blocklist { revision, ..blocklist })))
+    Ok(with_revision(
+        revision,
+        Json(Blocklist {
+            revision,
+            ..blocklist
+        }),
+    ))
 }
 
 async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
@@ -118,9 +124,10 @@ async fn add(
         AddOutcome::Written { merged } if merged.is_empty() => {
             Ok(with_revision(revision, StatusCode::CREATED))
         }
-        AddOutcome::Written { merged } => {
-            Ok(with_revision(revision, (StatusCode::ACCEPTED, Json(merged))))
-        }
+        AddOutcome::Written { merged } => Ok(with_revision(
+            revision,
+            (StatusCode::ACCEPTED, Json(merged)),
+        )),
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
                 .into_iter()
@@ -136,11 +143,7 @@ async fn add(
     }
 }
 
-async fn remove(
-    State(state): State<AppState>,
-    kind: Kind,
-    IdPath(id): IdPath,
-) -> Result<Response> {
+async fn remove(State(state): State<AppState>, kind: Kind, IdPath(id): IdPath) -> Result<Response> {
     match state.store.remove(kind, id.clone()).await? {
         (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
         (None, _) => Err(not_blocked(kind, &id)),

@@ -3,7 +3,7 @@
 //! A watcher gets every event with revision > `since` (from the log on disk), then new
 //! events as they become durable (from the store's broadcast), in order, without gaps or
 //! duplicates. It subscribes to the broadcast before reading the log and skips what the log
-//! already gave, so nothing falls between the two. A watcher whose buffer overflows is
+//! already gave, so nothing falls between the two. A watcher that falls too far behind is
 //! disconnected rather than slowing writers or growing memory; it resumes with
 //! `Last-Event-ID`.
 
@@ -52,7 +52,8 @@ async fn watch(
     let since = match headers.get("last-event-id") {
         Some(v) => Some(parse_revision(
             "Last-Event-ID",
-            v.to_str().map_err(|_| ApiError::bad_request("Last-Event-ID: not ASCII"))?,
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("Last-Event-ID: not ASCII"))?,
         )?),
         None => query
             .get("since")
@@ -82,7 +83,14 @@ async fn watch(
     }
 
     let (tx, rx) = mpsc::channel(WATCHER_QUEUE);
-    tokio::spawn(feed_watcher(store, live, since, tx, state.stopping()));
+    tokio::spawn(feed_watcher(
+        store,
+        live,
+        since,
+        state.limits.events_max_lag,
+        tx,
+        state.stopping(),
+    ));
     let sse = Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::new().interval(state.limits.events_heartbeat));
     Ok(with_revision(current, sse.into_response()))
@@ -99,64 +107,82 @@ fn parse_revision(what: &str, value: &str) -> Result<u64> {
 type Sender = mpsc::Sender<Result<SseEvent, Infallible>>;
 
 /// Feeds one watcher: the log from `since`, then live events, until the client goes away,
-/// falls too far behind, or the daemon shuts down.
+/// falls more than `max_lag` events behind, or the daemon shuts down.
+///
+/// The live broadcast is only a fast path: when this watcher misses some of it (a burst
+/// bigger than its ring, or a slow socket), it catches up from the log on disk, so memory
+/// stays bounded and writers never wait. Only a watcher that has fallen `max_lag` events
+/// behind the head is disconnected; it resumes with `Last-Event-ID`.
 async fn feed_watcher(
     store: Store,
     mut live: broadcast::Receiver<Arc<Event>>,
     since: u64,
+    max_lag: u64,
     tx: Sender,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut last = since;
-    // Catch up from the log, up to what is durable (the broadcast has the rest).
+    // The first catch-up replays what the client asked for, at its own pace; later ones
+    // happen because it fell behind the live feed, and those are bounded by `max_lag`.
+    let mut first_catch_up = true;
     loop {
-        let upto = store.durable_revision();
-        if last >= upto {
-            break;
-        }
-        let reader = store.clone();
-        let chunk = tokio::task::spawn_blocking(move || {
-            reader.events_between(last, upto, CATCH_UP_CHUNK)
-        })
-        .await;
-        let events = match chunk {
-            Ok(Ok(events)) => events,
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "reading the event log for a watcher failed");
+        // Catch up from the log, up to what is durable (the broadcast has the rest).
+        loop {
+            let upto = store.durable_revision();
+            if last >= upto {
+                break;
+            }
+            if !first_catch_up && upto - last > max_lag {
+                tracing::info!(
+                    last,
+                    head = upto,
+                    "watcher fell too far behind; disconnecting it"
+                );
                 return;
             }
-            Err(_) => return,
-        };
-        // Retention pruned what we were about to send: end the stream; the reconnect gets
-        // a 410 and lists again, rather than a silent gap.
-        if events.first().map(|e| e.revision) != Some(last + 1) {
-            return;
-        }
-        for event in &events {
-            if !send(&tx, event).await {
-                return;
-            }
-            last = event.revision;
-        }
-    }
-    loop {
-        tokio::select! {
-            received = live.recv() => match received {
-                Ok(event) if event.revision <= last => {}
-                Ok(event) => {
-                    if !send(&tx, &event).await {
-                        return;
-                    }
-                    last = event.revision;
-                }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::info!(missed, last, "watcher fell behind; disconnecting it");
+            let reader = store.clone();
+            let chunk = tokio::task::spawn_blocking(move || {
+                reader.events_between(last, upto, CATCH_UP_CHUNK)
+            })
+            .await;
+            let events = match chunk {
+                Ok(Ok(events)) => events,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "reading the event log for a watcher failed");
                     return;
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            _ = tx.closed() => return,
-            _ = async { let _ = stopping.wait_for(|stop| *stop).await; } => return,
+                Err(_) => return,
+            };
+            // Retention pruned what we were about to send: end the stream; the reconnect
+            // gets a 410 and lists again, rather than a silent gap.
+            if events.first().map(|e| e.revision) != Some(last + 1) {
+                return;
+            }
+            for event in &events {
+                if !send(&tx, event).await {
+                    return;
+                }
+                last = event.revision;
+            }
+        }
+        first_catch_up = false;
+        loop {
+            tokio::select! {
+                received = live.recv() => match received {
+                    Ok(event) if event.revision <= last => {}
+                    Ok(event) => {
+                        if !send(&tx, &event).await {
+                            return;
+                        }
+                        last = event.revision;
+                    }
+                    // Missed part of the broadcast: the log has it.
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tx.closed() => return,
+                _ = async { let _ = stopping.wait_for(|stop| *stop).await; } => return,
+            }
         }
     }
 }

@@ -29,6 +29,8 @@ pub struct Limits {
     pub max_batch: usize,
     /// Between heartbeat comments on idle watch streams.
     pub events_heartbeat: Duration,
+    /// How many events a watcher may fall behind the head before it is disconnected.
+    pub events_max_lag: u64,
 }
 
 /// What every handler gets. Cloning costs a few atomic increments.

@@ -58,7 +58,10 @@ async fn register(
         Some(Registered::Created) => StatusCode::CREATED,
         _ => StatusCode::OK,
     };
-    Ok(with_revision(revision, (status, Json(Registration { id, node }))))
+    Ok(with_revision(
+        revision,
+        (status, Json(Registration { id, node })),
+    ))
 }
 
 /// Counts of what a batch registration did.
@@ -91,10 +94,7 @@ async fn register_many(
     Ok(with_revision(revision, (status, Json(summary))))
 }
 
-async fn unregister(
-    State(state): State<AppState>,
-    IdPath(id): IdPath,
-) -> Result<Response> {
+async fn unregister(State(state): State<AppState>, IdPath(id): IdPath) -> Result<Response> {
     match state.store.unregister(id.clone()).await? {
         (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
         (None, _) => Err(not_registered(&id)),

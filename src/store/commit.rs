@@ -265,7 +265,9 @@ impl Committer {
                 tracing::warn!(error = %e, "pruning the event log failed");
                 return;
             }
-            self.feed.first_retained.store(revision + 1, Ordering::SeqCst);
+            self.feed
+                .first_retained
+                .store(revision + 1, Ordering::SeqCst);
         }
     }
 
@@ -524,7 +526,10 @@ impl Tx<'_> {
                 )
             })
             .collect();
-        Ok(Ok((Outcome::Added(AddOutcome::Written { merged }), earliest_end)))
+        Ok(Ok((
+            Outcome::Added(AddOutcome::Written { merged }),
+            earliest_end,
+        )))
     }
 
     fn remove(&self, kind: Kind, id: &str) -> TxResult<Result<(Outcome, i64), StoreError>> {

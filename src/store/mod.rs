@@ -96,8 +96,8 @@ pub struct StoreConfig {
     pub max_commit_batch: usize,
     /// How much of the change log to keep.
     pub retention: Retention,
-    /// How many events the live feed buffers for its slowest subscriber before cutting it
-    /// off (it resumes from the log with `Last-Event-ID`).
+    /// The live feed's ring of recent events; a subscriber that misses some of it catches up
+    /// from the log.
     pub feed_buffer: usize,
 }
 
@@ -112,7 +112,7 @@ impl StoreConfig {
                 count: 100_000,
                 max_age_ms: 24 * 3600 * 1000,
             },
-            feed_buffer: 4096,
+            feed_buffer: 1024,
         }
     }
 }
@@ -526,6 +526,47 @@ impl Store {
                 ));
             }
         }
+        let revision = match trees.meta.get(REVISION_KEY)? {
+            Some(bytes) => match <[u8; 8]>::try_from(bytes.as_ref()) {
+                Ok(b) => u64::from_be_bytes(b),
+                Err(_) => {
+                    problems.push("meta: malformed revision".into());
+                    0
+                }
+            },
+            None => {
+                problems.push("meta: no revision".into());
+                0
+            }
+        };
+        let mut expected: Option<u64> = None;
+        for entry in trees.events.iter() {
+            let (key, bytes) = entry?;
+            let Some(rev) = keys::parse_event_key(&key) else {
+                problems.push(format!("events: malformed key {key:?}"));
+                continue;
+            };
+            if let Some(expected) = expected.filter(|e| *e != rev) {
+                problems.push(format!(
+                    "events: revision {rev} follows a gap (expected {expected})"
+                ));
+            }
+            expected = Some(rev + 1);
+            if let Err(e) = codec::decode_event(rev, &bytes) {
+                problems.push(format!("events: revision {rev}: {e}"));
+            }
+            if rev > revision {
+                problems.push(format!(
+                    "events: revision {rev} is past meta revision {revision}"
+                ));
+            }
+        }
+        if let Some(next) = expected.filter(|next| *next != revision + 1) {
+            problems.push(format!(
+                "events: the log ends at {} but meta revision is {revision}",
+                next - 1
+            ));
+        }
         if entries != indexed && problems.is_empty() {
             problems.push(format!(
                 "expiry: {entries} entries for {indexed} items with a finite end"
@@ -545,7 +586,12 @@ impl Store {
     // ---- writes: through the committer, acknowledged once durable ----
 
     /// Adds (or merges) a validated batch as one atomic unit.
-    pub async fn add(&self, kind: Kind, items: Vec<NewItem>, now: i64) -> Result<(AddOutcome, u64)> {
+    pub async fn add(
+        &self,
+        kind: Kind,
+        items: Vec<NewItem>,
+        now: i64,
+    ) -> Result<(AddOutcome, u64)> {
         match self.submit(Op::Add { kind, items, now }).await? {
             (Outcome::Added(outcome), revision) => Ok((outcome, revision)),
             other => unreachable!("add answered with {other:?}"),
@@ -561,7 +607,10 @@ impl Store {
     }
 
     /// Registers (or moves) task managers on nodes, atomically; one result per pair.
-    pub async fn register(&self, registrations: Vec<(String, String)>) -> Result<(Vec<Registered>, u64)> {
+    pub async fn register(
+        &self,
+        registrations: Vec<(String, String)>,
+    ) -> Result<(Vec<Registered>, u64)> {
         match self.submit(Op::Register { registrations }).await? {
             (Outcome::Registered(results), revision) => Ok((results, revision)),
             other => unreachable!("register answered with {other:?}"),

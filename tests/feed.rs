@@ -1,0 +1,371 @@
+//! The change feed: revisions, list-then-watch, reconnects across kill -9, retention, slow
+//! watchers, many watchers, and the schema 1 → 2 upgrade.
+
+mod common;
+
+use common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const MB: &str = "MARK_BLOCKED";
+const EVAC: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
+
+fn summary(events: &[FeedEvent]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| (e.event.clone(), e.data["id"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+fn assert_consecutive(events: &[FeedEvent], after: u64) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            e.id,
+            after + 1 + i as u64,
+            "revisions are consecutive: {events:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn list_then_watch_sees_exactly_the_changes_in_order() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    d.post("/blocklist/nodes", json!([item("before", MB, "old")]))
+        .await;
+    let (status, list_rev) = revision_of(&d, Method::GET, "/blocklist", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let listing = d.listing().await;
+    assert_eq!(
+        listing["revision"],
+        json!(list_rev),
+        "body and header agree"
+    );
+    assert_eq!(list_rev, 1);
+    assert_eq!(
+        revision_of(&d, Method::GET, "/blocklist/nodes", None)
+            .await
+            .1,
+        list_rev
+    );
+
+    let mut watch = Watch::open(&d, Some(list_rev), None).await.unwrap();
+    let (s, r1) = revision_of(
+        &d,
+        Method::POST,
+        "/blocklist/taskmanagers",
+        Some(json!([item("tm", MB, "a")])),
+    )
+    .await;
+    assert_eq!((s, r1), (StatusCode::CREATED, 2));
+    let mut merge = item("tm", EVAC, "b");
+    merge["allowMerge"] = json!(true);
+    assert_eq!(
+        revision_of(
+            &d,
+            Method::POST,
+            "/blocklist/taskmanagers",
+            Some(json!([merge]))
+        )
+        .await,
+        (StatusCode::ACCEPTED, 3)
+    );
+    assert_eq!(
+        revision_of(&d, Method::DELETE, "/blocklist/taskmanagers/tm", None).await,
+        (StatusCode::OK, 4)
+    );
+    assert_eq!(
+        revision_of(
+            &d,
+            Method::PUT,
+            "/taskmanagers/tm-9",
+            Some(json!({"node": "n1"}))
+        )
+        .await,
+        (StatusCode::CREATED, 5)
+    );
+    assert_eq!(
+        revision_of(&d, Method::DELETE, "/taskmanagers/tm-9", None).await,
+        (StatusCode::OK, 6)
+    );
+    // Refused requests change nothing and emit nothing.
+    assert_eq!(
+        d.post("/blocklist/nodes", json!([item("before", MB, "again")]))
+            .await
+            .0,
+        StatusCode::CONFLICT
+    );
+    let mut short = item("n-short", MB, "c");
+    short["timeout"] = json!(300);
+    assert_eq!(
+        revision_of(&d, Method::POST, "/blocklist/nodes", Some(json!([short]))).await,
+        (StatusCode::CREATED, 7)
+    );
+
+    let events = watch.take(7).await;
+    assert_consecutive(&events, list_rev);
+    assert_eq!(
+        summary(&events),
+        pairs(&[
+            ("added", "tm"),
+            ("merged", "tm"),
+            ("removed", "tm"),
+            ("registered", "tm-9"),
+            ("unregistered", "tm-9"),
+            ("added", "n-short"),
+            ("expired", "n-short")
+        ])
+    );
+    assert_eq!(events[0].data["kind"], "taskmanager");
+    assert_eq!(events[1].data["action"], EVAC);
+    assert_eq!(events[1].data["cause"], "a,b");
+    assert_eq!(
+        events[2].data["cause"], "a,b",
+        "removed carries the item as it was"
+    );
+    assert_eq!(events[3].data, json!({"id": "tm-9", "node": "n1"}));
+    assert_eq!(events[6].data["kind"], "node");
+    assert_eq!(
+        events[6].data["endTimestamp"],
+        events[5].data["endTimestamp"]
+    );
+}
+
+#[tokio::test]
+async fn re_adding_over_an_unswept_expired_item_emits_expired_then_added() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--sweep-interval-ms", "3600000"]);
+    let mut short = item("n", MB, "old");
+    short["timeout"] = json!(200);
+    d.post("/blocklist/nodes", json!([short])).await;
+    let mut watch = Watch::open(&d, Some(1), None).await.unwrap();
+    eventually("the item to expire", || async {
+        d.get("/blocklist/nodes/n").await.0 == StatusCode::NOT_FOUND
+    })
+    .await;
+    assert_eq!(
+        d.post("/blocklist/nodes", json!([item("n", MB, "new")]))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let events = watch.take(2).await;
+    assert_eq!(summary(&events), pairs(&[("expired", "n"), ("added", "n")]));
+    assert_eq!(
+        (
+            events[0].data["cause"].clone(),
+            events[1].data["cause"].clone()
+        ),
+        (json!("old"), json!("new"))
+    );
+    assert_consecutive(&events, 1);
+}
+
+#[tokio::test]
+async fn reconnecting_with_last_event_id_after_kill_9_gives_no_gap_and_no_duplicate() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let mut watch = Watch::open(&d, None, None).await.unwrap();
+    for i in 0..10 {
+        let body = json!([item(&format!("tm-{i}"), MB, "c")]);
+        assert_eq!(
+            d.post("/blocklist/taskmanagers", body).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let seen = watch.take(4).await;
+    assert_consecutive(&seen, 0);
+    drop(watch);
+    d.kill9();
+
+    let d = ws.start(&[]);
+    for i in 10..15 {
+        let body = json!([item(&format!("tm-{i}"), MB, "c")]);
+        assert_eq!(
+            d.post("/blocklist/taskmanagers", body).await.0,
+            StatusCode::CREATED
+        );
+    }
+    // The header wins over a stale ?since=, as on a browser EventSource reconnect.
+    let mut watch = Watch::open(&d, Some(0), Some(seen[3].id)).await.unwrap();
+    let rest = watch.take(11).await;
+    assert_consecutive(&rest, 4);
+    let ids: Vec<String> = rest
+        .iter()
+        .map(|e| e.data["id"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (4..15).map(|i| format!("tm-{i}")).collect();
+    assert_eq!(ids, expected);
+    d.kill9();
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[tokio::test]
+async fn since_outside_the_retained_log_is_410_and_bad_since_is_400() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--events-retention-count", "5"]);
+    for i in 0..20 {
+        d.post("/blocklist/nodes", json!([item(&format!("n{i}"), MB, "c")]))
+            .await;
+    }
+    let (status, body) = Watch::open(&d, Some(0), None).await.err().expect("410");
+    assert_eq!(status, StatusCode::GONE);
+    assert!(
+        body["errors"][0].as_str().unwrap().contains("list again"),
+        "{body}"
+    );
+    assert_eq!(
+        Watch::open(&d, Some(10), None).await.err().map(|e| e.0),
+        Some(StatusCode::GONE)
+    );
+    assert_eq!(
+        Watch::open(&d, Some(99), None).await.err().map(|e| e.0),
+        Some(StatusCode::GONE),
+        "ahead of the daemon"
+    );
+
+    // The last five are kept: watching from 15 replays 16..=20.
+    let mut watch = Watch::open(&d, Some(15), None).await.unwrap();
+    assert_consecutive(&watch.take(5).await, 15);
+
+    for bad in [
+        "/blocklist/events?since=-1",
+        "/blocklist/events?since=abc",
+        "/blocklist/events?sinse=1",
+    ] {
+        let (status, body) = d.get(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    d.kill9();
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[tokio::test]
+async fn a_slow_watcher_is_disconnected_while_writers_go_on_and_can_resume() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--events-max-lag", "1000", "--max-body-bytes", "4194304"]);
+    // Opened and never read while the writes happen.
+    let mut slow = Watch::open(&d, None, None).await.unwrap();
+    // About 20 MB of events: more than socket buffers and queues can hold.
+    let total = 20_000u64;
+    // A watcher that keeps reading gets every event, bursts of 1,000 per commit included.
+    let mut fast = Watch::open(&d, None, None).await.unwrap();
+    let fast = tokio::spawn(async move { fast.take(total as usize).await });
+    let cause = "c".repeat(1000);
+    for batch in 0..20 {
+        let items: Vec<Value> = (0..1000)
+            .map(|i| item(&format!("tm-{batch}-{i:04}"), MB, &cause))
+            .collect();
+        assert_eq!(
+            d.post("/blocklist/taskmanagers", Value::Array(items))
+                .await
+                .0,
+            StatusCode::CREATED
+        );
+    }
+    // Now read: a prefix in order, then the end of the stream.
+    let mut got = Vec::new();
+    while let Some(event) = slow.next().await {
+        got.push(event);
+    }
+    assert!(!got.is_empty());
+    assert!(
+        (got.len() as u64) < total,
+        "the slow watcher was cut off, not buffered without bound"
+    );
+    assert_consecutive(&got, 0);
+    assert_consecutive(&fast.await.unwrap(), 0);
+
+    // It resumes where it stopped and gets the rest.
+    let last = got.last().unwrap().id;
+    let mut resumed = Watch::open(&d, None, Some(last)).await.unwrap();
+    let rest = resumed.take((total - last) as usize).await;
+    assert_consecutive(&rest, last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_watchers_each_see_every_event_in_order() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let mut watches = Vec::new();
+    for _ in 0..1000 {
+        watches.push(Watch::open(&d, None, None).await.unwrap());
+    }
+    for i in 0..20 {
+        d.post("/blocklist/nodes", json!([item(&format!("n{i}"), MB, "c")]))
+            .await;
+    }
+    let readers: Vec<_> = watches
+        .into_iter()
+        .map(|mut w| tokio::spawn(async move { w.take(20).await }))
+        .collect();
+    for reader in readers {
+        let events = reader.await.unwrap();
+        assert_consecutive(&events, 0);
+        assert_eq!(events[19].data["id"], "n19");
+    }
+}
+
+#[tokio::test]
+async fn a_version_1_database_is_upgraded_keeping_its_data() {
+    let ws = Workspace::new();
+    let dir = ws.data_dir();
+    // A database in the exact version-1 layout (migrations/0001-initial.md), written byte
+    // by byte rather than by the current code.
+    {
+        let db = sled::open(&dir).unwrap();
+        db.open_tree("meta")
+            .unwrap()
+            .insert("schema_version", &1u32.to_be_bytes())
+            .unwrap();
+        let items = db.open_tree("items").unwrap();
+        // A permanent evacuating node "n1", cause "disk", started at 1_700_000_000_000.
+        let permanent: &[u8] = &[
+            1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255,
+            4, b'd', b'i', b's', b'k',
+        ];
+        items.insert(b"Nn1", permanent).unwrap();
+        db.open_tree("expiry").unwrap();
+        db.open_tree("tm_node")
+            .unwrap()
+            .insert(b"tm-1", &[1, b'n', b'1'])
+            .unwrap();
+        db.open_tree("node_tms")
+            .unwrap()
+            .insert(b"n1\0tm-1", &[])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let mut ws = ws;
+    let d = ws.start(&[]);
+    assert!(
+        d.log_text().contains("upgraded the database schema"),
+        "{}",
+        d.log_text()
+    );
+    let (_, node) = d.get("/blocklist/nodes/n1").await;
+    assert_eq!(node["action"], EVAC);
+    assert_eq!(node["startTimestamp"], json!(1_700_000_000_000i64));
+    assert_eq!(node["taskManagers"], json!(["tm-1"]));
+    assert_eq!(
+        d.get("/blocklist/check/taskmanagers/tm-1").await.1["blocked"],
+        true
+    );
+    // The log starts at the current revision, 0.
+    assert_eq!(d.listing().await["revision"], 0);
+    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
+    d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))
+        .await;
+    assert_eq!(summary(&watch.take(1).await), pairs(&[("added", "tm-2")]));
+    assert!(d.terminate().success());
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}
