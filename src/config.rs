@@ -4,13 +4,68 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::store::{Retention, StoreConfig};
 
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
+///
+/// Without a subcommand it serves; `check`, `export` and `import` work on a stopped daemon's
+/// data dir.
 #[derive(Debug, Clone, Parser)]
 #[command(version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: Config,
+}
+
+/// Offline tools for a data dir no daemon is running on.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Verify the store's invariants (items vs. expiry index, membership index, event log,
+    /// every value decodes); prints what is wrong. Exit 0 when sound, 1 when not.
+    Check {
+        #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
+        data_dir: PathBuf,
+    },
+    /// Write every active item and registration as JSON lines.
+    Export {
+        #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
+        data_dir: PathBuf,
+        /// Where to write; `-` for stdout.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+    },
+    /// Load JSON lines written by `export` (or GET /blocklist/export). Expired items are
+    /// skipped.
+    Import {
+        #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
+        data_dir: PathBuf,
+        /// The file to read; `-` for stdin.
+        file: PathBuf,
+        /// `merge`: merge into what is there (FLIP-224 rules); `replace`: empty the store
+        /// of items and registrations first.
+        #[arg(long, value_enum, default_value_t = ImportMode::Merge)]
+        mode: ImportMode,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportMode {
+    Merge,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The daemon's flags.
+#[derive(Debug, Clone, Args)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free one (the bound address is printed on stdout).
     #[arg(long, env = "BLOCKLISTD_LISTEN", default_value = "127.0.0.1:7224")]
@@ -71,6 +126,42 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events_heartbeat_secs: u64,
 
+    /// A file holding the bearer token(s) that mutating requests must carry
+    /// (`Authorization: Bearer <token>`), one per line; blank lines and `#` comments are
+    /// ignored. Without it, nothing is authenticated (and only loopback may be bound).
+    #[arg(long, env = "BLOCKLISTD_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// With --token-file, require the token for reads too (probes and /metrics stay open).
+    #[arg(long, env = "BLOCKLISTD_AUTH_READS", default_value_t = false, action = ArgAction::Set)]
+    pub auth_reads: bool,
+
+    /// Allow listening on a non-loopback address without --token-file.
+    #[arg(long, env = "BLOCKLISTD_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+
+    /// A client must send a request's headers within this many ms, or its connection is
+    /// closed (slow-header clients).
+    #[arg(long, env = "BLOCKLISTD_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+
+    /// A client must send a request's body within this many ms, or it gets 408.
+    #[arg(long, env = "BLOCKLISTD_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+
+    /// The most open connections; more are answered 503 and closed.
+    #[arg(long, env = "BLOCKLISTD_MAX_CONNECTIONS", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// Log format on stderr.
+    #[arg(long, env = "BLOCKLISTD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log level (error, warn, info, debug, trace) or a full filter; RUST_LOG wins when set.
+    #[arg(long, env = "BLOCKLISTD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
     /// How long shutdown waits for in-flight requests before exiting anyway, in seconds.
     #[arg(long, env = "BLOCKLISTD_SHUTDOWN_TIMEOUT", default_value_t = 10)]
     pub shutdown_timeout: u64,
@@ -98,6 +189,14 @@ impl Config {
 
     pub fn events_heartbeat(&self) -> Duration {
         Duration::from_secs(self.events_heartbeat_secs)
+    }
+
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_timeout_ms)
     }
 
     pub fn shutdown_timeout(&self) -> Duration {

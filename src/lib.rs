@@ -13,13 +13,17 @@
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.
 //! - [`sweeper`]: the expiry loop over the store's expiry index.
 //! - [`http`]: the axum front end (routes, extractors, the error response).
+//! - [`backup`]: export and import as JSON lines.
+//! - [`offline`]: the `check`, `export` and `import` subcommands.
 //! - [`clock`]: unix-ms wall-clock time.
 
+pub mod backup;
 pub mod check;
 pub mod clock;
 pub mod config;
 pub mod http;
 pub mod model;
+pub mod offline;
 pub mod store;
 pub mod sweeper;
 pub mod validate;
@@ -29,12 +33,14 @@ use std::future::Future;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::http::{AppState, Limits};
+use crate::http::{AppState, Auth, Limits};
 use crate::store::{Store, StoreError};
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("{0}")]
+    Config(String),
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
@@ -52,6 +58,18 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    let auth = match &config.token_file {
+        Some(path) => Some(Auth::from_file(path, config.auth_reads).map_err(Error::Config)?),
+        None => None,
+    };
+    if auth.is_none() && !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
+        return Err(Error::Config(format!(
+            "refusing to listen on {} without authentication: anyone who can reach it could \
+             change the blocklist. Give --token-file, or --allow-unauthenticated if the \
+             network is trusted",
+            config.listen
+        )));
+    }
     let store_config = config.store();
     let store = tokio::task::spawn_blocking(move || Store::open(&store_config))
         .await
@@ -75,7 +93,11 @@ pub async fn run(
             max_batch: config.max_batch,
             events_heartbeat: config.events_heartbeat(),
             events_max_lag: config.events_max_lag,
+            header_timeout: config.header_timeout(),
+            body_timeout: config.body_timeout(),
+            max_connections: config.max_connections as usize,
         },
+        auth,
     );
     let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
     tracing::info!("shutting down");

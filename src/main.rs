@@ -6,17 +6,21 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use blocklistd::config::Config;
+use blocklistd::config::{Cli, LogFormat};
 
 fn main() -> ExitCode {
-    let config = Config::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let cli = Cli::parse();
+    // RUST_LOG wins over --log-level when set, as operators expect from Rust daemons.
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cli.serve.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.serve.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -24,7 +28,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(blocklistd::run(config, shutdown_signal())) {
+    if let Some(command) = cli.command {
+        return match runtime.block_on(blocklistd::offline::run(command)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("blocklistd: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match runtime.block_on(blocklistd::run(cli.serve, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "blocklistd failed");

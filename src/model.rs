@@ -23,7 +23,8 @@ pub const MAX_MERGED_CAUSE_BYTES: usize = 16 * 1024;
 pub const CAUSE_SEPARATOR: char = ',';
 
 /// The two namespaces of the blocklist. The same id may be blocked in both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     TaskManager,
     Node,
@@ -134,8 +135,8 @@ fn existing_parts(causes: &str) -> impl Iterator<Item = &str> {
 }
 
 /// A blocked item as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Item {
     pub id: String,
     pub action: Action,
@@ -145,6 +146,16 @@ pub struct Item {
 }
 
 impl Item {
+    /// The stored part of the item.
+    pub fn block(&self) -> Block {
+        Block {
+            action: self.action,
+            start: self.start_timestamp,
+            end: self.end_timestamp,
+            cause: self.cause.clone(),
+        }
+    }
+
     pub fn new(id: String, block: Block) -> Item {
         Item {
             id,

@@ -1,6 +1,7 @@
 //! `/blocklist`: add, merge, remove and read blocked task managers and nodes.
 
 use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -13,10 +14,12 @@ use super::{with_revision, AppState};
 use crate::clock::now_ms;
 use crate::model::{Item, Kind};
 use crate::store::{self, AddOutcome, Store};
-use crate::validate;
+use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
-    let mut router = Router::new().route("/blocklist", get(list_all));
+    let mut router = Router::new()
+        .route("/blocklist", get(list_all))
+        .route("/blocklist/export", get(export));
     for kind in Kind::ALL {
         router = router
             .route(
@@ -95,6 +98,17 @@ async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
         })
         .await?;
     Ok(with_revision(revision, body))
+}
+
+/// Every active item and registration as JSON lines (the format `blocklistd import` reads).
+async fn export(State(state): State<AppState>) -> Result<Response> {
+    let (text, revision) = state
+        .listing(|store| backup::export(store, now_ms()))
+        .await?;
+    Ok(with_revision(
+        revision,
+        ([(CONTENT_TYPE, "application/x-ndjson")], text),
+    ))
 }
 
 async fn get_one(

@@ -14,6 +14,10 @@ pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 pub enum ApiError {
     #[error("bad request: {0:?}")]
     BadRequest(Vec<String>),
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    #[error("request timeout: {0}")]
+    RequestTimeout(String),
     #[error("not found: {0}")]
     NotFound(String),
     #[error("method not allowed: {0}")]
@@ -38,6 +42,8 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -53,6 +59,8 @@ impl ApiError {
         match self {
             ApiError::BadRequest(errors) | ApiError::Conflict(errors) => errors,
             ApiError::NotFound(m)
+            | ApiError::Unauthorized(m)
+            | ApiError::RequestTimeout(m)
             | ApiError::MethodNotAllowed(m)
             | ApiError::Gone(m)
             | ApiError::PayloadTooLarge(m)

@@ -10,15 +10,16 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::error::ApiError;
+use super::AppState;
 use crate::model::validate_id;
 
 /// A request body that must be JSON (`application/json` or `application/*+json`).
 pub struct JsonBody(pub Value);
 
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
+impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let content_type = req
             .headers()
             .get(CONTENT_TYPE)
@@ -30,13 +31,23 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 content_type
             )));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(format!("the body is over the size limit: {e}"))
-            } else {
-                ApiError::bad_request(format!("could not read the body: {e}"))
-            }
-        })?;
+        // A client that trickles its body must not hold a connection and a task forever.
+        let deadline = state.limits.body_timeout;
+        let bytes = tokio::time::timeout(deadline, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| {
+                ApiError::RequestTimeout(format!(
+                    "the body did not arrive within {} ms",
+                    deadline.as_millis()
+                ))
+            })?
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(format!("the body is over the size limit: {e}"))
+                } else {
+                    ApiError::bad_request(format!("could not read the body: {e}"))
+                }
+            })?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))

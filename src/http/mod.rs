@@ -1,5 +1,6 @@
 //! The HTTP front end: parse, validate, call the store, map errors. Nothing else.
 
+mod auth;
 mod blocklist;
 mod check;
 mod error;
@@ -7,17 +8,22 @@ mod events;
 mod extract;
 mod taskmanagers;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::Router;
+use axum::{middleware, Router};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
+pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
 
 use crate::store::{self, Store};
@@ -31,6 +37,12 @@ pub struct Limits {
     pub events_heartbeat: Duration,
     /// How many events a watcher may fall behind the head before it is disconnected.
     pub events_max_lag: u64,
+    /// Deadline for a request's headers.
+    pub header_timeout: Duration,
+    /// Deadline for a request's body.
+    pub body_timeout: Duration,
+    /// The most open connections.
+    pub max_connections: usize,
 }
 
 /// What every handler gets. Cloning costs a few atomic increments.
@@ -38,16 +50,19 @@ pub struct Limits {
 pub struct AppState {
     pub store: Store,
     pub limits: Limits,
+    /// Bearer-token checking; `None` when no `--token-file` was given.
+    pub auth: Option<Arc<Auth>>,
     /// Set to true when the server stops: long-lived responses (watch streams) end on it,
     /// or graceful shutdown would wait for them forever.
     stop: Arc<watch::Sender<bool>>,
 }
 
 impl AppState {
-    pub fn new(store: Store, limits: Limits) -> AppState {
+    pub fn new(store: Store, limits: Limits, auth: Option<Auth>) -> AppState {
         AppState {
             store,
             limits,
+            auth: auth.map(Arc::new),
             stop: Arc::new(watch::Sender::new(false)),
         }
     }
@@ -112,6 +127,10 @@ pub fn router(state: AppState) -> Router {
         .merge(taskmanagers::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
@@ -124,34 +143,71 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
 }
 
-/// Serves until `shutdown` resolves, then stops accepting and waits up to `grace` for the
-/// requests in flight.
+/// The answer to a connection over `--max-connections`, written before closing it.
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\ncontent-length: 59\r\nconnection: close\r\n\r\n\
+{\"errors\":[\"too many open connections; retry in a moment\"]}";
+
+/// Serves until `shutdown` resolves, then stops accepting, ends watch streams, and waits up
+/// to `grace` for the requests in flight.
+///
+/// A hand-written accept loop rather than `axum::serve`, for what that does not offer: a
+/// deadline for request headers (slow-header clients), and a cap on open connections.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
+    let limits = state.limits;
     let stop = state.stop.clone();
-    let mut stop_rx = stop.subscribe();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        stop.send_replace(true);
-    });
-    let server = server.into_future();
-    tokio::pin!(server);
-    tokio::select! {
-        result = &mut server => return result,
-        _ = stop_rx.wait_for(|stopped| *stopped) => {}
+    let app = router(state);
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let _ = stream.write_all(TOO_MANY_CONNECTIONS).await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // Errors here are the client's (reset, timeout): nothing to do but close.
+            let _ = connection.await;
+            drop(permit);
+        });
     }
-    match tokio::time::timeout(grace, server).await {
-        Ok(result) => result,
-        Err(_) => {
-            tracing::warn!(
-                ?grace,
-                "requests still in flight after the shutdown grace period; exiting"
-            );
-            Ok(())
-        }
+    drop(listener);
+    stop.send_replace(true);
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "requests still in flight after the shutdown grace period; exiting"
+        );
     }
+    Ok(())
 }

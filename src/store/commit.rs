@@ -71,6 +71,17 @@ pub(crate) enum Op {
     Unregister {
         tm: String,
     },
+    /// Writes exported items as they were (start included), merging into active ones when
+    /// `merge`; ids are distinct within one op.
+    Import {
+        items: Vec<(Kind, Item)>,
+        merge: bool,
+    },
+    /// Removes these items and registrations (for a replacing import).
+    Clear {
+        items: Vec<(Kind, String)>,
+        tms: Vec<String>,
+    },
 }
 
 impl Op {
@@ -82,6 +93,8 @@ impl Op {
             Op::Expire { expiry_keys } => expiry_keys.len(),
             Op::Register { registrations } => registrations.len(),
             Op::Unregister { .. } => 1,
+            Op::Import { items, .. } => items.len(),
+            Op::Clear { items, tms } => items.len() + tms.len(),
         }
     }
 }
@@ -94,6 +107,8 @@ pub(crate) enum Outcome {
     Registered(Vec<Registered>),
     /// The node the task manager was registered on, if it was.
     Unregistered(Option<String>),
+    /// How many items an import wrote, or a clear removed.
+    Count(usize),
 }
 
 /// What registering one task manager did.
@@ -361,6 +376,8 @@ impl Tx<'_> {
             Op::Expire { expiry_keys } => self.expire(expiry_keys),
             Op::Register { registrations } => self.register(registrations),
             Op::Unregister { tm } => self.unregister(tm),
+            Op::Import { items, merge } => self.import(items, *merge),
+            Op::Clear { items, tms } => self.clear(items, tms),
         }?;
         Ok(applied.map(|(outcome, earliest_end)| Applied {
             outcome,
@@ -425,6 +442,73 @@ impl Tx<'_> {
             results.push(result);
         }
         Ok(Ok((Outcome::Registered(results), i64::MAX)))
+    }
+
+    fn import(
+        &self,
+        items: &[(Kind, Item)],
+        merge: bool,
+    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+        // Read everything first, so a corrupt value fails the request before any write.
+        let mut olds = Vec::with_capacity(items.len());
+        for (kind, item) in items {
+            match self.read(*kind, &item.id)? {
+                Ok(old) => olds.push(old),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        let mut written = 0;
+        let mut earliest_end = i64::MAX;
+        for ((kind, item), old) in items.iter().zip(olds) {
+            if item.end_timestamp <= self.now {
+                continue; // expired since the export
+            }
+            let (kind, id) = (*kind, item.id.as_str());
+            let active = old.as_ref().filter(|b| b.is_active(self.now));
+            let block = match active {
+                Some(existing) if merge => {
+                    let mut merged = existing.clone();
+                    merged.merge(item.action, item.end_timestamp, &item.cause);
+                    merged
+                }
+                _ => item.block(),
+            };
+            self.write(kind, id, old.as_ref(), &block)?;
+            match &old {
+                Some(old) if !old.is_active(self.now) => {
+                    self.emit_item(EventType::Expired, kind, id, old)?;
+                    self.emit_item(EventType::Added, kind, id, &block)?;
+                }
+                Some(_) => self.emit_item(EventType::Merged, kind, id, &block)?,
+                None => self.emit_item(EventType::Added, kind, id, &block)?,
+            }
+            if !block.is_permanent() {
+                earliest_end = earliest_end.min(block.end);
+            }
+            written += 1;
+        }
+        Ok(Ok((Outcome::Count(written), earliest_end)))
+    }
+
+    fn clear(
+        &self,
+        items: &[(Kind, String)],
+        tms: &[String],
+    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+        let mut removed = 0;
+        for (kind, id) in items {
+            match self.remove(*kind, id)? {
+                Ok((Outcome::Removed(Some(_)), _)) => removed += 1,
+                Ok(_) => {}
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        for tm in tms {
+            if let Err(e) = self.unregister(tm)? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok((Outcome::Count(removed), i64::MAX)))
     }
 
     fn unregister(&self, tm: &str) -> TxResult<Result<(Outcome, i64), StoreError>> {

@@ -625,6 +625,23 @@ impl Store {
         }
     }
 
+    /// Writes exported items (see [`crate::backup`]) as they were, merging into active ones
+    /// when `merge`. The ids must be distinct. Returns how many were written.
+    pub async fn import(&self, items: Vec<(Kind, Item)>, merge: bool) -> Result<usize> {
+        match self.submit(Op::Import { items, merge }).await? {
+            (Outcome::Count(n), _) => Ok(n),
+            other => unreachable!("import answered with {other:?}"),
+        }
+    }
+
+    /// Removes these items and registrations in one transaction; returns how many items.
+    pub async fn clear(&self, items: Vec<(Kind, String)>, tms: Vec<String>) -> Result<usize> {
+        match self.submit(Op::Clear { items, tms }).await? {
+            (Outcome::Count(n), _) => Ok(n),
+            other => unreachable!("clear answered with {other:?}"),
+        }
+    }
+
     /// Removes the items behind these due expiry keys (from [`Store::due`]) whose end has
     /// really come; an item extended since the scan stays.
     pub async fn expire(&self, expiry_keys: Vec<Vec<u8>>) -> Result<(Vec<Expired>, u64)> {
