@@ -180,6 +180,7 @@ impl Config {
                     .unwrap_or(i64::MAX),
             },
             feed_buffer: 1024,
+            metrics: Default::default(),
         }
     }
 

@@ -15,6 +15,7 @@
 //! - [`http`]: the axum front end (routes, extractors, the error response).
 //! - [`backup`]: export and import as JSON lines.
 //! - [`offline`]: the `check`, `export` and `import` subcommands.
+//! - [`metrics`]: the Prometheus registry.
 //! - [`clock`]: unix-ms wall-clock time.
 
 pub mod backup;
@@ -22,6 +23,7 @@ pub mod check;
 pub mod clock;
 pub mod config;
 pub mod http;
+pub mod metrics;
 pub mod model;
 pub mod offline;
 pub mod store;
@@ -71,6 +73,7 @@ pub async fn run(
         )));
     }
     let store_config = config.store();
+    let metrics = store_config.metrics.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&store_config))
         .await
         .expect("opening the store does not panic")?;
@@ -81,7 +84,11 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
-    let sweeper = tokio::spawn(sweeper::run(store.clone(), config.sweep_interval()));
+    let sweeper = tokio::spawn(sweeper::run(
+        store.clone(),
+        config.sweep_interval(),
+        metrics.clone(),
+    ));
     // Tests and supervisors read this line from stdout to learn the bound port.
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");
@@ -98,6 +105,8 @@ pub async fn run(
             max_connections: config.max_connections as usize,
         },
         auth,
+        metrics,
+        sweeper.abort_handle(),
     );
     let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
     tracing::info!("shutting down");

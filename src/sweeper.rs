@@ -15,7 +15,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// The most items expired in one commit, so a mass expiry does not hold up other writers.
@@ -29,7 +32,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs until the task is aborted. `min_interval` is the least time between the end of one
 /// sweep pass and the start of the next (zero: sweep each deadline as it comes).
-pub async fn run(store: Store, min_interval: Duration) {
+pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
     let signal = store.sweep_signal();
     let min_interval = i64::try_from(min_interval.as_millis()).unwrap_or(i64::MAX);
     // When the last complete pass ended; the first pass runs at start, for items that came
@@ -52,17 +55,19 @@ pub async fn run(store: Store, min_interval: Duration) {
         };
         let allowed = last_pass.map_or(i64::MIN, |t| t.saturating_add(min_interval));
         match first {
-            Some(at) if at <= now && allowed <= now => match sweep_once(&store, now).await {
-                Ok(more) => {
-                    if !more {
-                        last_pass = Some(now_ms());
+            Some(at) if at <= now && allowed <= now => {
+                match sweep_once(&store, now, &metrics).await {
+                    Ok(more) => {
+                        if !more {
+                            last_pass = Some(now_ms());
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "sweep failed; retrying");
+                        tokio::time::sleep(RETRY_AFTER).await;
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "sweep failed; retrying");
-                    tokio::time::sleep(RETRY_AFTER).await;
-                }
-            },
+            }
             Some(at) => {
                 // The start-up pass found nothing due: it counts as the first pass.
                 last_pass.get_or_insert(now);
@@ -84,7 +89,7 @@ pub async fn run(store: Store, min_interval: Duration) {
 }
 
 /// Expires one bounded batch of what is due at `now`; true when more may be due.
-async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<bool> {
+async fn sweep_once(store: &Store, now: i64, metrics: &Metrics) -> crate::store::Result<bool> {
     let scan = store.clone();
     let due = tokio::task::spawn_blocking(move || scan.due(now, SWEEP_BATCH))
         .await
@@ -103,12 +108,16 @@ async fn sweep_once(store: &Store, now: i64) -> crate::store::Result<bool> {
     }
     let done = now_ms();
     for e in &expired {
+        let lag_ms = done - e.item.end_timestamp;
+        metrics
+            .sweeper_lag_seconds
+            .observe(lag_ms.max(0) as f64 / 1000.0);
         tracing::info!(
             kind = e.kind.singular(),
             id = %e.item.id,
             action = e.item.action.as_str(),
             end = e.item.end_timestamp,
-            lag_ms = done - e.item.end_timestamp,
+            lag_ms,
             cause = %e.item.cause,
             "expired"
         );

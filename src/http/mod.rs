@@ -6,6 +6,7 @@ mod check;
 mod error;
 mod events;
 mod extract;
+mod ops;
 mod taskmanagers;
 
 use std::future::Future;
@@ -22,10 +23,12 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tokio::task::AbortHandle;
 
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
 
+use crate::metrics::Metrics;
 use crate::store::{self, Store};
 
 /// Request limits, from the flags.
@@ -52,17 +55,28 @@ pub struct AppState {
     pub limits: Limits,
     /// Bearer-token checking; `None` when no `--token-file` was given.
     pub auth: Option<Arc<Auth>>,
+    pub metrics: Arc<Metrics>,
+    /// The sweeper task, for the readiness probe.
+    sweeper: AbortHandle,
     /// Set to true when the server stops: long-lived responses (watch streams) end on it,
     /// or graceful shutdown would wait for them forever.
     stop: Arc<watch::Sender<bool>>,
 }
 
 impl AppState {
-    pub fn new(store: Store, limits: Limits, auth: Option<Auth>) -> AppState {
+    pub fn new(
+        store: Store,
+        limits: Limits,
+        auth: Option<Auth>,
+        metrics: Arc<Metrics>,
+        sweeper: AbortHandle,
+    ) -> AppState {
         AppState {
             store,
             limits,
             auth: auth.map(Arc::new),
+            metrics,
+            sweeper,
             stop: Arc::new(watch::Sender::new(false)),
         }
     }
@@ -125,12 +139,14 @@ pub fn router(state: AppState) -> Router {
         .merge(check::router())
         .merge(events::router())
         .merge(taskmanagers::router())
+        .merge(ops::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
         ))
+        .layer(middleware::from_fn_with_state(state.clone(), ops::observe))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }

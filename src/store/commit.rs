@@ -21,8 +21,12 @@ use sled::transaction::{ConflictableTransactionResult, TransactionalTree};
 use sled::{Db, Transactional};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{codec, keys, Feed, StoreError, SweepSignal, Trees, REVISION_KEY};
+use super::{
+    codec, count_slot, encode_counts, keys, Counts, Feed, StoreError, SweepSignal, Trees,
+    COUNTS_KEY, REVISION_KEY,
+};
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
 use crate::model::{
     item_event_data, registration_event_data, Block, Event, EventType, Item, Kind, NewItem,
 };
@@ -151,10 +155,13 @@ pub(crate) struct Committer {
     pub feed: Arc<Feed>,
     /// The revision of the last committed transaction.
     pub revision: u64,
+    /// Stored items per (kind, action) after the last committed transaction.
+    pub counts: Counts,
     /// Events committed but not yet known durable (a flush failed after their transaction);
     /// published with the next successful flush.
     pub unpublished: Vec<Event>,
     pub retention: Retention,
+    pub metrics: Arc<Metrics>,
 }
 
 /// How many events the log keeps: at most `count`, none older than `max_age_ms`.
@@ -204,19 +211,31 @@ impl Committer {
         // the sequence moved (or is odd) while they scanned.
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
         let transacted = self.transact(&ops, now);
-        if let Ok((_, _, revision)) = &transacted {
+        if let Ok((_, _, revision, counts)) = &transacted {
             self.revision = *revision;
+            self.counts = *counts;
             self.feed.committed.store(*revision, Ordering::SeqCst);
+            for (slot, count) in self.feed.counts.iter().zip(counts) {
+                slot.store(*count, Ordering::Relaxed);
+            }
         }
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
-        let result = transacted.and_then(|(outcomes, events, _)| {
+        let result = transacted.and_then(|(outcomes, events, _, _)| {
             self.unpublished.extend(events);
             self.make_durable()?;
             Ok(outcomes)
         });
-        tracing::trace!(requests = ops.len(), elapsed = ?started.elapsed(), "group commit");
+        let elapsed = started.elapsed();
+        tracing::trace!(requests = ops.len(), ?elapsed, "group commit");
+        self.metrics.commit_seconds.observe(elapsed.as_secs_f64());
+        self.metrics.commit_batch_requests.observe(ops.len() as f64);
         match result {
             Ok(outcomes) => {
+                for outcome in outcomes.iter().flatten() {
+                    if let Outcome::Added(AddOutcome::Conflict(_)) = outcome.outcome {
+                        self.metrics.conflicts.inc();
+                    }
+                }
                 self.publish();
                 let earliest = outcomes
                     .iter()
@@ -251,6 +270,8 @@ impl Committer {
     fn publish(&mut self) {
         self.feed.durable.send_replace(self.revision);
         for event in self.unpublished.drain(..) {
+            self.metrics.change(event.event);
+            log_change(&event);
             // No subscribers is fine; a lagging one is cut off on its side.
             let _ = self.feed.live.send(Arc::new(event));
         }
@@ -292,7 +313,7 @@ impl Committer {
         &self,
         ops: &[&Op],
         now: i64,
-    ) -> Result<(Vec<Result<Applied, StoreError>>, Vec<Event>, u64), StoreError> {
+    ) -> Result<(Vec<Result<Applied, StoreError>>, Vec<Event>, u64, Counts), StoreError> {
         let trees = (
             &self.trees.items,
             &self.trees.expiry,
@@ -313,6 +334,7 @@ impl Committer {
                     now,
                     revision: Cell::new(self.revision),
                     emitted: RefCell::new(Vec::new()),
+                    counts: Cell::new(self.counts.map(|c| c as i64)),
                 };
                 let outcomes = ops
                     .iter()
@@ -322,7 +344,11 @@ impl Committer {
                 if revision != self.revision {
                     meta.insert(REVISION_KEY, &revision.to_be_bytes())?;
                 }
-                Ok((outcomes, tx.emitted.into_inner(), revision))
+                let counts = tx.counts.get().map(|c| c.max(0) as u64);
+                if counts != self.counts {
+                    meta.insert(COUNTS_KEY, encode_counts(&counts))?;
+                }
+                Ok((outcomes, tx.emitted.into_inner(), revision, counts))
             })
             .map_err(|e| match e {
                 sled::transaction::TransactionError::Abort(e) => e,
@@ -339,6 +365,16 @@ impl Committer {
         }
         Ok(())
     }
+}
+
+/// One info line per state change, with what an operator greps for.
+fn log_change(event: &Event) {
+    tracing::info!(
+        revision = event.revision,
+        event = event.event.as_str(),
+        data = %event.data,
+        "change"
+    );
 }
 
 /// What one op did, the revision after it, and the earliest finite end it wrote (to wake
@@ -364,6 +400,8 @@ struct Tx<'a> {
     revision: Cell<u64>,
     /// The events written, in revision order, for publishing once durable.
     emitted: RefCell<Vec<Event>>,
+    /// Stored items per (kind, action) as this transaction goes.
+    counts: Cell<[i64; 4]>,
 }
 
 impl Tx<'_> {
@@ -689,8 +727,18 @@ impl Tx<'_> {
             }))
     }
 
+    fn count(&self, kind: Kind, block: &Block, delta: i64) {
+        let mut counts = self.counts.get();
+        counts[count_slot(kind, block.action)] += delta;
+        self.counts.set(counts);
+    }
+
     /// Stores `new` for `(kind, id)`, moving its expiry entry from `old`'s end to `new`'s.
     fn write(&self, kind: Kind, id: &str, old: Option<&Block>, new: &Block) -> TxResult<()> {
+        if let Some(old) = old {
+            self.count(kind, old, -1);
+        }
+        self.count(kind, new, 1);
         // Remove the old index entry first: when both ends are equal, the insert below puts
         // it back (remove-after-insert would lose it).
         if let Some(old) = old.filter(|b| !b.is_permanent()) {
@@ -706,6 +754,7 @@ impl Tx<'_> {
     }
 
     fn delete(&self, kind: Kind, id: &str, old: &Block) -> TxResult<()> {
+        self.count(kind, old, -1);
         if !old.is_permanent() {
             self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
         }

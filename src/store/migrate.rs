@@ -12,7 +12,7 @@ use super::StoreError;
 
 /// The schema version this binary reads and writes.
 /// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
-/// 2: adds `events` and `meta/revision` (migrations/0002-change-feed.md).
+/// 2: adds `events`, `meta/revision` and `meta/item_counts` (migrations/0002-change-feed.md).
 pub const CURRENT: u32 = 2;
 
 pub const META_TREE: &str = "meta";
@@ -29,6 +29,8 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     let version = match meta.get(SCHEMA_VERSION_KEY)? {
         Some(bytes) => decode_version(&bytes)?,
         None if fresh => {
+            meta.insert(super::REVISION_KEY, &0u64.to_be_bytes())?;
+            meta.insert(super::COUNTS_KEY, super::encode_counts(&[0; 4]))?;
             meta.insert(SCHEMA_VERSION_KEY, &CURRENT.to_be_bytes())?;
             db.flush()?;
             tracing::info!(schema_version = CURRENT, "created a new database");
@@ -63,10 +65,13 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
 /// the revision starts at 0 and the log at the first change after the upgrade.
 fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
     db.open_tree("events")?;
+    // Nothing writes while we upgrade, so a scan outside the transaction is exact.
+    let counts = super::encode_counts(&super::scan_counts(&db.open_tree("items")?)?);
     meta.transaction(|meta| {
         if meta.get(super::REVISION_KEY)?.is_none() {
             meta.insert(super::REVISION_KEY, &0u64.to_be_bytes())?;
         }
+        meta.insert(super::COUNTS_KEY, counts.clone())?;
         meta.insert(SCHEMA_VERSION_KEY, &2u32.to_be_bytes())?;
         Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
     })

@@ -41,7 +41,8 @@ pub use codec::CodecError;
 pub use commit::{AddOutcome, Expired, Registered, Retention};
 pub use migrate::CURRENT as SCHEMA_VERSION;
 
-use crate::model::{Block, Event, Item, Kind, NewItem};
+use crate::metrics::Metrics;
+use crate::model::{Action, Block, Event, Item, Kind, NewItem};
 use commit::{Commit, Op, Outcome};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -99,6 +100,8 @@ pub struct StoreConfig {
     /// The live feed's ring of recent events; a subscriber that misses some of it catches up
     /// from the log.
     pub feed_buffer: usize,
+    /// Where the committer records what it does.
+    pub metrics: Arc<Metrics>,
 }
 
 impl StoreConfig {
@@ -113,6 +116,7 @@ impl StoreConfig {
                 max_age_ms: 24 * 3600 * 1000,
             },
             feed_buffer: 1024,
+            metrics: Arc::default(),
         }
     }
 }
@@ -148,6 +152,8 @@ pub(crate) struct Feed {
     pub live: broadcast::Sender<Arc<Event>>,
     /// The oldest revision still in the log (`committed + 1` when the log is empty).
     pub first_retained: AtomicU64,
+    /// Stored items per (kind, action), as of the last commit.
+    pub counts: [AtomicU64; 4],
 }
 
 /// The trees every transaction spans.
@@ -163,6 +169,51 @@ pub(crate) struct Trees {
 
 /// `meta` key of the last revision handed out (u64 big-endian).
 pub(crate) const REVISION_KEY: &[u8] = b"revision";
+
+/// `meta` key of the stored item counts per kind and action: four u64 big-endian, in
+/// [`count_slot`] order. Kept in the same transaction as the items, so metrics never scan.
+pub(crate) const COUNTS_KEY: &[u8] = b"item_counts";
+
+/// Item counts per (kind, action), indexed by [`count_slot`].
+pub type Counts = [u64; 4];
+
+/// The slot of `(kind, action)` in [`Counts`].
+pub fn count_slot(kind: Kind, action: Action) -> usize {
+    let k = match kind {
+        Kind::TaskManager => 0,
+        Kind::Node => 2,
+    };
+    k + match action {
+        Action::MarkBlocked => 0,
+        Action::MarkBlockedAndEvacuateTasks => 1,
+    }
+}
+
+pub(crate) fn encode_counts(counts: &Counts) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_be_bytes()).collect()
+}
+
+pub(crate) fn decode_counts(bytes: &[u8]) -> Option<Counts> {
+    if bytes.len() != 32 {
+        return None;
+    }
+    let mut counts = [0u64; 4];
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        counts[i] = u64::from_be_bytes(chunk.try_into().ok()?);
+    }
+    Some(counts)
+}
+
+/// Counts the stored items by scanning (for upgrades and `verify`).
+pub(crate) fn scan_counts(items: &Tree) -> Result<Counts> {
+    let mut counts = [0u64; 4];
+    for entry in items.iter() {
+        let (key, bytes) = entry?;
+        let (kind, _) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+        counts[count_slot(kind, decode(&key, &bytes)?.action)] += 1;
+    }
+    Ok(counts)
+}
 
 /// How writers tell the sweeper that a deadline earlier than the one it sleeps on exists.
 #[derive(Default)]
@@ -211,6 +262,11 @@ impl Store {
             })?),
             None => 0,
         };
+        let counts = match trees.meta.get(COUNTS_KEY)? {
+            Some(bytes) => decode_counts(&bytes)
+                .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
+            None => scan_counts(&trees.items)?,
+        };
         let first_retained = match trees.events.first()? {
             Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
             None => revision + 1,
@@ -221,6 +277,7 @@ impl Store {
             durable: watch::Sender::new(revision),
             live: broadcast::channel(config.feed_buffer.max(1)).0,
             first_retained: AtomicU64::new(first_retained),
+            counts: counts.map(AtomicU64::new),
         });
         let log = if config.fsync {
             Some(std::fs::File::open(dir.join("db"))?)
@@ -241,8 +298,10 @@ impl Store {
             sweep: sweep.clone(),
             feed: feed.clone(),
             revision,
+            counts,
             unpublished: Vec::new(),
             retention: config.retention,
+            metrics: config.metrics.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())
@@ -272,6 +331,16 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the committer thread is still running.
+    pub fn committer_alive(&self) -> bool {
+        self.shared
+            .committer
+            .lock()
+            .expect("not poisoned")
+            .as_ref()
+            .is_some_and(|h| !h.is_finished())
+    }
+
     pub fn sweep_signal(&self) -> &SweepSignal {
         &self.shared.sweep
     }
@@ -292,6 +361,17 @@ impl Store {
     pub async fn wait_durable(&self, revision: u64) {
         let mut durable = self.shared.feed.durable.subscribe();
         let _ = durable.wait_for(|d| *d >= revision).await;
+    }
+
+    /// Stored items per (kind, action) (expired ones count until swept); see [`count_slot`].
+    pub fn item_counts(&self) -> Counts {
+        let c = &self.shared.feed.counts;
+        [0, 1, 2, 3].map(|i| c[i].load(Ordering::Relaxed))
+    }
+
+    /// The database's size on disk, in bytes.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.shared.db.size_on_disk()?)
     }
 
     /// The oldest revision whose event is still in the log; `revision() + 1` when empty.
@@ -566,6 +646,14 @@ impl Store {
                 "events: the log ends at {} but meta revision is {revision}",
                 next - 1
             ));
+        }
+        let stored = trees.meta.get(COUNTS_KEY)?.and_then(|b| decode_counts(&b));
+        if let Ok(scanned) = scan_counts(&trees.items) {
+            if stored != Some(scanned) {
+                problems.push(format!(
+                    "meta: item counts {stored:?} disagree with the items ({scanned:?})"
+                ));
+            }
         }
         if entries != indexed && problems.is_empty() {
             problems.push(format!(

@@ -1,0 +1,180 @@
+//! Prometheus metrics: one registry, shared by the committer, the sweeper and the HTTP layer.
+//!
+//! Gauges that describe the store (items, revision, size on disk) are set from the store at
+//! scrape time — they are kept up to date by the committer (item counts live in `meta`), so
+//! a scrape never scans the blocklist.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::model::{Action, EventType, Kind};
+use crate::store::{count_slot, Store};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    pub event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ItemLabels {
+    pub kind: &'static str,
+    pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    pub status: u16,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    /// Committed changes by kind of change (added, merged, removed, expired, …).
+    pub changes: Family<ChangeLabels, Counter>,
+    /// Add batches refused with 409.
+    pub conflicts: Counter,
+    /// Requests answered 4xx or 5xx, by status.
+    pub rejected: Family<RejectLabels, Counter>,
+    pub request_seconds: Family<RequestLabels, Histogram>,
+    /// now − endTimestamp of each item the sweeper removed.
+    pub sweeper_lag_seconds: Histogram,
+    /// Requests per group commit.
+    pub commit_batch_requests: Histogram,
+    /// Transaction + flush + fsync of one group commit.
+    pub commit_seconds: Histogram,
+    items: Family<ItemLabels, Gauge>,
+    revision: Gauge,
+    disk_bytes: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("blocklist");
+        let changes = Family::<ChangeLabels, Counter>::default();
+        registry.register("changes", "Committed changes, by event", changes.clone());
+        let conflicts = Counter::default();
+        registry.register(
+            "conflicts",
+            "Add batches refused because of a conflict",
+            conflicts.clone(),
+        );
+        let rejected = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "rejected_requests",
+            "Requests answered 4xx or 5xx, by status",
+            rejected.clone(),
+        );
+        let request_seconds = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request duration, by route and status",
+            request_seconds.clone(),
+        );
+        let sweeper_lag_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "sweeper_lag_seconds",
+            "now - endTimestamp of each item the sweeper removed",
+            sweeper_lag_seconds.clone(),
+        );
+        let commit_batch_requests = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        registry.register(
+            "commit_batch_requests",
+            "Write requests per group commit",
+            commit_batch_requests.clone(),
+        );
+        let commit_seconds = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
+        registry.register(
+            "commit_duration_seconds",
+            "Transaction, flush and fsync of one group commit",
+            commit_seconds.clone(),
+        );
+        let items = Family::<ItemLabels, Gauge>::default();
+        registry.register(
+            "items",
+            "Stored items by kind and action (expired ones until swept)",
+            items.clone(),
+        );
+        let revision = Gauge::default();
+        registry.register(
+            "revision",
+            "The current revision of the change feed",
+            revision.clone(),
+        );
+        let disk_bytes = Gauge::default();
+        registry.register(
+            "database_size_bytes",
+            "The database's size on disk",
+            disk_bytes.clone(),
+        );
+        Metrics {
+            registry,
+            changes,
+            conflicts,
+            rejected,
+            request_seconds,
+            sweeper_lag_seconds,
+            commit_batch_requests,
+            commit_seconds,
+            items,
+            revision,
+            disk_bytes,
+        }
+    }
+
+    pub fn change(&self, event: EventType) {
+        self.changes
+            .get_or_create(&ChangeLabels {
+                event: event.as_str(),
+            })
+            .inc();
+    }
+
+    /// The text exposition, with the store gauges read now. Blocking (reads the data dir's
+    /// size): call off the async workers.
+    pub fn render(&self, store: &Store) -> String {
+        let counts = store.item_counts();
+        for kind in Kind::ALL {
+            for action in [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks] {
+                let labels = ItemLabels {
+                    kind: kind.singular(),
+                    action: action.as_str(),
+                };
+                self.items
+                    .get_or_create(&labels)
+                    .set(counts[count_slot(kind, action)] as i64);
+            }
+        }
+        self.revision.set(store.revision() as i64);
+        if let Ok(bytes) = store.size_on_disk() {
+            self.disk_bytes.set(bytes as i64);
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+}
