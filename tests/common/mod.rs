@@ -71,9 +71,11 @@ impl Workspace {
 
 impl Daemon {
     pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
-        let mut child = Command::new(BIN)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
+        let mut command = Command::new(BIN);
+        if !extra.contains(&"--listen") {
+            command.arg("--listen").arg("127.0.0.1:0");
+        }
+        let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)

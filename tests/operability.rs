@@ -1,0 +1,376 @@
+//! Operability: metrics, probes, clean shutdown, `check`, export/import.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// The value of a metric line `name{labels} value` in a Prometheus exposition.
+fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn scrape(d: &Daemon) -> String {
+    let resp = d.client.get(d.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn metrics_follow_adds_merges_conflicts_and_expiry() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let mut short = item("n-short", "MARK_BLOCKED", "c");
+    short["timeout"] = json!(200);
+    d.post(
+        "/blocklist/nodes",
+        json!([short, item("n1", "MARK_BLOCKED_AND_EVACUATE_TASKS", "c")]),
+    )
+    .await;
+    d.post(
+        "/blocklist/taskmanagers",
+        json!([item("t1", "MARK_BLOCKED", "c")]),
+    )
+    .await;
+    let mut merge = item("t1", "MARK_BLOCKED", "d");
+    merge["allowMerge"] = json!(true);
+    d.post("/blocklist/taskmanagers", json!([merge])).await;
+    assert_eq!(
+        d.post(
+            "/blocklist/taskmanagers",
+            json!([item("t1", "MARK_BLOCKED", "e")])
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        d.post("/blocklist/nodes", json!([])).await.0,
+        StatusCode::BAD_REQUEST
+    );
+
+    let text = scrape(&d).await;
+    assert_eq!(
+        metric(&text, r#"blocklist_changes_total{event="added"}"#),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"blocklist_changes_total{event="merged"}"#),
+        1.0
+    );
+    assert_eq!(metric(&text, "blocklist_conflicts_total"), 1.0);
+    assert_eq!(
+        metric(&text, r#"blocklist_rejected_requests_total{status="409"}"#),
+        1.0
+    );
+    assert_eq!(
+        metric(&text, r#"blocklist_rejected_requests_total{status="400"}"#),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"}"#
+        ),
+        1.0
+    );
+    assert_eq!(metric(&text, "blocklist_revision"), 4.0);
+    assert!(metric(&text, "blocklist_database_size_bytes") > 0.0);
+    assert!(text.contains(r#"blocklist_http_request_duration_seconds_count{method="POST",route="/blocklist/taskmanagers",status="201"}"#), "{text}");
+    assert!(metric(&text, "blocklist_commit_batch_requests_count") >= 4.0);
+
+    eventually("the short item to be swept", || async {
+        metric(
+            &scrape(&d).await,
+            r#"blocklist_changes_total{event="expired"}"#,
+        ) == 1.0
+    })
+    .await;
+    let text = scrape(&d).await;
+    assert_eq!(metric(&text, "blocklist_sweeper_lag_seconds_count"), 1.0);
+    assert_eq!(
+        metric(
+            &text,
+            r#"blocklist_items{kind="node",action="MARK_BLOCKED"}"#
+        ),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn probes_answer() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    assert_eq!(
+        d.get("/healthz").await,
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+    let (status, body) = d.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "ready");
+    assert_eq!(body["sweeper"], "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_completes_requests_in_flight_and_exits_0() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let client = reqwest::Client::new();
+    let url = d.url("/blocklist/taskmanagers");
+    let requests: Vec<_> = (0..50)
+        .map(|i| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                let body = json!([item(&format!("tm-{i}"), "MARK_BLOCKED", "c")]);
+                client
+                    .post(&url)
+                    .json(&body)
+                    .send()
+                    .await
+                    .map(|r| r.status())
+            })
+        })
+        .collect();
+    // Wait until the daemon has taken some of them in, then ask it to stop.
+    eventually("some requests to land", || async {
+        std::fs::read_to_string(&d.log)
+            .unwrap_or_default()
+            .contains("event=\"added\"")
+    })
+    .await;
+    let status = d.terminate();
+    assert_eq!(status.code(), Some(0));
+    let mut acknowledged = Vec::new();
+    for (i, r) in requests.into_iter().enumerate() {
+        match r.await.unwrap() {
+            Ok(status) => {
+                assert_eq!(
+                    status,
+                    StatusCode::CREATED,
+                    "a request in flight was answered, and well"
+                );
+                acknowledged.push(format!("tm-{i}"));
+            }
+            Err(_) => {} // not yet accepted when the listener closed
+        }
+    }
+    assert!(!acknowledged.is_empty());
+    let d = ws.start(&[]);
+    let present = ids(&d.get("/blocklist/taskmanagers").await.1);
+    for id in &acknowledged {
+        assert!(
+            present.contains(id),
+            "{id} was acknowledged before shutdown but is gone"
+        );
+    }
+}
+
+fn blocklistd(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run blocklistd")
+}
+
+#[tokio::test]
+async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let mut timed = item("n1", "MARK_BLOCKED", "c");
+    timed["timeout"] = json!(3_600_000);
+    d.post("/blocklist/nodes", json!([timed])).await;
+    d.kill9();
+    let dir = ws.data_dir();
+    let out = blocklistd(&["check".as_ref(), "--data-dir".as_ref(), dir.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: every invariant holds"));
+
+    // Break the index behind the daemon's back: remove the item's expiry entry.
+    {
+        let db = sled::open(&dir).unwrap();
+        let expiry = db.open_tree("expiry").unwrap();
+        let key = expiry.first().unwrap().unwrap().0;
+        expiry.remove(key).unwrap();
+        db.flush().unwrap();
+    }
+    let out = blocklistd(&["check".as_ref(), "--data-dir".as_ref(), dir.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("problem: expiry: no entry for node \"n1\""),
+        "{stdout}"
+    );
+
+    let missing = ws.tmp.path().join("nothing-here");
+    let out = blocklistd(&["check".as_ref(), "--data-dir".as_ref(), missing.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!missing.exists(), "check never creates a database");
+}
+
+#[tokio::test]
+async fn export_then_import_reproduces_a_100k_item_store() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    for kind in ["taskmanagers", "nodes"] {
+        for chunk in 0..5 {
+            let items: Vec<Value> = (0..10_000)
+                .map(|i| {
+                    let mut it = item(
+                        &format!("{kind}-{chunk}-{i:05}"),
+                        if i % 2 == 0 {
+                            "MARK_BLOCKED"
+                        } else {
+                            "MARK_BLOCKED_AND_EVACUATE_TASKS"
+                        },
+                        "bulk",
+                    );
+                    if i % 3 == 0 {
+                        it["timeout"] = json!(3_600_000 + i);
+                    }
+                    it
+                })
+                .collect();
+            assert_eq!(
+                d.post(&format!("/blocklist/{kind}"), Value::Array(items))
+                    .await
+                    .0,
+                StatusCode::CREATED
+            );
+        }
+    }
+    let regs: Vec<Value> = (0..1000)
+        .map(|i| json!({"id": format!("tm-{i}"), "node": format!("nodes-0-{:05}", i % 100)}))
+        .collect();
+    d.call(
+        reqwest::Method::PUT,
+        "/taskmanagers",
+        Some(Value::Array(regs)),
+    )
+    .await;
+    // An item that expires before the import: it must be skipped.
+    let short_end = now_ms() + 3_000;
+    let short =
+        json!({"id": "short", "action": "MARK_BLOCKED", "cause": "c", "endTimestamp": short_end});
+    d.post("/blocklist/nodes", json!([short])).await;
+
+    let resp = d
+        .client
+        .get(d.url("/blocklist/export"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    let exported = resp.text().await.unwrap();
+    assert_eq!(exported.lines().count(), 100_000 + 1000 + 1);
+    let mut before = d.listing().await;
+    d.kill9();
+
+    // Offline export of the same store gives the same lines.
+    let dir = ws.data_dir();
+    let out = blocklistd(&["export".as_ref(), "--data-dir".as_ref(), dir.as_os_str()]);
+    assert!(out.status.success());
+    // (Except for the short item, which may have expired in between.)
+    let lasting = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.contains("\"short\""))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (offline, online) = (
+        lasting(&String::from_utf8(out.stdout).unwrap()),
+        lasting(&exported),
+    );
+    let first_difference = offline.iter().zip(&online).position(|(a, b)| a != b);
+    assert_eq!(first_difference, None, "offline and online exports differ");
+    assert_eq!(offline.len(), online.len());
+
+    let file = ws.tmp.path().join("export.jsonl");
+    std::fs::write(&file, &exported).unwrap();
+    eventually("the short item to expire", || async {
+        now_ms() > short_end
+    })
+    .await;
+    let fresh = ws.tmp.path().join("restored");
+    let out = blocklistd(&[
+        "import".as_ref(),
+        "--data-dir".as_ref(),
+        fresh.as_os_str(),
+        "--mode".as_ref(),
+        "replace".as_ref(),
+        file.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("(1 expired skipped)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let restored = Daemon::start(&fresh, &ws.tmp.path().join("restored.log"), &[]);
+    let mut after = restored.listing().await;
+    // The short item has expired in the meantime in the original too.
+    before["blockedNodes"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|n| n["id"] != "short");
+    before.as_object_mut().unwrap().remove("revision");
+    after.as_object_mut().unwrap().remove("revision");
+    assert!(
+        after == before,
+        "the restored listing differs from the original"
+    );
+    assert_eq!(
+        restored
+            .get("/taskmanagers")
+            .await
+            .1
+            .as_array()
+            .unwrap()
+            .len(),
+        1000
+    );
+}
+
+#[tokio::test]
+async fn a_bad_import_file_writes_nothing() {
+    let ws = Workspace::new();
+    let file = ws.tmp.path().join("bad.jsonl");
+    std::fs::write(&file, "{\"type\":\"registration\",\"id\":\"t\",\"node\":\"n\"}\n{\"type\":\"item\",\"kind\":\"node\"}\n").unwrap();
+    let dir = ws.data_dir();
+    let out = blocklistd(&[
+        "import".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+        file.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.exists(), "nothing was written");
+}

@@ -1,0 +1,236 @@
+//! Authentication, exposure and resource limits over real sockets.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+
+const TOKEN: &str = "s3cret-token-value";
+
+fn token_file(ws: &Workspace, contents: &str) -> String {
+    let path = ws.tmp.path().join("tokens");
+    std::fs::write(&path, contents).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[tokio::test]
+async fn mutations_need_the_bearer_token_and_reads_stay_open() {
+    let mut ws = Workspace::new();
+    let tokens = token_file(&ws, &format!("# rotated tokens\nold-token\n\n{TOKEN}\n"));
+    let d = ws.start(&["--token-file", &tokens]);
+    let body = json!([item("n1", "MARK_BLOCKED", "c")]);
+    let url = d.url("/blocklist/nodes");
+
+    let resp = d.client.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        resp.headers()["www-authenticate"],
+        "Bearer realm=\"blocklistd\""
+    );
+    assert!(resp.json::<serde_json::Value>().await.unwrap()["errors"][0].is_string());
+
+    let resp = d
+        .client
+        .post(&url)
+        .bearer_auth("wrong")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    for path in ["/blocklist/nodes/n1", "/taskmanagers/t"] {
+        let resp = d.client.delete(d.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let resp = d
+        .client
+        .put(d.url("/taskmanagers/t"))
+        .json(&json!({"node": "n"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        d.get("/blocklist/nodes").await.1,
+        json!([]),
+        "nothing was written"
+    );
+
+    let resp = d
+        .client
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let resp = d
+        .client
+        .put(d.url("/taskmanagers/t"))
+        .bearer_auth("old-token")
+        .json(&json!({"node": "n1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::CREATED,
+        "every listed token works"
+    );
+
+    // Reads, checks and probes need nothing.
+    assert_eq!(d.get("/blocklist/nodes/n1").await.0, StatusCode::OK);
+    assert_eq!(
+        d.post("/blocklist/check", json!({"nodes": ["n1"]})).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(d.get("/healthz").await.0, StatusCode::OK);
+
+    let log = d.log_text();
+    assert!(
+        !log.contains(TOKEN) && !log.contains("wrong"),
+        "tokens never reach the log"
+    );
+}
+
+#[tokio::test]
+async fn reads_can_be_closed_but_probes_and_metrics_stay_open() {
+    let mut ws = Workspace::new();
+    let tokens = token_file(&ws, TOKEN);
+    let d = ws.start(&["--token-file", &tokens, "--auth-reads", "true"]);
+    assert_eq!(d.get("/blocklist").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        d.post("/blocklist/check", json!({"nodes": ["n"]})).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let resp = d
+        .client
+        .get(d.url("/blocklist"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        let resp = d.client.get(d.url(open)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{open}");
+    }
+}
+
+#[tokio::test]
+async fn a_non_loopback_address_without_a_token_is_refused() {
+    let ws = Workspace::new();
+    let dir = ws.data_dir();
+    let args = [
+        "--listen".as_ref(),
+        "0.0.0.0:0".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+    ];
+    let (status, stderr) = run_to_exit(&args);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("without authentication") && stderr.contains("--token-file"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.join("db").exists(),
+        "refused before touching the data dir"
+    );
+
+    let empty = ws.tmp.path().join("empty-tokens");
+    std::fs::write(&empty, "# nothing\n").unwrap();
+    let (status, stderr) = run_to_exit(&[
+        args[0],
+        args[1],
+        args[2],
+        args[3],
+        "--token-file".as_ref(),
+        empty.as_os_str(),
+    ]);
+    assert!(!status.success());
+    assert!(stderr.contains("holds no token"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_non_loopback_address_is_allowed_with_the_explicit_flag() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--listen", "0.0.0.0:0", "--allow-unauthenticated"]);
+    assert!(d.addr.ip().is_unspecified(), "{}", d.addr);
+    assert_eq!(d.get("/healthz").await.0, StatusCode::OK);
+}
+
+#[test]
+fn a_client_that_trickles_its_headers_is_cut_off() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--header-timeout-ms", "500"]);
+    let mut conn = TcpStream::connect(d.addr).unwrap();
+    conn.set_read_timeout(Some(DEADLINE)).unwrap();
+    let started = Instant::now();
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // One header byte a second; the daemon closes the connection at the deadline.
+    let mut closed = false;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(300));
+        if conn.write_all(b"X").is_err() {
+            closed = true;
+            break;
+        }
+        let mut buf = [0u8; 256];
+        conn.set_nonblocking(true).unwrap();
+        let read = conn.read(&mut buf);
+        conn.set_nonblocking(false).unwrap();
+        if matches!(read, Ok(0)) || matches!(read, Ok(n) if n > 0) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the connection stayed open");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_client_that_trickles_its_body_gets_408() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--body-timeout-ms", "500"]);
+    let mut conn = TcpStream::connect(d.addr).unwrap();
+    conn.set_read_timeout(Some(DEADLINE)).unwrap();
+    conn.write_all(b"POST /blocklist/nodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[").unwrap();
+    let mut response = String::new();
+    let _ = conn.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("\"errors\""), "{response}");
+    assert_eq!(d.get("/blocklist/nodes").await.1, json!([]));
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_refused_with_503() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--max-connections", "2"]);
+    let idle: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(d.addr).unwrap())
+        .collect();
+    // The third gets a 503 and is closed; nothing hangs.
+    let mut extra = TcpStream::connect(d.addr).unwrap();
+    extra.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut response = String::new();
+    let _ = extra.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("too many open connections"));
+    drop(idle);
+    eventually("a slot to free up", || async {
+        reqwest::Client::new()
+            .get(d.url("/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == StatusCode::OK)
+    })
+    .await;
+}
