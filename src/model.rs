@@ -358,6 +358,82 @@ mod tests {
         assert_eq!(Action::parse("mark_blocked"), None);
     }
 
+    mod algebra {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn report() -> impl Strategy<Value = (Action, i64, String)> {
+            (
+                prop_oneof![
+                    Just(Action::MarkBlocked),
+                    Just(Action::MarkBlockedAndEvacuateTasks)
+                ],
+                prop_oneof![1i64..1_000_000, Just(PERMANENT)],
+                "[a-d]{1,2}(,[a-d]{1,2}){0,2}",
+            )
+        }
+
+        fn fold(reports: &[(Action, i64, String)]) -> Block {
+            let (action, end, cause) = &reports[0];
+            let mut block = Block {
+                action: *action,
+                start: 7,
+                end: *end,
+                cause: merge_causes("", cause),
+            };
+            for (action, end, cause) in &reports[1..] {
+                block.merge(*action, *end, cause);
+            }
+            block
+        }
+
+        proptest! {
+            /// Action and end do not depend on the order reports arrive in; start never moves.
+            #[test]
+            fn action_and_end_are_order_independent(
+                reports in prop::collection::vec(report(), 1..8),
+                seed in any::<u64>(),
+            ) {
+                let mut shuffled = reports.clone();
+                let n = shuffled.len();
+                for i in (1..n).rev() {
+                    shuffled.swap(i, (seed.rotate_left(i as u32) % (i as u64 + 1)) as usize);
+                }
+                let (a, b) = (fold(&reports), fold(&shuffled));
+                prop_assert_eq!(a.action, b.action);
+                prop_assert_eq!(a.end, b.end);
+                prop_assert_eq!(a.start, 7);
+                prop_assert_eq!(a.action, reports.iter().map(|r| r.0).max().unwrap());
+                prop_assert_eq!(a.end, reports.iter().map(|r| r.1).max().unwrap());
+            }
+
+            /// Merging the same report again changes nothing.
+            #[test]
+            fn merging_is_idempotent(reports in prop::collection::vec(report(), 1..6), again in 0usize..6) {
+                let once = fold(&reports);
+                let mut twice = once.clone();
+                let (action, end, cause) = &reports[again % reports.len()];
+                twice.merge(*action, *end, cause);
+                prop_assert_eq!(once, twice);
+            }
+
+            /// Causes are the set of reported parts, in order of first arrival.
+            #[test]
+            fn causes_are_a_set_in_arrival_order(reports in prop::collection::vec(report(), 1..8)) {
+                let block = fold(&reports);
+                let mut expected: Vec<&str> = Vec::new();
+                for (_, _, cause) in &reports {
+                    for part in cause.split(',') {
+                        if !expected.contains(&part) {
+                            expected.push(part);
+                        }
+                    }
+                }
+                prop_assert_eq!(block.cause, expected.join(","));
+            }
+        }
+    }
+
     #[test]
     fn id_rules() {
         assert!(validate_id("tm-1").is_ok());

@@ -135,3 +135,290 @@ async fn bad_ids_in_paths_are_400_and_change_nothing() {
 fn body(v: Value) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap()
 }
+
+/// Everything a client can observe of the store: both listings, the registrations and the
+/// revision (which any write would move).
+async fn snapshot(d: &Daemon) -> Value {
+    json!({
+        "blocklist": d.listing().await,
+        "registrations": d.get("/taskmanagers").await.1,
+    })
+}
+
+#[tokio::test]
+async fn bad_requests_on_every_other_endpoint_are_refused_and_change_nothing() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    d.post("/blocklist/nodes", json!([ok("n1")])).await;
+    d.call(
+        reqwest::Method::PUT,
+        "/taskmanagers/tm-1",
+        Some(json!({"node": "n1"})),
+    )
+    .await;
+    let before = snapshot(&d).await;
+
+    let ten_mb = vec![b' '; 10 * 1024 * 1024];
+    let huge_batch = body(Value::Array(
+        (0..100_000).map(|i| ok(&format!("x{i}"))).collect(),
+    ));
+    use reqwest::Method as M;
+    let cases: Vec<(M, &str, &str, Vec<u8>, StatusCode, &str)> = vec![
+        (
+            M::PUT,
+            "/taskmanagers/tm-2",
+            JSON,
+            b"{\"node\":".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "not valid JSON",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers/tm-2",
+            JSON,
+            body(json!({"node": 1})),
+            StatusCode::BAD_REQUEST,
+            "node: must be a string",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers/tm-2",
+            JSON,
+            body(json!({"node": "n", "extra": 1})),
+            StatusCode::BAD_REQUEST,
+            "extra: unknown field",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers/tm-2",
+            JSON,
+            body(json!({"node": "a\tb"})),
+            StatusCode::BAD_REQUEST,
+            "control character",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers/tm-2",
+            "text/plain",
+            body(json!({"node": "n"})),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "application/json",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers/tm-2",
+            JSON,
+            ten_mb.clone(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "size limit",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers/%00",
+            JSON,
+            body(json!({"node": "n"})),
+            StatusCode::BAD_REQUEST,
+            "id in the path",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers",
+            JSON,
+            body(json!([{"id": "a", "node": "n"}, {"id": "b", "node": 2}])),
+            StatusCode::BAD_REQUEST,
+            "items[1] (id \"b\").node",
+        ),
+        (
+            M::PUT,
+            "/taskmanagers",
+            JSON,
+            body(json!({"items": {}})),
+            StatusCode::BAD_REQUEST,
+            "items: must be an array",
+        ),
+        (
+            M::POST,
+            "/blocklist/check",
+            JSON,
+            body(json!({"taskManagers": "tm-1"})),
+            StatusCode::BAD_REQUEST,
+            "taskManagers: must be an array",
+        ),
+        (
+            M::POST,
+            "/blocklist/check",
+            JSON,
+            body(json!({"taskManagers": [null]})),
+            StatusCode::BAD_REQUEST,
+            "taskManagers[0]: must be a string",
+        ),
+        (
+            M::POST,
+            "/blocklist/check",
+            JSON,
+            body(json!([])),
+            StatusCode::BAD_REQUEST,
+            "must be an object",
+        ),
+        (
+            M::POST,
+            "/blocklist/check",
+            "application/xml",
+            b"<x/>".to_vec(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "must be JSON",
+        ),
+        (
+            M::POST,
+            "/blocklist/nodes",
+            JSON,
+            ten_mb,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "size limit",
+        ),
+        (
+            M::POST,
+            "/blocklist/nodes",
+            JSON,
+            huge_batch,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "size limit",
+        ),
+        (
+            M::POST,
+            "/blocklist/nodes",
+            JSON,
+            b"\xef\xbb\xbf[]".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "not valid JSON",
+        ),
+        (
+            M::POST,
+            "/blocklist/nodes",
+            JSON,
+            br#"[{"id":"a","action":"MARK_BLOCKED","cause":"c","id":"b"}]"#.to_vec(),
+            StatusCode::CREATED,
+            "",
+        ),
+        (
+            M::GET,
+            "/blocklist/events?since=1e3",
+            "",
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "since: must be a revision",
+        ),
+        (
+            M::GET,
+            "/blocklist/events?since=99999999999999999999999",
+            "",
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "since",
+        ),
+        (
+            M::GET,
+            "/blocklist/nodes/..%2F..%2Fetc%2Fpasswd",
+            "",
+            vec![],
+            StatusCode::NOT_FOUND,
+            "is not blocked",
+        ),
+        (
+            M::GET,
+            "/blocklist/nodes/n1/extra",
+            "",
+            vec![],
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        ),
+        (
+            M::GET,
+            "/blocklist/check/taskmanagers/%0A",
+            "",
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "id in the path",
+        ),
+        (
+            M::PATCH,
+            "/blocklist/nodes",
+            JSON,
+            body(json!([ok("x")])),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "PATCH is not allowed",
+        ),
+        (
+            M::DELETE,
+            "/blocklist",
+            "",
+            vec![],
+            StatusCode::METHOD_NOT_ALLOWED,
+            "DELETE is not allowed",
+        ),
+        (
+            M::POST,
+            "/taskmanagers/tm-1",
+            JSON,
+            body(json!({"node": "n"})),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST is not allowed",
+        ),
+        (
+            M::PUT,
+            "/blocklist/nodes/n1",
+            JSON,
+            body(json!(ok("n1"))),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "PUT is not allowed",
+        ),
+        (
+            M::DELETE,
+            "/taskmanagers",
+            "",
+            vec![],
+            StatusCode::METHOD_NOT_ALLOWED,
+            "DELETE is not allowed",
+        ),
+        (
+            M::POST,
+            "/blocklist/events",
+            JSON,
+            b"{}".to_vec(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST is not allowed",
+        ),
+    ];
+    let mut created_by_duplicate_key = false;
+    for (method, path, content_type, bytes, status, needle) in cases {
+        let addr = d.addr;
+        let m = method.to_string();
+        let p = path.to_owned();
+        let ct = content_type.to_owned();
+        let (got, body) =
+            tokio::task::spawn_blocking(move || raw_request(addr, &m, &p, &ct, &bytes))
+                .await
+                .unwrap();
+        if got == StatusCode::CREATED {
+            // A duplicate JSON key: the last value wins, as serde_json and most parsers do.
+            created_by_duplicate_key = true;
+            d.delete("/blocklist/nodes/b").await;
+            continue;
+        }
+        assert_eq!(got, status, "{method} {path}: {body}");
+        let errors = body["errors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method} {path}: no errors in {body}"));
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.as_str().is_some_and(|e| e.contains(needle))),
+            "{method} {path}: no error contains {needle:?}: {errors:?}"
+        );
+    }
+    assert!(created_by_duplicate_key);
+    let mut after = snapshot(&d).await;
+    // The duplicate-key add and its removal moved the revision by two; nothing else changed.
+    after["blocklist"]["revision"] = before["blocklist"]["revision"].clone();
+    assert_eq!(after, before, "bad requests changed the store");
+}

@@ -14,13 +14,104 @@ use serde_json::{json, Value};
 const BATCH: usize = 5;
 const HOT_IDS: usize = 4;
 
-/// What the writers were told: batches acknowledged (201) and merge causes acknowledged
-/// (202) per hot id.
+/// What the writers were told (acknowledged) and what they tried, per crash round.
 #[derive(Default)]
 struct Ledger {
+    /// Add batches answered 201.
     batches: Vec<Vec<String>>,
+    /// Every add batch sent, answered or not.
     attempted: Vec<Vec<String>>,
+    /// Causes merged into hot ids, answered 202.
     merges: Vec<(String, String)>,
+    /// Deletes answered 200, and every delete sent.
+    deleted: BTreeSet<String>,
+    delete_attempted: BTreeSet<String>,
+    /// Registrations answered 201.
+    registered: Vec<(String, String)>,
+}
+
+/// A kill delay that differs from run to run and round to round, 300–1000 ms.
+fn random_delay(round: u64) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    Duration::from_millis(300 + (nanos / 1000 + round * 211) % 700)
+}
+
+/// One writer's loop of adds, merges, deletes and registrations until the daemon dies.
+async fn writer(d_url: String, round: u64, w: usize, ledger: Arc<Mutex<Ledger>>) {
+    let client = reqwest::Client::new();
+    let mut mine: Vec<String> = Vec::new();
+    for n in 0.. {
+        let request = match n % 5 {
+            2 => {
+                let hot = format!("hot-{}", n % HOT_IDS);
+                let cause = format!("r{round}w{w}n{n}");
+                let mut it = item(&hot, "MARK_BLOCKED", &cause);
+                it["allowMerge"] = json!(true);
+                client
+                    .post(format!("{d_url}/blocklist/taskmanagers"))
+                    .json(&json!([it]))
+            }
+            3 if !mine.is_empty() => {
+                let id = mine.remove(0);
+                ledger.lock().unwrap().delete_attempted.insert(id.clone());
+                client.delete(format!("{d_url}/blocklist/taskmanagers/{id}"))
+            }
+            4 => {
+                let tm = format!("tm-r{round}-w{w}-n{n}");
+                client
+                    .put(format!("{d_url}/taskmanagers/{tm}"))
+                    .json(&json!({"node": format!("node-{w}")}))
+            }
+            _ => {
+                let ids: Vec<String> = (0..BATCH)
+                    .map(|i| format!("r{round}-w{w}-n{n}-{i}"))
+                    .collect();
+                ledger.lock().unwrap().attempted.push(ids.clone());
+                let items: Vec<Value> =
+                    ids.iter().map(|id| item(id, "MARK_BLOCKED", "c")).collect();
+                client
+                    .post(format!("{d_url}/blocklist/taskmanagers"))
+                    .json(&items)
+            }
+        };
+        let Ok(resp) = request.send().await else {
+            return; // the daemon is gone
+        };
+        let status = resp.status();
+        let url = resp.url().path().to_owned();
+        let mut ledger = ledger.lock().unwrap();
+        match (n % 5, status) {
+            (2, StatusCode::CREATED | StatusCode::ACCEPTED) => {
+                ledger
+                    .merges
+                    .push((format!("hot-{}", n % HOT_IDS), format!("r{round}w{w}n{n}")));
+            }
+            (3, StatusCode::OK) => {
+                let id = url.rsplit('/').next().unwrap().to_owned();
+                ledger.deleted.insert(id);
+            }
+            (4, StatusCode::CREATED) => {
+                ledger
+                    .registered
+                    .push((format!("tm-r{round}-w{w}-n{n}"), format!("node-{w}")));
+            }
+            (_, StatusCode::CREATED) => {
+                let ids = ledger
+                    .attempted
+                    .iter()
+                    .rev()
+                    .find(|b| b[0] == format!("r{round}-w{w}-n{n}-0"))
+                    .cloned()
+                    .unwrap();
+                mine.push(ids[0].clone());
+                ledger.batches.push(ids);
+            }
+            (op, status) => panic!("op {op} got {status}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,61 +124,45 @@ async fn acknowledged_writes_survive_kill_9_under_concurrent_writers() {
         StatusCode::CREATED
     );
 
-    for round in 0..3 {
+    for round in 0..4u64 {
         let ledger = Arc::new(Mutex::new(Ledger::default()));
-        let url = d.url("/blocklist/taskmanagers");
-        let client = reqwest::Client::new();
-        let mut writers = Vec::new();
-        for w in 0..16 {
-            let (ledger, url, client) = (ledger.clone(), url.clone(), client.clone());
-            writers.push(tokio::spawn(async move {
-                for n in 0.. {
-                    // Every third request merges a unique cause into a hot id.
-                    let (body, ids, merge) = if n % 3 == 2 {
-                        let hot = format!("hot-{}", n % HOT_IDS);
-                        let cause = format!("r{round}w{w}n{n}");
-                        let mut it = item(&hot, "MARK_BLOCKED", &cause);
-                        it["allowMerge"] = json!(true);
-                        (json!([it]), vec![], Some((hot, cause)))
-                    } else {
-                        let ids: Vec<String> = (0..BATCH)
-                            .map(|i| format!("r{round}-w{w}-n{n}-{i}"))
-                            .collect();
-                        let items: Vec<Value> =
-                            ids.iter().map(|id| item(id, "MARK_BLOCKED", "c")).collect();
-                        (Value::Array(items), ids, None)
-                    };
-                    ledger.lock().unwrap().attempted.push(ids.clone());
-                    let Ok(resp) = client.post(&url).json(&body).send().await else {
-                        return; // the daemon is gone
-                    };
-                    let status = resp.status();
-                    let mut ledger = ledger.lock().unwrap();
-                    match merge {
-                        Some(m) if status.is_success() => ledger.merges.push(m),
-                        None if status == StatusCode::CREATED => ledger.batches.push(ids),
-                        _ => panic!("unexpected {status}"),
-                    }
-                }
-            }));
-        }
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        let writers: Vec<_> = (0..16)
+            .map(|w| tokio::spawn(writer(d.url(""), round, w, ledger.clone())))
+            .collect();
+        tokio::time::sleep(random_delay(round)).await;
         d.kill9();
         for w in writers {
             w.await.expect("writer");
         }
-        d = ws.start(&[]);
 
+        // Offline, before the restart: the store's invariants hold.
+        let dir = ws.data_dir();
+        let out = std::process::Command::new(BIN)
+            .args(["check".as_ref(), "--data-dir".as_ref(), dir.as_os_str()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "round {round}: check failed:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+
+        d = ws.start(&[]);
         let list = d.get("/blocklist/taskmanagers").await.1;
         let present: BTreeSet<String> = ids(&list).into_iter().collect();
         let ledger = std::mem::take(&mut *ledger.lock().unwrap());
         assert!(
-            ledger.batches.len() > 10,
+            ledger.batches.len() > 5,
             "round {round}: only {} batches acknowledged",
             ledger.batches.len()
         );
-        for batch in &ledger.batches {
-            for id in batch {
+        for id in ledger.batches.iter().flatten() {
+            if ledger.deleted.contains(id) {
+                assert!(
+                    !present.contains(id),
+                    "round {round}: acknowledged delete of {id} undone"
+                );
+            } else if !ledger.delete_attempted.contains(id) {
                 assert!(
                     present.contains(id),
                     "round {round}: acknowledged {id} lost"
@@ -95,9 +170,13 @@ async fn acknowledged_writes_survive_kill_9_under_concurrent_writers() {
             }
         }
         for batch in &ledger.attempted {
-            let n = batch.iter().filter(|id| present.contains(*id)).count();
+            let untouched: Vec<&String> = batch
+                .iter()
+                .filter(|id| !ledger.delete_attempted.contains(*id))
+                .collect();
+            let n = untouched.iter().filter(|id| present.contains(**id)).count();
             assert!(
-                n == 0 || n == batch.len(),
+                n == 0 || n == untouched.len(),
                 "round {round}: batch half-applied: {batch:?}"
             );
         }
@@ -107,6 +186,16 @@ async fn acknowledged_writes_survive_kill_9_under_concurrent_writers() {
             assert!(
                 causes.contains(&cause.as_str()),
                 "round {round}: merged cause {cause} lost from {hot}"
+            );
+        }
+        let registrations = d.get("/taskmanagers").await.1;
+        for (tm, node) in &ledger.registered {
+            assert!(
+                registrations
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"id": tm, "node": node})),
+                "round {round}: acknowledged registration of {tm} lost"
             );
         }
         assert_eq!(d.get("/blocklist/nodes/before").await.0, StatusCode::OK);

@@ -1,0 +1,152 @@
+//! Concurrency: merges are linearizable, add-without-merge races have one winner, and adds
+//! racing the sweeper never break the index or resurrect an expired item.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_merges_into_one_id_lose_nothing() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let url = d.url("/blocklist/nodes");
+    let client = reqwest::Client::new();
+    let start = now_ms();
+    let mut tasks = Vec::new();
+    for c in 0..32 {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut ends = Vec::new();
+            for n in 0..10 {
+                let end = start + 3_600_000 + c * 1000 + n;
+                let action = if c == 17 && n == 3 {
+                    "MARK_BLOCKED_AND_EVACUATE_TASKS"
+                } else {
+                    "MARK_BLOCKED"
+                };
+                let body = json!([{"id": "hot", "action": action, "cause": format!("c{c}-{n}"),
+                                   "endTimestamp": end, "allowMerge": true}]);
+                let status = client.post(&url).json(&body).send().await.unwrap().status();
+                assert!(
+                    status == StatusCode::CREATED || status == StatusCode::ACCEPTED,
+                    "{status}"
+                );
+                ends.push((status, end));
+            }
+            ends
+        }));
+    }
+    let mut created = 0;
+    let mut max_end = 0;
+    for t in tasks {
+        for (status, end) in t.await.unwrap() {
+            created += usize::from(status == StatusCode::CREATED);
+            max_end = max_end.max(end);
+        }
+    }
+    assert_eq!(
+        created, 1,
+        "exactly one request created the item; the rest merged"
+    );
+    let (_, hot) = d.get("/blocklist/nodes/hot").await;
+    let causes: BTreeSet<&str> = hot["cause"].as_str().unwrap().split(',').collect();
+    assert_eq!(causes.len(), 320, "no cause lost");
+    assert_eq!(hot["endTimestamp"], json!(max_end));
+    assert_eq!(hot["action"], "MARK_BLOCKED_AND_EVACUATE_TASKS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_without_merge_have_exactly_one_winner() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let client = reqwest::Client::new();
+    for round in 0..5 {
+        let id = format!("contested-{round}");
+        let tasks: Vec<_> = (0..40)
+            .map(|c| {
+                let (client, url) = (client.clone(), d.url("/blocklist/taskmanagers"));
+                let body = json!([item(&id, "MARK_BLOCKED", &format!("client-{c}"))]);
+                tokio::spawn(
+                    async move { client.post(&url).json(&body).send().await.unwrap().status() },
+                )
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for t in tasks {
+            statuses.push(t.await.unwrap());
+        }
+        assert_eq!(
+            statuses
+                .iter()
+                .filter(|s| **s == StatusCode::CREATED)
+                .count(),
+            1,
+            "{statuses:?}"
+        );
+        assert_eq!(
+            statuses
+                .iter()
+                .filter(|s| **s == StatusCode::CONFLICT)
+                .count(),
+            39
+        );
+        let (_, stored) = d.get(&format!("/blocklist/taskmanagers/{id}")).await;
+        assert!(
+            !stored["cause"].as_str().unwrap().contains(','),
+            "the winner's item, unmerged"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_racing_the_sweeper_keep_the_index_whole_and_never_resurrect() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let client = reqwest::Client::new();
+    for round in 0..5 {
+        // 100 items due in 150 ms, re-added (no merge) around the moment they come due.
+        let end = now_ms() + 150;
+        let batch: Vec<Value> = (0..100)
+            .map(|i| json!({"id": format!("r{i}"), "action": "MARK_BLOCKED", "cause": format!("old-{round}"), "endTimestamp": end}))
+            .collect();
+        let status = d.post("/blocklist/nodes", Value::Array(batch)).await.0;
+        assert!(
+            status == StatusCode::CREATED || status == StatusCode::CONFLICT,
+            "{status}"
+        );
+        while now_ms() < end - 5 {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let tasks: Vec<_> = (0..100)
+            .map(|i| {
+                let (client, url) = (client.clone(), d.url("/blocklist/nodes"));
+                let body = json!([{"id": format!("r{i}"), "action": "MARK_BLOCKED", "cause": format!("new-{round}"), "timeout": 60_000}]);
+                tokio::spawn(async move { client.post(&url).json(&body).send().await.unwrap().status() })
+            })
+            .collect();
+        for t in tasks {
+            let status = t.await.unwrap();
+            // 201 once the old item is due; 409 while it still blocks.
+            assert!(
+                status == StatusCode::CREATED || status == StatusCode::CONFLICT,
+                "{status}"
+            );
+        }
+    }
+    // Every item is either gone or a new one; nothing of an old round came back (the last
+    // round's old items are due within 150 ms).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for node in d.get("/blocklist/nodes").await.1.as_array().unwrap() {
+        assert!(
+            node["cause"].as_str().unwrap().starts_with("new-"),
+            "resurrected: {node}"
+        );
+    }
+    d.kill9();
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}
