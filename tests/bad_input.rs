@@ -163,7 +163,9 @@ async fn bad_requests_on_every_other_endpoint_are_refused_and_change_nothing() {
         (0..100_000).map(|i| ok(&format!("x{i}"))).collect(),
     ));
     use reqwest::Method as M;
-    let cases: Vec<(M, &str, &str, Vec<u8>, StatusCode, &str)> = vec![
+    /// Method, path, content type, body, expected status, a phrase the errors must hold.
+    type Case<'a> = (M, &'a str, &'a str, Vec<u8>, StatusCode, &'a str);
+    let cases: Vec<Case> = vec![
         (
             M::PUT,
             "/taskmanagers/tm-2",
