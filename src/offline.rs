@@ -40,7 +40,7 @@ fn close(store: Store) -> Result<(), String> {
 fn check(dir: &Path) -> Result<(), String> {
     let store = open_existing(dir)?;
     let problems = store.verify().map_err(|e| e.to_string())?;
-    let (items, expiry) = store.tree_sizes();
+    let (items, expiry) = store.tree_sizes().map_err(|e| e.to_string())?;
     println!(
         "{}: {items} items, {expiry} expiry entries, revision {}, events from {}",
         dir.display(),

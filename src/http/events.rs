@@ -93,7 +93,9 @@ async fn watch(
     ));
     let sse = Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::new().interval(state.limits.events_heartbeat));
-    Ok(with_revision(current, sse.into_response()))
+    // The revision the stream starts after: resuming from it (as from Last-Event-ID)
+    // neither skips nor repeats an event.
+    Ok(with_revision(since, sse.into_response()))
 }
 
 fn parse_revision(what: &str, value: &str) -> Result<u64> {

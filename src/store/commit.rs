@@ -17,13 +17,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwapOption;
 use sled::transaction::{ConflictableTransactionResult, TransactionalTree};
-use sled::{Db, Transactional};
+use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    codec, count_slot, encode_counts, keys, Counts, Feed, StoreError, SweepSignal, Trees,
-    COUNTS_KEY, REVISION_KEY,
+    codec, count_slot, encode_counts, keys, open_handles, Counts, Feed, Handles, Opened,
+    StoreConfig, StoreError, SweepSignal, COUNTS_KEY, REVISION_KEY,
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -145,8 +146,13 @@ pub struct Expired {
 const MAX_BATCH_WEIGHT: usize = 20_000;
 
 pub(crate) struct Committer {
-    pub db: Db,
-    pub trees: Trees,
+    /// The open database; `None` only while a reopen has failed and will be retried.
+    pub handles: Option<Arc<Handles>>,
+    /// Where readers find the database; emptied while it is reopened.
+    pub slot: Arc<ArcSwapOption<Handles>>,
+    pub config: StoreConfig,
+    /// A storage error happened: sled refuses writes until reopened.
+    pub broken: bool,
     /// The log file, fsynced after each flush when power-loss durability is on.
     pub log: Option<File>,
     pub requests: mpsc::Receiver<Commit>,
@@ -204,6 +210,13 @@ impl Committer {
 
     /// Commits one batch and answers every request in it.
     fn commit(&mut self, batch: &mut Vec<Commit>) {
+        if self.broken {
+            if let Err(e) = self.recover() {
+                tracing::warn!(error = %e, "the storage still fails; refusing writes");
+                fail_all(batch, &e);
+                return;
+            }
+        }
         let started = Instant::now();
         let now = now_ms();
         let ops: Vec<&Op> = batch.iter().filter_map(|c| c.op.as_ref()).collect();
@@ -256,14 +269,62 @@ impl Committer {
             }
             Err(e) => {
                 tracing::error!(error = %e, requests = ops.len(), "group commit failed");
-                let message = e.to_string();
-                for commit in batch.drain(..) {
-                    if let Some(reply) = commit.reply {
-                        let _ = reply.send(Err(StoreError::CommitFailed(message.clone())));
-                    }
-                }
+                // sled 0.34 keeps failing every write after an I/O error; the next batch
+                // reopens the database once the storage works again.
+                self.broken = true;
+                fail_all(batch, &e.to_string());
             }
         }
+    }
+
+    /// After a storage error: if the data dir takes a synced write again, closes and
+    /// reopens the database, and reloads the counters from what is really on disk.
+    fn recover(&mut self) -> Result<(), String> {
+        probe_storage(&self.config.data_dir).map_err(|e| format!("storage probe failed: {e}"))?;
+        tracing::info!("storage works again; reopening the database");
+        if let Some(old) = self.handles.take() {
+            self.slot.store(None);
+            self.log = None;
+            // Readers hold the handles only for the length of one call.
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            while Arc::strong_count(&old) > 1 && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            drop(old);
+        }
+        let Opened {
+            handles,
+            revision,
+            counts,
+            first_retained,
+        } = open_handles(&self.config).map_err(|e| format!("reopening failed: {e}"))?;
+        self.log = if self.config.fsync {
+            Some(File::open(self.config.data_dir.join("db")).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        // What the failed batch left in memory is gone; what reached the disk stays.
+        self.revision = revision;
+        self.counts = counts;
+        self.feed.committed.store(revision, Ordering::SeqCst);
+        self.feed
+            .first_retained
+            .store(first_retained, Ordering::SeqCst);
+        for (slot, count) in self.feed.counts.iter().zip(counts) {
+            slot.store(count, Ordering::Relaxed);
+        }
+        self.unpublished.retain(|e| e.revision <= revision);
+        let handles = Arc::new(handles);
+        self.slot.store(Some(handles.clone()));
+        self.handles = Some(handles);
+        self.broken = false;
+        self.publish();
+        tracing::info!(revision, "database reopened");
+        Ok(())
+    }
+
+    fn handles(&self) -> &Handles {
+        self.handles.as_ref().expect("open unless broken")
     }
 
     /// Announces what is now durable: the revision first, then each event to subscribers.
@@ -285,7 +346,7 @@ impl Committer {
         let mut drop_to = first + retained.saturating_sub(self.retention.count).min(MAX_PRUNE);
         let cutoff = now.saturating_sub(self.retention.max_age_ms);
         while drop_to <= self.revision && drop_to - first < MAX_PRUNE {
-            match self.trees.events.get(keys::event_key(drop_to)) {
+            match self.handles().trees.events.get(keys::event_key(drop_to)) {
                 Ok(Some(bytes)) => match codec::decode_event(drop_to, &bytes) {
                     Ok(event) if event.at < cutoff => drop_to += 1,
                     _ => break,
@@ -297,7 +358,12 @@ impl Committer {
             return;
         }
         for revision in first..drop_to {
-            if let Err(e) = self.trees.events.remove(keys::event_key(revision)) {
+            if let Err(e) = self
+                .handles()
+                .trees
+                .events
+                .remove(keys::event_key(revision))
+            {
                 tracing::warn!(error = %e, "pruning the event log failed");
                 return;
             }
@@ -314,13 +380,14 @@ impl Committer {
         ops: &[&Op],
         now: i64,
     ) -> Result<(Vec<Result<Applied, StoreError>>, Vec<Event>, u64, Counts), StoreError> {
+        let t = &self.handles().trees;
         let trees = (
-            &self.trees.items,
-            &self.trees.expiry,
-            &self.trees.tm_node,
-            &self.trees.node_tms,
-            &self.trees.events,
-            &self.trees.meta,
+            &t.items,
+            &t.expiry,
+            &t.tm_node,
+            &t.node_tms,
+            &t.events,
+            &t.meta,
         );
         trees
             .transaction(|(items, expiry, tm_node, node_tms, events, meta)| {
@@ -359,12 +426,45 @@ impl Committer {
     /// Flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log
     /// itself, so the batch survives a power cut and not only a killed process.
     fn make_durable(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
+        self.handles().db.flush()?;
         if let Some(log) = &self.log {
             log.sync_data()?;
         }
         Ok(())
     }
+}
+
+/// Answers every request of a batch with the same failure.
+fn fail_all(batch: &mut Vec<Commit>, message: &str) {
+    for commit in batch.drain(..) {
+        if let Some(reply) = commit.reply {
+            let _ = reply.send(Err(StoreError::CommitFailed(message.to_owned())));
+        }
+    }
+}
+
+/// Free space the data dir needs before the database is reopened: reopening writes (sled
+/// segments are 512 KiB), and a reopen that fails would leave readers without a database.
+const REOPEN_FREE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Whether the storage fault has cleared: enough free space, and a small synced write works.
+fn probe_storage(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let stat = rustix::fs::statvfs(dir)?;
+    let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+    if free < REOPEN_FREE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "only {free} bytes free in the data dir; waiting for {REOPEN_FREE_BYTES}"
+        )));
+    }
+    let path = dir.join(".blocklistd-probe");
+    let result = (|| {
+        let mut file = File::create(&path)?;
+        file.write_all(&[0u8; 4096])?;
+        file.sync_all()
+    })();
+    let _ = std::fs::remove_file(&path);
+    result
 }
 
 /// One info line per state change, with what an operator greps for.

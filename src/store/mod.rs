@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwapOption;
 use sled::{Db, Tree};
 use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 
@@ -68,6 +69,8 @@ pub enum StoreError {
     CommitFailed(String),
     #[error("the store is shut down")]
     Closed,
+    #[error("the database is being reopened after a storage error")]
+    Reopening,
 }
 
 impl StoreError {
@@ -80,6 +83,7 @@ impl StoreError {
                 | StoreError::Io(_)
                 | StoreError::CommitFailed(_)
                 | StoreError::Closed
+                | StoreError::Reopening
         )
     }
 }
@@ -128,8 +132,10 @@ pub struct Store {
 }
 
 struct Shared {
-    db: Db,
-    trees: Trees,
+    /// The open database. Empty only while the committer reopens it after a storage error
+    /// (sled 0.34 refuses every write after an I/O error until reopened); readers then get
+    /// a 503 for those few milliseconds.
+    handles: Arc<ArcSwapOption<Handles>>,
     commits: mpsc::Sender<Commit>,
     /// The committer thread, taken by [`Store::shutdown`]. A std mutex: only touched once,
     /// never across an await.
@@ -154,6 +160,64 @@ pub(crate) struct Feed {
     pub first_retained: AtomicU64,
     /// Stored items per (kind, action), as of the last commit.
     pub counts: [AtomicU64; 4],
+}
+
+/// An open database and its trees.
+pub(crate) struct Handles {
+    pub db: Db,
+    pub trees: Trees,
+}
+
+/// What opening a database found, to (re)initialise the counters.
+pub(crate) struct Opened {
+    pub handles: Handles,
+    pub revision: u64,
+    pub counts: Counts,
+    pub first_retained: u64,
+}
+
+/// Opens the sled database in `config.data_dir`, upgrades its schema, and reads the
+/// revision, counts and log start. Used at start and when reopening after a storage error.
+pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
+    let dir = &config.data_dir;
+    let db = sled::Config::new()
+        .path(dir)
+        .cache_capacity(config.cache_bytes)
+        // We flush after every group commit; a background flusher would only add wake-ups.
+        .flush_every_ms(None)
+        .open()
+        .map_err(|e| open_error(dir, e))?;
+    migrate::upgrade(&db)?;
+    let trees = Trees {
+        items: db.open_tree("items")?,
+        expiry: db.open_tree("expiry")?,
+        tm_node: db.open_tree("tm_node")?,
+        node_tms: db.open_tree("node_tms")?,
+        events: db.open_tree("events")?,
+        meta: db.open_tree(migrate::META_TREE)?,
+    };
+    let revision =
+        match trees.meta.get(REVISION_KEY)? {
+            Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| {
+                StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))
+            })?),
+            None => 0,
+        };
+    let counts = match trees.meta.get(COUNTS_KEY)? {
+        Some(bytes) => decode_counts(&bytes)
+            .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
+        None => scan_counts(&trees.items)?,
+    };
+    let first_retained = match trees.events.first()? {
+        Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
+        None => revision + 1,
+    };
+    Ok(Opened {
+        handles: Handles { db, trees },
+        revision,
+        counts,
+        first_retained,
+    })
 }
 
 /// The trees every transaction spans.
@@ -240,37 +304,12 @@ impl Store {
         let dir = &config.data_dir;
         std::fs::create_dir_all(dir)?;
         check_not_foreign(dir)?;
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(config.cache_bytes)
-            // We flush after every group commit; a background flusher would only add wake-ups.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| open_error(dir, e))?;
-        migrate::upgrade(&db)?;
-        let trees = Trees {
-            items: db.open_tree("items")?,
-            expiry: db.open_tree("expiry")?,
-            tm_node: db.open_tree("tm_node")?,
-            node_tms: db.open_tree("node_tms")?,
-            events: db.open_tree("events")?,
-            meta: db.open_tree(migrate::META_TREE)?,
-        };
-        let revision = match trees.meta.get(REVISION_KEY)? {
-            Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| {
-                StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))
-            })?),
-            None => 0,
-        };
-        let counts = match trees.meta.get(COUNTS_KEY)? {
-            Some(bytes) => decode_counts(&bytes)
-                .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
-            None => scan_counts(&trees.items)?,
-        };
-        let first_retained = match trees.events.first()? {
-            Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
-            None => revision + 1,
-        };
+        let Opened {
+            handles,
+            revision,
+            counts,
+            first_retained,
+        } = open_handles(config)?;
         let feed = Arc::new(Feed {
             committed: AtomicU64::new(revision),
             seq: AtomicU64::new(0),
@@ -289,9 +328,13 @@ impl Store {
             wake: Notify::new(),
         });
         let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
+        let handles = Arc::new(handles);
+        let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
         let committer = commit::Committer {
-            db: db.clone(),
-            trees: trees.clone(),
+            handles: Some(handles),
+            slot: slot.clone(),
+            config: config.clone(),
+            broken: false,
             log,
             requests,
             max_batch: config.max_commit_batch,
@@ -308,8 +351,7 @@ impl Store {
             .spawn(move || committer.run())?;
         Ok(Store {
             shared: Arc::new(Shared {
-                db,
-                trees,
+                handles: slot,
                 commits,
                 committer: Mutex::new(Some(handle)),
                 sweep,
@@ -327,8 +369,13 @@ impl Store {
             let _ = self.shared.commits.blocking_send(Commit::shutdown());
             let _ = handle.join();
         }
-        self.shared.db.flush()?;
+        self.handles()?.db.flush()?;
         Ok(())
+    }
+
+    /// The open database, or 503 while it is being reopened.
+    fn handles(&self) -> Result<Arc<Handles>> {
+        self.shared.handles.load_full().ok_or(StoreError::Reopening)
     }
 
     /// Whether the committer thread is still running.
@@ -371,7 +418,7 @@ impl Store {
 
     /// The database's size on disk, in bytes.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.shared.db.size_on_disk()?)
+        Ok(self.handles()?.db.size_on_disk()?)
     }
 
     /// The oldest revision whose event is still in the log; `revision() + 1` when empty.
@@ -392,7 +439,7 @@ impl Store {
         }
         let range = keys::event_key(after + 1)..=keys::event_key(upto);
         let mut out = Vec::new();
-        for entry in self.shared.trees.events.range(range).take(limit) {
+        for entry in self.handles()?.trees.events.range(range).take(limit) {
             let (key, bytes) = entry?;
             let revision = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
             out.push(codec::decode_event(revision, &bytes).map_err(|source| {
@@ -435,7 +482,7 @@ impl Store {
     /// The active item `(kind, id)` at `now`.
     pub fn get(&self, kind: Kind, id: &str, now: i64) -> Result<Option<Block>> {
         let key = keys::item_key(kind, id);
-        let Some(bytes) = self.shared.trees.items.get(&key)? else {
+        let Some(bytes) = self.handles()?.trees.items.get(&key)? else {
             return Ok(None);
         };
         let block = decode(&key, &bytes)?;
@@ -445,7 +492,12 @@ impl Store {
     /// Every active item of `kind` at `now`, sorted by id (byte order of UTF-8).
     pub fn list(&self, kind: Kind, now: i64) -> Result<Vec<Item>> {
         let mut out = Vec::new();
-        for entry in self.shared.trees.items.scan_prefix(keys::item_prefix(kind)) {
+        for entry in self
+            .handles()?
+            .trees
+            .items
+            .scan_prefix(keys::item_prefix(kind))
+        {
             let (key, bytes) = entry?;
             let block = decode(&key, &bytes)?;
             if block.is_active(now) {
@@ -458,7 +510,7 @@ impl Store {
 
     /// The node task manager `tm` is registered on.
     pub fn node_of(&self, tm: &str) -> Result<Option<String>> {
-        let Some(bytes) = self.shared.trees.tm_node.get(tm.as_bytes())? else {
+        let Some(bytes) = self.handles()?.trees.tm_node.get(tm.as_bytes())? else {
             return Ok(None);
         };
         codec::decode_registration(&bytes)
@@ -472,7 +524,7 @@ impl Store {
     /// Every registration `(task manager, node)`, sorted by task manager id.
     pub fn registrations(&self) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
-        for entry in self.shared.trees.tm_node.iter() {
+        for entry in self.handles()?.trees.tm_node.iter() {
             let (key, bytes) = entry?;
             let tm = std::str::from_utf8(&key).map_err(|_| bad_key(&key))?;
             let node =
@@ -489,7 +541,7 @@ impl Store {
     pub fn task_managers_on(&self, node: &str) -> Result<Vec<String>> {
         let mut out = Vec::new();
         for key in self
-            .shared
+            .handles()?
             .trees
             .node_tms
             .scan_prefix(keys::node_tm_prefix(node))
@@ -504,7 +556,7 @@ impl Store {
 
     /// The earliest end in the expiry index, if any.
     pub fn first_deadline(&self) -> Result<Option<i64>> {
-        match self.shared.trees.expiry.first()? {
+        match self.handles()?.trees.expiry.first()? {
             Some((key, _)) => Ok(Some(
                 keys::expiry_key_end(&key).ok_or_else(|| bad_key(&key))?,
             )),
@@ -515,7 +567,7 @@ impl Store {
     /// Up to `limit` expiry keys due at `now`, earliest first. Its cost is proportional to
     /// the number of due items, not to the size of the blocklist.
     pub fn due(&self, now: i64, limit: usize) -> Result<Vec<Vec<u8>>> {
-        self.shared
+        self.handles()?
             .trees
             .expiry
             .range(..keys::due_bound(now))
@@ -528,7 +580,8 @@ impl Store {
     /// Checks the store's invariants and returns every violation found (empty when sound).
     pub fn verify(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
-        let trees = &self.shared.trees;
+        let handles = self.handles()?;
+        let trees = &handles.trees;
         let mut indexed = 0usize;
         for entry in trees.items.iter() {
             let (key, bytes) = entry?;
@@ -664,11 +717,9 @@ impl Store {
     }
 
     /// Counts of entries per tree, for tests and diagnostics: `(items, expiry)`.
-    pub fn tree_sizes(&self) -> (usize, usize) {
-        (
-            self.shared.trees.items.len(),
-            self.shared.trees.expiry.len(),
-        )
+    pub fn tree_sizes(&self) -> Result<(usize, usize)> {
+        let handles = self.handles()?;
+        Ok((handles.trees.items.len(), handles.trees.expiry.len()))
     }
 
     // ---- writes: through the committer, acknowledged once durable ----

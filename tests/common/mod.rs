@@ -60,7 +60,7 @@ impl Workspace {
         std::thread::spawn(move || {
             let store = Store::open(&StoreConfig::new(dir)).expect("open the store offline");
             let problems = store.verify().expect("verify");
-            let sizes = store.tree_sizes();
+            let sizes = store.tree_sizes().expect("tree sizes");
             store.shutdown().expect("shutdown");
             (problems, sizes)
         })
