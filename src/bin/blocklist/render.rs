@@ -281,7 +281,11 @@ mod tests {
         // Beyond chrono's range but not the permanent marker.
         assert_eq!(
             end_time(i64::MAX - 1, now, &Utc),
-            format!("unix ms {} ({})", i64::MAX - 1, relative(i64::MAX - 1 - now))
+            format!(
+                "unix ms {} ({})",
+                i64::MAX - 1,
+                relative(i64::MAX - 1 - now)
+            )
         );
     }
 
