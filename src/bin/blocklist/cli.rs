@@ -1,0 +1,345 @@
+//! Flags and subcommands (clap derive), and the pure parsers of flag values: timeouts,
+//! end times, kinds and actions. The `--help` text comes from the doc comments here.
+
+use std::path::PathBuf;
+
+use blocklistd::model::{Action, Kind};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Default daemon address: the daemon's own default `--listen`.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7224";
+
+/// Command-line client for blocklistd: block and unblock task managers and nodes, ask
+/// whether one is blocked, and follow the change feed.
+///
+/// Exit codes: 0 done; 1 the request was refused (by the server, whose messages go to
+/// stderr, or by this client before sending it); 2 the server could not be reached.
+#[derive(Debug, Parser)]
+#[command(name = "blocklist", version)]
+pub struct Cli {
+    /// Base URL of the daemon (http only; a path prefix is kept, for a reverse proxy).
+    #[arg(long, env = "BLOCKLIST_SERVER", default_value = DEFAULT_SERVER, global = true)]
+    pub server: String,
+
+    /// File holding a token, sent as `Authorization: Bearer <token>` (surrounding
+    /// whitespace is ignored). The token is never printed.
+    #[arg(long, env = "BLOCKLIST_TOKEN_FILE", value_name = "PATH", global = true)]
+    pub token_file: Option<PathBuf>,
+
+    /// Print the server's JSON instead of a table (`watch`: one JSON object per line).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List what is blocked: everything, or only task managers or only nodes.
+    List {
+        #[arg(value_enum)]
+        kind: Option<KindArg>,
+    },
+    /// Show one blocked task manager or node (exit 1 when it is not blocked).
+    Get {
+        #[arg(value_enum)]
+        kind: KindArg,
+        id: String,
+    },
+    /// Block task managers or nodes. Several ids are added as one atomic batch.
+    Add(AddArgs),
+    /// Unblock a task manager or node (exit 1 when it was not blocked).
+    Remove {
+        #[arg(value_enum)]
+        kind: KindArg,
+        id: String,
+    },
+    /// Is a task manager blocked (itself or through its node), or a node?
+    ///
+    /// `check tm-1` asks about task manager tm-1; `check node n1`, `check --node n1` about
+    /// node n1; `check taskmanager tm-1` is the long form. Exit 0 either way: read the
+    /// answer, or `"blocked"` in `--json`.
+    Check(CheckArgs),
+    /// Record that a task manager runs on a node (or moved to it).
+    Register {
+        /// Task manager id.
+        taskmanager: String,
+        /// The node it runs on.
+        #[arg(long)]
+        node: String,
+    },
+    /// Forget where a task manager runs (exit 1 when it was not registered).
+    Unregister {
+        /// Task manager id.
+        taskmanager: String,
+    },
+    /// Follow the change feed, one line per event, until Ctrl-C. Reconnects on its own
+    /// after a dropped connection, resuming after the last event it printed.
+    Watch {
+        /// Replay every event after this revision first (e.g. the `revision` of a
+        /// `list --json`). Without it, only new events are shown.
+        #[arg(long, value_name = "REV")]
+        since: Option<u64>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    #[arg(value_enum)]
+    pub kind: KindArg,
+    /// One or more ids.
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+    /// `block` (MARK_BLOCKED: place nothing new there) or `evacuate`
+    /// (MARK_BLOCKED_AND_EVACUATE_TASKS: also move running work away). The FLIP-224 names
+    /// are accepted too, in any case.
+    #[arg(long, value_enum, ignore_case = true, default_value = "block")]
+    pub action: ActionArg,
+    /// How long the block lasts, e.g. `30m`, `2h`, `7d`, `1h 30m`. Without `--timeout`
+    /// or `--until` the block is permanent.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, conflicts_with = "until")]
+    pub timeout: Option<i64>,
+    /// When the block ends, as an RFC 3339 time (`2030-01-31T18:00:00+01:00` or
+    /// `...Z`). The daemon refuses a time in the past.
+    #[arg(long, value_name = "TIME", value_parser = parse_until)]
+    pub until: Option<i64>,
+    /// Why (required; shown to whoever reads the blocklist).
+    #[arg(long)]
+    pub cause: String,
+    /// Merge into an existing block of the same id (stronger action, later end, causes
+    /// joined) instead of failing with a conflict.
+    #[arg(long)]
+    pub merge: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// `[KIND] ID`: a task manager id, or a kind followed by an id.
+    #[arg(
+        value_name = "[KIND] ID",
+        num_args = 1..=2,
+        required_unless_present = "node",
+        conflicts_with = "node"
+    )]
+    pub target: Vec<String>,
+    /// Check this node instead of a task manager.
+    #[arg(long, value_name = "ID")]
+    pub node: Option<String>,
+}
+
+impl CheckArgs {
+    /// The kind and id asked about. clap has already made sure exactly one of the forms
+    /// was given; what is left to check is the kind word of `check KIND ID`.
+    pub fn resolve(&self) -> Result<(Kind, String), String> {
+        if let Some(node) = &self.node {
+            return Ok((Kind::Node, node.clone()));
+        }
+        match self.target.as_slice() {
+            [id] => Ok((Kind::TaskManager, id.clone())),
+            [kind, id] => {
+                let kind = KindArg::from_str(kind, true).map_err(|_| {
+                    format!("check: {kind:?} is not a kind; use `check ID`, `check taskmanager ID` or `check node ID`")
+                })?;
+                Ok((kind.into(), id.clone()))
+            }
+            _ => Err("check: give a task manager id, or a kind and an id".into()),
+        }
+    }
+}
+
+/// `taskmanager` or `node`, with the plural and short spellings people type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    #[value(name = "taskmanager", alias = "taskmanagers", alias = "tm")]
+    TaskManager,
+    #[value(name = "node", alias = "nodes")]
+    Node,
+}
+
+impl From<KindArg> for Kind {
+    fn from(kind: KindArg) -> Kind {
+        match kind {
+            KindArg::TaskManager => Kind::TaskManager,
+            KindArg::Node => Kind::Node,
+        }
+    }
+}
+
+/// The two actions, by the short names and by their FLIP-224 names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ActionArg {
+    #[value(name = "block", alias = "MARK_BLOCKED")]
+    Block,
+    #[value(name = "evacuate", alias = "MARK_BLOCKED_AND_EVACUATE_TASKS")]
+    Evacuate,
+}
+
+impl From<ActionArg> for Action {
+    fn from(action: ActionArg) -> Action {
+        match action {
+            ActionArg::Block => Action::MarkBlocked,
+            ActionArg::Evacuate => Action::MarkBlockedAndEvacuateTasks,
+        }
+    }
+}
+
+/// `--timeout`: a humantime duration (`30m`, `2h`, `7d`, `1h 30m`) as whole milliseconds,
+/// the unit of the API's `timeout`. Zero is passed on for the daemon to refuse, so its
+/// rule and message stay the only ones.
+pub fn parse_timeout(s: &str) -> Result<i64, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (examples: 30m, 2h, 7d, 1h 30m)"))?;
+    i64::try_from(d.as_millis())
+        .map_err(|_| "too long; omit --timeout for a permanent block".into())
+}
+
+/// `--until`: an RFC 3339 time as unix milliseconds (the API's `endTimestamp`). Whether it
+/// is in the future is the daemon's call: its clock is the one that counts.
+pub fn parse_until(s: &str) -> Result<i64, String> {
+    chrono::DateTime::parse_from_rfc3339(s.trim())
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| format!("{e}: expected an RFC 3339 time such as 2030-01-31T18:00:00Z"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(parse_timeout("30m"), Ok(30 * 60_000));
+        assert_eq!(parse_timeout("2h"), Ok(2 * 3_600_000));
+        assert_eq!(parse_timeout("7d"), Ok(7 * 86_400_000));
+        assert_eq!(parse_timeout("1h 30m"), Ok(90 * 60_000));
+        assert_eq!(parse_timeout("1500ms"), Ok(1500));
+        assert_eq!(parse_timeout("0s"), Ok(0));
+        assert!(parse_timeout("2").is_err());
+        assert!(parse_timeout("banana").is_err());
+        assert!(parse_timeout("-5m").is_err());
+        assert!(parse_timeout("999999999999999y").is_err());
+    }
+
+    #[test]
+    fn until_times() {
+        assert_eq!(parse_until("1970-01-01T00:00:01Z"), Ok(1000));
+        assert_eq!(
+            parse_until("2030-01-01T01:00:00+01:00"),
+            Ok(1_893_456_000_000)
+        );
+        assert_eq!(
+            parse_until("2030-01-01T00:00:00.250Z"),
+            Ok(1_893_456_000_250)
+        );
+        assert!(parse_until("2030-01-01").is_err());
+        assert!(parse_until("tomorrow").is_err());
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("blocklist").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn actions_accept_short_and_flip_224_names() {
+        for (word, action) in [
+            ("block", ActionArg::Block),
+            ("evacuate", ActionArg::Evacuate),
+            ("MARK_BLOCKED", ActionArg::Block),
+            ("mark_blocked", ActionArg::Block),
+            ("MARK_BLOCKED_AND_EVACUATE_TASKS", ActionArg::Evacuate),
+        ] {
+            let cli = parse(&["add", "node", "n1", "--cause", "c", "--action", word]).unwrap();
+            let Command::Add(add) = cli.command else {
+                panic!("not an add")
+            };
+            assert_eq!(add.action, action, "{word}");
+        }
+        assert!(parse(&["add", "node", "n1", "--cause", "c", "--action", "nuke"]).is_err());
+    }
+
+    #[test]
+    fn add_needs_a_cause_and_at_most_one_end() {
+        assert!(parse(&["add", "node", "n1"]).is_err());
+        assert!(parse(&[
+            "add",
+            "node",
+            "n1",
+            "--cause",
+            "c",
+            "--timeout",
+            "1h",
+            "--until",
+            "2030-01-01T00:00:00Z"
+        ])
+        .is_err());
+        let cli = parse(&[
+            "add",
+            "tm",
+            "a",
+            "b",
+            "--cause",
+            "c",
+            "--timeout",
+            "2h",
+            "--merge",
+        ])
+        .unwrap();
+        let Command::Add(add) = cli.command else {
+            panic!("not an add")
+        };
+        assert_eq!(add.kind, KindArg::TaskManager);
+        assert_eq!(add.ids, ["a", "b"]);
+        assert_eq!(add.timeout, Some(7_200_000));
+        assert!(add.merge);
+    }
+
+    fn check(args: &[&str]) -> Result<(Kind, String), String> {
+        let mut all = vec!["check"];
+        all.extend_from_slice(args);
+        match parse(&all).map_err(|e| e.to_string())?.command {
+            Command::Check(check) => check.resolve(),
+            other => panic!("not a check: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn check_forms() {
+        assert_eq!(check(&["tm-1"]), Ok((Kind::TaskManager, "tm-1".into())));
+        assert_eq!(check(&["node", "n1"]), Ok((Kind::Node, "n1".into())));
+        assert_eq!(check(&["nodes", "n1"]), Ok((Kind::Node, "n1".into())));
+        assert_eq!(check(&["--node", "n1"]), Ok((Kind::Node, "n1".into())));
+        assert_eq!(
+            check(&["taskmanager", "tm-1"]),
+            Ok((Kind::TaskManager, "tm-1".into()))
+        );
+        // A task manager may be called "node": one word is always a task manager id.
+        assert_eq!(check(&["node"]), Ok((Kind::TaskManager, "node".into())));
+        assert!(check(&["rack", "r1"]).is_err());
+        assert!(check(&["tm-1", "--node", "n1"]).is_err());
+        assert!(check(&[]).is_err());
+    }
+
+    #[test]
+    fn list_kinds() {
+        for (word, kind) in [
+            ("taskmanagers", KindArg::TaskManager),
+            ("nodes", KindArg::Node),
+            ("node", KindArg::Node),
+        ] {
+            match parse(&["list", word]).unwrap().command {
+                Command::List { kind: Some(k) } => assert_eq!(k, kind),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            parse(&["list"]).unwrap().command,
+            Command::List { kind: None }
+        ));
+    }
+}

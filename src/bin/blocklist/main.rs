@@ -1,0 +1,310 @@
+//! `blocklist`: the command-line client of blocklistd, over its REST API.
+//!
+//! # Layout
+//! - [`cli`]: flags and subcommands, and the pure parsers of timeouts and end times.
+//! - [`client`]: HTTP (reqwest), the bearer token, path encoding, and the mapping of
+//!   outcomes onto exit codes (0 ok, 1 refused, 2 unreachable).
+//! - [`render`]: human output — tables, local end times with "in 59m", check answers,
+//!   feed event lines.
+//! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
+//!
+//! This file runs one subcommand: it builds the request, sends it, and prints either the
+//! server's JSON (`--json`) or the human rendering.
+
+mod cli;
+mod client;
+mod render;
+mod watch;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use blocklistd::model::{Action, Kind};
+use clap::Parser;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::cli::{AddArgs, Cli, Command};
+use crate::client::{check_id, item_path, segment, Client, Failure, Reply};
+use crate::render::{ItemView, Listing};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // clap would exit 2 on a usage error, but 2 means "cannot reach the server"
+            // here, which scripts may retry; a bad command line is a refusal (1).
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
+    // One request at a time: a single-threaded runtime is all it takes.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("blocklist: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            for message in failure.messages() {
+                eprintln!("blocklist: {message}");
+            }
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// Writes to stdout; `false` once stdout is closed (`blocklist watch | head`), which ends
+/// the command quietly instead of panicking like `print!` would.
+pub fn emit(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let streaming = matches!(cli.command, Command::Watch { .. });
+    let client = Client::new(&cli.server, cli.token_file.as_deref(), streaming)?;
+    let json = cli.json;
+    match cli.command {
+        Command::List { kind } => list(&client, kind.map(Kind::from), json).await,
+        Command::Get { kind, id } => get(&client, kind.into(), &id, json).await,
+        Command::Add(args) => add(&client, args, json).await,
+        Command::Remove { kind, id } => remove(&client, kind.into(), &id, json).await,
+        Command::Check(args) => {
+            let (kind, id) = args.resolve().map_err(Failure::refused)?;
+            check(&client, kind, &id, json).await
+        }
+        Command::Register { taskmanager, node } => {
+            register(&client, &taskmanager, &node, json).await
+        }
+        Command::Unregister { taskmanager } => unregister(&client, &taskmanager, json).await,
+        Command::Watch { since } => watch::run(&client, since, json).await,
+    }
+}
+
+/// `--json`: the server's body as it came (nothing when it is empty, as a 201 is).
+fn print_json(reply: &Reply) {
+    let text = String::from_utf8_lossy(&reply.body);
+    let text = text.trim();
+    if !text.is_empty() {
+        emit(&format!("{text}\n"));
+    }
+}
+
+/// The kind in sentences ("blocked task manager tm-1").
+fn noun(kind: Kind) -> &'static str {
+    match kind {
+        Kind::TaskManager => "task manager",
+        Kind::Node => "node",
+    }
+}
+
+fn now() -> i64 {
+    blocklistd::clock::now_ms()
+}
+
+async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Failure> {
+    let path = match kind {
+        None => "/blocklist".to_owned(),
+        Some(kind) => format!("/blocklist/{}", kind.plural()),
+    };
+    let reply = client.send(Method::GET, &path, None).await?;
+    if json {
+        print_json(&reply);
+        return Ok(());
+    }
+    let items: Vec<(&str, ItemView)> = match kind {
+        None => {
+            let listing: Listing = reply.json()?;
+            let tms = listing.blocked_task_managers.into_iter();
+            let nodes = listing.blocked_nodes.into_iter();
+            tms.map(|i| (Kind::TaskManager.singular(), i))
+                .chain(nodes.map(|i| (Kind::Node.singular(), i)))
+                .collect()
+        }
+        Some(kind) => {
+            let items: Vec<ItemView> = reply.json()?;
+            items.into_iter().map(|i| (kind.singular(), i)).collect()
+        }
+    };
+    if items.is_empty() {
+        emit(match kind {
+            None => "nothing is blocked\n",
+            Some(Kind::TaskManager) => "no task manager is blocked\n",
+            Some(Kind::Node) => "no node is blocked\n",
+        });
+        return Ok(());
+    }
+    let rows: Vec<(&str, &ItemView)> = items.iter().map(|(k, i)| (*k, i)).collect();
+    emit(&render::items_table(&rows, now(), &chrono::Local));
+    Ok(())
+}
+
+async fn get(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Failure> {
+    check_id(noun(kind), id)?;
+    let reply = client.send(Method::GET, &item_path(kind, id), None).await?;
+    if json {
+        print_json(&reply);
+        return Ok(());
+    }
+    let item: ItemView = reply.json()?;
+    let mut text = render::items_table(&[(kind.singular(), &item)], now(), &chrono::Local);
+    if let Some(tms) = &item.task_managers {
+        let id = render::clean(&item.id);
+        text.push_str(&if tms.is_empty() {
+            format!("no task manager is registered on node {id}\n")
+        } else {
+            let tms: Vec<String> = tms.iter().map(|tm| render::clean(tm)).collect();
+            format!("task managers on node {id}: {}\n", tms.join(", "))
+        });
+    }
+    emit(&text);
+    Ok(())
+}
+
+async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> {
+    let kind = Kind::from(args.kind);
+    let action = Action::from(args.action);
+    for id in &args.ids {
+        check_id(noun(kind), id)?;
+    }
+    let elements: Vec<Value> = args
+        .ids
+        .iter()
+        .map(|id| {
+            let mut element = json!({"id": id, "action": action.as_str(), "cause": args.cause});
+            if let Some(timeout) = args.timeout {
+                element["timeout"] = json!(timeout);
+            }
+            if let Some(end) = args.until {
+                element["endTimestamp"] = json!(end);
+            }
+            if args.merge {
+                element["allowMerge"] = json!(true);
+            }
+            element
+        })
+        .collect();
+    let path = format!("/blocklist/{}", kind.plural());
+    let reply = client
+        .send(Method::POST, &path, Some(&Value::Array(elements)))
+        .await?;
+    if json {
+        print_json(&reply);
+        return Ok(());
+    }
+    // 202 lists the items that merged (once per id); the other ids were new.
+    let merged: Vec<ItemView> = if reply.status == StatusCode::ACCEPTED {
+        reply.json()?
+    } else {
+        Vec::new()
+    };
+    let now = now();
+    // The daemon turns a timeout into an end time on arrival; this is the same within
+    // the request's round trip.
+    let end = match (args.timeout, args.until) {
+        (Some(timeout), _) => now.saturating_add(timeout),
+        (None, Some(until)) => until,
+        (None, None) => blocklistd::model::PERMANENT,
+    };
+    let mut text = String::new();
+    let mut seen = std::collections::HashSet::new();
+    for id in &args.ids {
+        if seen.insert(id) && !merged.iter().any(|m| &m.id == id) {
+            text.push_str(&format!(
+                "blocked {} {}: {}, ends {}\n",
+                noun(kind),
+                render::clean(id),
+                render::action_name(action.as_str()),
+                render::end_time(end, now, &chrono::Local)
+            ));
+        }
+    }
+    if !merged.is_empty() {
+        text.push_str("merged into existing blocks, which are now:\n");
+        let rows: Vec<(&str, &ItemView)> = merged.iter().map(|i| (kind.singular(), i)).collect();
+        text.push_str(&render::items_table(&rows, now, &chrono::Local));
+    }
+    emit(&text);
+    Ok(())
+}
+
+async fn remove(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Failure> {
+    check_id(noun(kind), id)?;
+    let reply = client
+        .send(Method::DELETE, &item_path(kind, id), None)
+        .await?;
+    if json {
+        print_json(&reply);
+    } else {
+        emit(&format!("unblocked {} {}\n", noun(kind), render::clean(id)));
+    }
+    Ok(())
+}
+
+async fn check(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Failure> {
+    check_id(noun(kind), id)?;
+    let path = format!("/blocklist/check/{}/{}", kind.plural(), segment(id));
+    let reply = client.send(Method::GET, &path, None).await?;
+    if json {
+        print_json(&reply);
+        return Ok(());
+    }
+    let answer: render::CheckView = reply.json()?;
+    emit(&render::check_text(
+        kind.singular(),
+        &answer,
+        now(),
+        &chrono::Local,
+    ));
+    Ok(())
+}
+
+async fn register(client: &Client, tm: &str, node: &str, json: bool) -> Result<(), Failure> {
+    check_id("task manager", tm)?;
+    check_id("node", node)?;
+    let path = format!("/taskmanagers/{}", segment(tm));
+    let reply = client
+        .send(Method::PUT, &path, Some(&json!({"node": node})))
+        .await?;
+    if json {
+        print_json(&reply);
+    } else if reply.status == StatusCode::CREATED {
+        emit(&format!(
+            "registered task manager {} on node {}\n",
+            render::clean(tm),
+            render::clean(node)
+        ));
+    } else {
+        // 200 covers both "moved" and "unchanged"; the daemon does not say which.
+        emit(&format!(
+            "task manager {} is registered on node {} (it was registered before)\n",
+            render::clean(tm),
+            render::clean(node)
+        ));
+    }
+    Ok(())
+}
+
+async fn unregister(client: &Client, tm: &str, json: bool) -> Result<(), Failure> {
+    check_id("task manager", tm)?;
+    let path = format!("/taskmanagers/{}", segment(tm));
+    let reply = client.send(Method::DELETE, &path, None).await?;
+    if json {
+        print_json(&reply);
+    } else {
+        emit(&format!(
+            "unregistered task manager {}\n",
+            render::clean(tm)
+        ));
+    }
+    Ok(())
+}

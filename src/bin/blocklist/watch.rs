@@ -1,0 +1,304 @@
+//! `watch`: follows `GET /blocklist/events` (Server-Sent Events) and prints one line per
+//! event, until Ctrl-C.
+//!
+//! A dropped connection is not the end: the client reconnects with `Last-Event-ID` set to
+//! the last revision it printed, which the daemon answers with exactly the events after
+//! it — no gap, no duplicate, even across a daemon restart. Only the first connection
+//! decides the exit code (2 when nothing answers); a refusal (say 410 Gone, when the
+//! daemon's log no longer reaches back far enough) ends the watch with exit 1.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use crate::client::{refusal, revision_header, Client, Failure};
+use crate::render;
+
+/// The daemon sends a heartbeat comment every 15 s by default; this much silence means the
+/// connection died without a FIN (a dead peer or a dropped NAT entry), so reconnect.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Pauses between reconnects: short at first (a daemon restart takes a moment), doubling
+/// up to a ceiling while the daemon stays away.
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Runs until Ctrl-C (exit 0), stdout closes (exit 0), or a refusal / a failed first
+/// connection (the error).
+pub async fn run(client: &Client, since: Option<u64>, json: bool) -> Result<(), Failure> {
+    tokio::select! {
+        // Ending on Ctrl-C is the normal way out, not an error.
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        outcome = follow(client, since, json) => outcome,
+    }
+}
+
+/// How one connection ended, when it did not fail to start.
+enum End {
+    /// The server closed the stream (it shuts down on SIGTERM).
+    Closed,
+    /// The connection broke or went silent.
+    Dropped(String),
+    /// Stdout was closed (`blocklist watch | head -3`): stop quietly.
+    OutputClosed,
+}
+
+async fn follow(client: &Client, since: Option<u64>, json: bool) -> Result<(), Failure> {
+    // The revision after which the next connection must start: the last one printed, or
+    // the starting point of the first connection.
+    let mut resume = since;
+    let mut connected_before = false;
+    let mut delay = FIRST_RETRY;
+    loop {
+        let mut connected = false;
+        let end = stream_once(client, &mut resume, connected_before, json, &mut connected).await;
+        match end {
+            Ok(End::OutputClosed) => return Ok(()),
+            Ok(End::Closed) => eprintln!("blocklist: the server ended the stream; reconnecting"),
+            Ok(End::Dropped(why)) => eprintln!("blocklist: connection lost ({why}); reconnecting"),
+            Err(Failure::Unreachable(why)) if connected_before => {
+                eprintln!("blocklist: {why}; retrying in {delay:?}")
+            }
+            Err(failure) => return Err(failure),
+        }
+        if connected {
+            connected_before = true;
+            delay = FIRST_RETRY;
+        }
+        tokio::time::sleep(delay).await;
+        if !connected {
+            delay = (delay * 2).min(MAX_RETRY);
+        }
+    }
+}
+
+/// One connection: connect, then print events until it ends. `resume` advances with
+/// every event printed.
+async fn stream_once(
+    client: &Client,
+    resume: &mut Option<u64>,
+    reconnect: bool,
+    json: bool,
+    connected: &mut bool,
+) -> Result<End, Failure> {
+    let mut req = client.request(Method::GET, "/blocklist/events");
+    match (*resume, reconnect) {
+        // The documented way to start: list-then-watch with ?since=.
+        (Some(since), false) => req = req.query(&[("since", since)]),
+        // What EventSource does on a reconnect; it also wins over any ?since=.
+        (Some(last), true) => req = req.header("Last-Event-ID", last.to_string()),
+        (None, _) => {}
+    }
+    let mut resp = req.send().await.map_err(|e| client.unreachable(&e))?;
+    if resp.status() != StatusCode::OK {
+        let status = resp.status();
+        let body = resp.bytes().await.unwrap_or_default();
+        return Err(refusal(status, &body));
+    }
+    *connected = true;
+    if resume.is_none() {
+        // Without ?since= the stream starts at the daemon's current revision, which it
+        // reports in this header: resuming from it after an early drop keeps the feed
+        // gapless even before the first event arrives.
+        *resume = revision_header(&resp);
+    }
+    let mut parser = SseParser::default();
+    loop {
+        let chunk = match tokio::time::timeout(IDLE_TIMEOUT, resp.chunk()).await {
+            Err(_) => {
+                return Ok(End::Dropped(format!(
+                    "nothing received for {IDLE_TIMEOUT:?}"
+                )))
+            }
+            Ok(Err(e)) => return Ok(End::Dropped(client.unreachable(&e).messages().join(""))),
+            Ok(Ok(None)) => return Ok(End::Closed),
+            Ok(Ok(Some(chunk))) => chunk,
+        };
+        for event in parser.push(&chunk) {
+            let line = format_event(&event, json);
+            if !crate::emit(&line) {
+                return Ok(End::OutputClosed);
+            }
+            if let Some(id) = event.id {
+                *resume = Some(id);
+            }
+        }
+    }
+}
+
+/// The output line of one event: human, or `{"revision":…,"event":…,"data":…}` where
+/// `data` is the server's JSON as it came.
+fn format_event(event: &SseEvent, json: bool) -> String {
+    let parsed: Option<Value> = serde_json::from_str(&event.data).ok();
+    if json {
+        let revision = event.id.map_or("null".to_owned(), |id| id.to_string());
+        let data = match parsed {
+            // Multi-line data would break the one-object-per-line promise: re-encode it.
+            Some(value) if event.data.contains('\n') => value.to_string(),
+            Some(_) => event.data.trim().to_owned(),
+            // Not JSON: sent on as a string rather than breaking the line.
+            None => Value::String(event.data.clone()).to_string(),
+        };
+        format!(
+            "{{\"revision\":{revision},\"event\":{},\"data\":{data}}}\n",
+            Value::String(event.event.clone())
+        )
+    } else {
+        let data = parsed.unwrap_or_else(|| Value::String(event.data.clone()));
+        let now = blocklistd::clock::now_ms();
+        let mut line = render::event_line(
+            event.id.unwrap_or(0),
+            &event.event,
+            &data,
+            now,
+            &chrono::Local,
+        );
+        line.push('\n');
+        line
+    }
+}
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: String,
+}
+
+/// An incremental `text/event-stream` parser (the WHATWG rules that matter here): lines
+/// end in LF or CRLF, a blank line ends an event, `:` lines are comments (heartbeats),
+/// several `data:` lines join with LF, one space after the colon is dropped. Bytes are
+/// buffered until a line is complete, so a chunk may split a line or a UTF-8 character.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+    id: Option<u64>,
+    event: Option<String>,
+    data: Option<String>,
+}
+
+impl SseParser {
+    /// Feeds bytes; returns the events they complete.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.buf.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        let mut start = 0;
+        while let Some(at) = self.buf[start..].iter().position(|&b| b == b'\n') {
+            let end = start + at;
+            let mut line = &self.buf[start..end];
+            if let Some(stripped) = line.strip_suffix(b"\r") {
+                line = stripped;
+            }
+            let line = String::from_utf8_lossy(line).into_owned();
+            start = end + 1;
+            if let Some(event) = self.line(&line) {
+                events.push(event);
+            }
+        }
+        self.buf.drain(..start);
+        events
+    }
+
+    fn line(&mut self, line: &str) -> Option<SseEvent> {
+        if line.is_empty() {
+            let data = self.data.take();
+            let event = self.event.take();
+            let id = self.id.take();
+            return data.map(|data| SseEvent {
+                id,
+                event: event.unwrap_or_else(|| "message".into()),
+                data,
+            });
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "id" => self.id = value.trim().parse().ok(),
+            "event" => self.event = Some(value.to_owned()),
+            "data" => match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            },
+            _ => {} // "retry" and unknown fields: nothing to do
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events_split_anywhere() {
+        let stream = "id: 42\nevent: merged\ndata: {\"id\":\"n\u{fc}\"}\n\n: heartbeat\n\n\
+                      id:43\r\nevent:added\r\ndata:{\"a\":1}\r\n\r\n";
+        let expected = vec![
+            SseEvent {
+                id: Some(42),
+                event: "merged".into(),
+                data: "{\"id\":\"n\u{fc}\"}".into(),
+            },
+            SseEvent {
+                id: Some(43),
+                event: "added".into(),
+                data: "{\"a\":1}".into(),
+            },
+        ];
+        // Every split point, including inside the two-byte ü.
+        let bytes = stream.as_bytes();
+        for cut in 0..bytes.len() {
+            let mut parser = SseParser::default();
+            let mut events = parser.push(&bytes[..cut]);
+            events.extend(parser.push(&bytes[cut..]));
+            assert_eq!(events, expected, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn multi_line_data_and_defaults() {
+        let mut parser = SseParser::default();
+        let events = parser.push(b"data: a\ndata: b\n\nid: 7\n\n");
+        // The second block has no data: per the SSE rules it dispatches nothing.
+        assert_eq!(
+            events,
+            [SseEvent {
+                id: None,
+                event: "message".into(),
+                data: "a\nb".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn json_lines_keep_the_servers_data() {
+        let event = SseEvent {
+            id: Some(5),
+            event: "added".into(),
+            data: "{\"kind\":\"node\",\"id\":\"n1\"}".into(),
+        };
+        let line = format_event(&event, true);
+        assert_eq!(
+            line,
+            "{\"revision\":5,\"event\":\"added\",\"data\":{\"kind\":\"node\",\"id\":\"n1\"}}\n"
+        );
+        let odd = SseEvent {
+            id: None,
+            event: "x".into(),
+            data: "not json".into(),
+        };
+        let v: Value = serde_json::from_str(&format_event(&odd, true)).unwrap();
+        assert_eq!(v["data"], "not json");
+        assert_eq!(v["revision"], Value::Null);
+    }
+}

@@ -1,0 +1,613 @@
+//! The `blocklist` command-line client against the real daemon: every subcommand in human
+//! and `--json` form, the exit codes (1 refused with the server's message, 2 unreachable),
+//! the bearer token, and `watch` — including its resume after a dropped connection.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use common::*;
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_blocklist");
+
+/// What one run of the CLI did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "expected success: {self:?}");
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+}
+
+/// The CLI with a clean environment (no server or token from the caller's shell) and a
+/// fixed time zone.
+fn command(server: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(CLI);
+    cmd.arg("--server")
+        .arg(server)
+        .args(args)
+        .env_remove("BLOCKLIST_SERVER")
+        .env_remove("BLOCKLIST_TOKEN_FILE")
+        .env("TZ", "UTC");
+    cmd
+}
+
+/// Runs the CLI to completion, failing the test if it takes longer than [`DEADLINE`].
+fn run_cmd(mut cmd: Command) -> Run {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start blocklist");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx
+        .recv_timeout(DEADLINE)
+        .expect("blocklist did not finish in time")
+        .expect("wait for blocklist");
+    Run {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+fn cli(d: &Daemon, args: &[&str]) -> Run {
+    run_cmd(command(&d.url(""), args))
+}
+
+fn assert_refused(run: &Run, needles: &[&str]) {
+    assert_eq!(run.code, 1, "expected a refusal: {run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+    for needle in needles {
+        assert!(
+            run.stderr.contains(needle),
+            "stderr lacks {needle:?}: {run:?}"
+        );
+    }
+}
+
+/// A port nothing listens on: bound, then closed.
+fn dead_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
+
+#[test]
+fn add_list_get_remove_in_human_and_json_form() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+
+    let run = cli(
+        &d,
+        &[
+            "add",
+            "node",
+            "n1",
+            "--action",
+            "evacuate",
+            "--timeout",
+            "2h",
+            "--cause",
+            "disk",
+        ],
+    )
+    .ok();
+    assert!(
+        run.stdout.starts_with("blocked node n1: evacuate, ends "),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("(in 2h)"), "{run:?}");
+    // An id that needs percent-encoding, and the FLIP-224 action name.
+    let tm = "tm/7 50%ü";
+    let run = cli(
+        &d,
+        &[
+            "add",
+            "taskmanager",
+            tm,
+            "--action",
+            "MARK_BLOCKED",
+            "--cause",
+            "oom",
+        ],
+    )
+    .ok();
+    assert_eq!(
+        run.stdout,
+        format!("blocked task manager {tm}: block, ends permanent\n")
+    );
+
+    let run = cli(&d, &["list"]).ok();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{run:?}");
+    assert!(lines[0].starts_with("KIND"), "{run:?}");
+    for header in ["ID", "ACTION", "ENDS", "CAUSE"] {
+        assert!(lines[0].contains(header), "{run:?}");
+    }
+    assert!(
+        lines[1].starts_with(&format!("taskmanager  {tm}  block")),
+        "{run:?}"
+    );
+    assert!(
+        lines[1].contains("permanent") && lines[1].ends_with("oom"),
+        "{run:?}"
+    );
+    assert!(lines[2].starts_with("node"), "{run:?}");
+    assert!(
+        lines[2].contains("evacuate") && lines[2].ends_with("disk"),
+        "{run:?}"
+    );
+    assert!(
+        lines[2].contains("(in 1h 59m)") || lines[2].contains("(in 2h)"),
+        "{run:?}"
+    );
+
+    let all = cli(&d, &["list", "--json"]).ok().json();
+    assert_eq!(ids(&all["blockedTaskManagers"]), [tm]);
+    assert_eq!(ids(&all["blockedNodes"]), ["n1"]);
+    assert!(all["revision"].as_u64().is_some(), "{all}");
+    let nodes = cli(&d, &["--json", "list", "nodes"]).ok().json();
+    assert_eq!(ids(&nodes), ["n1"]);
+    assert_eq!(nodes[0]["action"], "MARK_BLOCKED_AND_EVACUATE_TASKS");
+    let run = cli(&d, &["list", "taskmanagers"]).ok();
+    assert_eq!(run.stdout.lines().count(), 2, "{run:?}");
+
+    let item = cli(&d, &["get", "taskmanager", tm, "--json"]).ok().json();
+    assert_eq!(item["id"], tm);
+    assert_eq!(item["endTimestamp"], i64::MAX);
+    let run = cli(&d, &["get", "node", "n1"]).ok();
+    assert!(run.stdout.starts_with("KIND"), "{run:?}");
+    assert!(
+        run.stdout
+            .ends_with("no task manager is registered on node n1\n"),
+        "{run:?}"
+    );
+
+    let run = cli(&d, &["remove", "tm", tm]).ok();
+    assert_eq!(run.stdout, format!("unblocked task manager {tm}\n"));
+    assert_refused(&cli(&d, &["get", "taskmanager", tm]), &["404"]);
+    assert_refused(&cli(&d, &["remove", "taskmanager", tm]), &["404"]);
+    assert_eq!(
+        cli(&d, &["list", "taskmanagers"]).ok().stdout,
+        "no task manager is blocked\n"
+    );
+    assert_eq!(
+        cli(&d, &["remove", "node", "n1", "--json"]).ok().stdout,
+        "{}\n"
+    );
+    assert_eq!(cli(&d, &["list"]).ok().stdout, "nothing is blocked\n");
+}
+
+#[test]
+fn refusals_exit_1_with_the_servers_messages() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+
+    cli(&d, &["add", "node", "n1", "--cause", "a"]).ok();
+    // The same id again without --merge: the daemon's 409 and its message.
+    let run = cli(&d, &["add", "node", "n1", "--cause", "b"]);
+    assert_refused(
+        &run,
+        &["409 Conflict", "items[0] (id \"n1\")", "already blocked"],
+    );
+
+    // With --merge: 202 and the merged item.
+    let merged = cli(
+        &d,
+        &[
+            "add", "node", "n1", "--cause", "b", "--action", "evacuate", "--merge", "--json",
+        ],
+    )
+    .ok()
+    .json();
+    assert_eq!(merged[0]["cause"], "a,b");
+    assert_eq!(merged[0]["action"], "MARK_BLOCKED_AND_EVACUATE_TASKS");
+    let run = cli(&d, &["add", "node", "n1", "n2", "--cause", "c", "--merge"]).ok();
+    assert!(run.stdout.starts_with("blocked node n2: block"), "{run:?}");
+    assert!(
+        run.stdout.contains("merged into existing blocks"),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("a,b,c"), "{run:?}");
+
+    // A timeout the daemon refuses, one that does not parse, an end in the past.
+    let run = cli(
+        &d,
+        &["add", "node", "n3", "--cause", "x", "--timeout", "0s"],
+    );
+    assert_refused(
+        &run,
+        &["400 Bad Request", "timeout: must be a positive number"],
+    );
+    let run = cli(
+        &d,
+        &["add", "node", "n3", "--cause", "x", "--timeout", "banana"],
+    );
+    assert_refused(&run, &["--timeout"]);
+    let run = cli(
+        &d,
+        &[
+            "add",
+            "node",
+            "n3",
+            "--cause",
+            "x",
+            "--until",
+            "2001-01-01T00:00:00Z",
+        ],
+    );
+    assert_refused(&run, &["400 Bad Request", "endTimestamp"]);
+
+    // --until in the future becomes exactly that endTimestamp.
+    let end = chrono::Utc::now() + chrono::Duration::hours(3);
+    let end = chrono::DateTime::from_timestamp_millis(end.timestamp_millis()).unwrap();
+    let until = end.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    cli(
+        &d,
+        &["add", "node", "n3", "--cause", "x", "--until", &until],
+    )
+    .ok();
+    let item = cli(&d, &["get", "node", "n3", "--json"]).ok().json();
+    assert_eq!(item["endTimestamp"], end.timestamp_millis());
+
+    // Caught before sending: an empty id, an unknown kind; and 404s.
+    assert_refused(&cli(&d, &["get", "node", ""]), &["must not be empty"]);
+    assert_refused(&cli(&d, &["get", "rack", "r1"]), &["rack"]);
+    assert_refused(&cli(&d, &["unregister", "nobody"]), &["404"]);
+    // No arguments at all is a usage error: exit 1 too, never 2.
+    assert_eq!(run_cmd(command(&d.url(""), &[])).code, 1);
+    // Help is not an error.
+    let help = run_cmd(command(&d.url(""), &["add", "--help"])).ok();
+    assert!(help.stdout.contains("--timeout"), "{help:?}");
+}
+
+#[test]
+fn register_check_unregister() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+
+    let run = cli(&d, &["register", "tm-1", "--node", "n1"]).ok();
+    assert_eq!(run.stdout, "registered task manager tm-1 on node n1\n");
+    let run = cli(&d, &["register", "tm-1", "--node", "n1"]).ok();
+    assert!(run.stdout.contains("registered before"), "{run:?}");
+    let reg = cli(&d, &["register", "tm-2", "--node", "n1", "--json"])
+        .ok()
+        .json();
+    assert_eq!(reg, serde_json::json!({"id": "tm-2", "node": "n1"}));
+
+    assert_eq!(
+        cli(&d, &["check", "tm-1"]).ok().stdout,
+        "task manager tm-1 (on node n1) is not blocked\n"
+    );
+    cli(
+        &d,
+        &[
+            "add", "node", "n1", "--action", "evacuate", "--cause", "disk",
+        ],
+    )
+    .ok();
+    let run = cli(&d, &["check", "tm-1"]).ok();
+    assert!(
+        run.stdout
+            .starts_with("task manager tm-1 (on node n1) is blocked: evacuate\nKIND"),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout
+            .contains("\nnode  n1  evacuate  permanent  disk\n"),
+        "{run:?}"
+    );
+    let answer = cli(&d, &["check", "--json", "taskmanager", "tm-1"])
+        .ok()
+        .json();
+    assert_eq!(answer["blocked"], true);
+    assert_eq!(answer["node"], "n1");
+    assert_eq!(answer["blockedBy"][0]["kind"], "node");
+    for args in [&["check", "node", "n1"][..], &["check", "--node", "n1"]] {
+        let run = cli(&d, args).ok();
+        assert!(
+            run.stdout.starts_with("node n1 is blocked: evacuate\n"),
+            "{run:?}"
+        );
+    }
+    let run = cli(&d, &["get", "node", "n1"]).ok();
+    assert!(
+        run.stdout
+            .ends_with("task managers on node n1: tm-1, tm-2\n"),
+        "{run:?}"
+    );
+
+    assert_eq!(
+        cli(&d, &["unregister", "tm-1"]).ok().stdout,
+        "unregistered task manager tm-1\n"
+    );
+    assert_eq!(
+        cli(&d, &["check", "tm-1"]).ok().stdout,
+        "task manager tm-1 (not registered on a node) is not blocked\n"
+    );
+    assert_refused(&cli(&d, &["unregister", "tm-1"]), &["404"]);
+}
+
+#[test]
+fn unreachable_server_exits_2() {
+    let server = dead_server();
+    for args in [
+        &["list"][..],
+        &["add", "node", "n1", "--cause", "c"],
+        &["watch"],
+    ] {
+        // The server comes from the environment this time.
+        let mut cmd = Command::new(CLI);
+        cmd.args(args)
+            .env("BLOCKLIST_SERVER", &server)
+            .env_remove("BLOCKLIST_TOKEN_FILE");
+        let run = run_cmd(cmd);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(run.stderr.contains("cannot reach the server"), "{run:?}");
+        assert!(run.stderr.contains(&server), "{run:?}");
+    }
+}
+
+#[test]
+fn token_is_sent_as_bearer_and_never_printed() {
+    // A stand-in server that records the request and refuses it, as an auth check would.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    let recorder = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let body = r#"{"errors":["token rejected"]}"#;
+        write!(
+            stream,
+            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        String::from_utf8(head).unwrap()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token-xyz\n").unwrap();
+
+    let run = run_cmd(command(
+        &server,
+        &["--token-file", token_file.to_str().unwrap(), "list"],
+    ));
+    let head = recorder.join().unwrap().to_ascii_lowercase();
+    assert!(
+        head.contains("\r\nauthorization: bearer s3cret-token-xyz\r\n"),
+        "{head}"
+    );
+    assert_refused(&run, &["401 Unauthorized: token rejected"]);
+    assert!(!run.stderr.contains("s3cret"), "{run:?}");
+}
+
+/// A `blocklist watch` child whose stdout lines arrive on a channel; killed on drop.
+struct Watcher {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Watcher {
+    fn start(server: &str, args: &[&str]) -> Watcher {
+        let mut child = command(server, args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start blocklist watch");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line.expect("UTF-8 line")).is_err() {
+                    break;
+                }
+            }
+        });
+        Watcher { child, lines }
+    }
+
+    fn line(&self) -> String {
+        self.lines
+            .recv_timeout(DEADLINE)
+            .expect("no watch line in time")
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn watch_prints_one_line_per_event() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    // From revision 0, so the test need not know when the watcher has connected.
+    let human = Watcher::start(&d.url(""), &["watch", "--since", "0"]);
+    let json = Watcher::start(&d.url(""), &["watch", "--since", "0", "--json"]);
+
+    cli(&d, &["add", "node", "n1", "--cause", "disk"]).ok();
+    cli(&d, &["register", "tm-1", "--node", "n1"]).ok();
+    cli(&d, &["remove", "node", "n1"]).ok();
+
+    assert_eq!(
+        human.line(),
+        "1 added node n1: block, ends permanent, cause \"disk\""
+    );
+    assert_eq!(human.line(), "2 registered taskmanager tm-1 on node n1");
+    assert_eq!(
+        human.line(),
+        "3 removed node n1: block, ends permanent, cause \"disk\""
+    );
+
+    let events: Vec<Value> = (0..3)
+        .map(|_| serde_json::from_str(&json.line()).expect("a JSON line"))
+        .collect();
+    assert_eq!(events[0]["revision"], 1);
+    assert_eq!(events[0]["event"], "added");
+    assert_eq!(events[0]["data"]["kind"], "node");
+    assert_eq!(events[0]["data"]["id"], "n1");
+    assert_eq!(events[1]["event"], "registered");
+    assert_eq!(
+        events[1]["data"],
+        serde_json::json!({"id": "tm-1", "node": "n1"})
+    );
+    assert_eq!(events[2]["revision"], 3);
+    assert_eq!(events[2]["event"], "removed");
+
+    // Without --since only new events show: keep changing things until the watcher,
+    // connected at some point, prints one; it must be newer than what happened before.
+    let fresh = Watcher::start(&d.url(""), &["watch"]);
+    let start = Instant::now();
+    let first = loop {
+        cli(
+            &d,
+            &[
+                "register",
+                "tm-2",
+                "--node",
+                &format!("n{}", start.elapsed().as_nanos()),
+            ],
+        )
+        .ok();
+        if let Ok(line) = fresh
+            .lines
+            .recv_timeout(std::time::Duration::from_millis(200))
+        {
+            break line;
+        }
+        assert!(start.elapsed() < DEADLINE, "the watcher printed nothing");
+    };
+    let revision: u64 = first.split(' ').next().unwrap().parse().unwrap();
+    assert!(revision > 3, "{first}");
+    assert!(first.contains("registered taskmanager tm-2"), "{first}");
+}
+
+#[test]
+fn watch_refused_exits_1() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    // A revision ahead of the daemon's: 410 Gone, with the daemon's advice.
+    let run = cli(&d, &["watch", "--since", "999"]);
+    assert_refused(&run, &["410 Gone", "list again"]);
+}
+
+/// A TCP proxy in front of the daemon whose connections the test can cut, and which
+/// records what clients send.
+struct Proxy {
+    addr: SocketAddr,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+    sent: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Proxy {
+    fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let (open2, sent2) = (open.clone(), sent.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let server = TcpStream::connect(upstream).expect("connect to the daemon");
+                {
+                    let mut open = open2.lock().unwrap();
+                    open.push(client.try_clone().unwrap());
+                    open.push(server.try_clone().unwrap());
+                }
+                let sent = sent2.clone();
+                let (mut c_read, mut s_write) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = c_read.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        sent.lock().unwrap().extend_from_slice(&buf[..n]);
+                        if s_write.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_write.shutdown(Shutdown::Write);
+                });
+                let (mut s_read, mut c_write) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_read, &mut c_write);
+                    let _ = c_write.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        Proxy { addr, open, sent }
+    }
+
+    /// Closes every connection open now, as a network failure or restart would.
+    fn cut(&self) {
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn sent_text(&self) -> String {
+        String::from_utf8_lossy(&self.sent.lock().unwrap()).to_ascii_lowercase()
+    }
+}
+
+#[test]
+fn watch_resumes_after_a_dropped_connection_without_gap_or_duplicate() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let proxy = Proxy::start(d.addr);
+    let watcher = Watcher::start(
+        &format!("http://{}", proxy.addr),
+        &["watch", "--since", "0"],
+    );
+
+    cli(&d, &["add", "node", "a", "--cause", "x"]).ok();
+    assert!(watcher.line().starts_with("1 added node a:"));
+    proxy.cut();
+    // Written while the watcher may be disconnected: it must still arrive, once.
+    cli(&d, &["add", "node", "b", "--cause", "x"]).ok();
+    assert!(watcher.line().starts_with("2 added node b:"));
+    cli(&d, &["add", "node", "c", "--cause", "x"]).ok();
+    assert!(watcher.line().starts_with("3 added node c:"));
+    let sent = proxy.sent_text();
+    assert!(sent.contains("get /blocklist/events?since=0 "), "{sent}");
+    assert!(
+        sent.contains("\r\nlast-event-id: 1\r\n"),
+        "the reconnect resumes: {sent}"
+    );
+}
