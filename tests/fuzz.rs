@@ -56,7 +56,11 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+    // 2,000 cases per property in the normal run; PROPTEST_CASES sets more for a long run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn add_validation_never_panics_and_accepts_only_valid_items(body in json_value()) {
