@@ -234,13 +234,7 @@ async fn a_second_daemon_on_the_same_dir_exits_at_once() {
     let d = ws.start(&[]);
     let dir = ws.data_dir();
     let started = Instant::now();
-    let (status, stderr) = run_to_exit(&[
-        "--listen".as_ref(),
-        "127.0.0.1:0".as_ref(),
-        "--data-dir".as_ref(),
-        dir.as_os_str(),
-    ]);
-    assert!(!status.success());
+    let stderr = refused_start(&dir);
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(stderr.contains("in use by another process"), "{stderr}");
     // The first one is unharmed.
@@ -258,13 +252,7 @@ async fn a_foreign_directory_is_refused_and_left_untouched() {
     let dir = ws.data_dir();
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("notes.txt"), "mine").unwrap();
-    let (status, stderr) = run_to_exit(&[
-        "--listen".as_ref(),
-        "127.0.0.1:0".as_ref(),
-        "--data-dir".as_ref(),
-        dir.as_os_str(),
-    ]);
-    assert!(!status.success());
+    let stderr = refused_start(&dir);
     assert!(stderr.contains("not a blocklistd data dir"), "{stderr}");
     let names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -287,12 +275,6 @@ async fn a_newer_schema_is_refused() {
             .unwrap();
         db.flush().unwrap();
     }
-    let (status, stderr) = run_to_exit(&[
-        "--listen".as_ref(),
-        "127.0.0.1:0".as_ref(),
-        "--data-dir".as_ref(),
-        dir.as_os_str(),
-    ]);
-    assert!(!status.success());
+    let stderr = refused_start(&dir);
     assert!(stderr.contains("schema version 99"), "{stderr}");
 }

@@ -172,13 +172,7 @@ async fn a_corrupted_data_dir_is_refused_and_left_as_it_was() {
             .collect()
     };
     let before = data_files();
-    let (status, stderr) = run_to_exit(&[
-        "--listen".as_ref(),
-        "127.0.0.1:0".as_ref(),
-        "--data-dir".as_ref(),
-        dir.as_os_str(),
-    ]);
-    assert!(!status.success());
+    let stderr = refused_start(&dir);
     assert!(stderr.contains("not a blocklistd data dir"), "{stderr}");
     assert!(
         data_files() == before,

@@ -6,6 +6,7 @@
 //! for decoding (or a migration rewrites it). Byte-exact fixtures in the tests below pin the
 //! current format down.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, Block, Event, EventType};
@@ -73,24 +74,35 @@ pub fn encode_block(block: &Block) -> Vec<u8> {
         end: block.end,
         cause: block.cause.clone(),
     };
-    let mut out = vec![BLOCK_V1];
-    // Encoding into a Vec only fails for types serde cannot represent; BlockV1 is not one.
-    bincode::serde::encode_into_std_write(&value, &mut out, config())
-        .expect("BlockV1 always encodes");
+    encode_framed(BLOCK_V1, &value)
+}
+
+/// A format byte followed by the bincode encoding of `value`.
+fn encode_framed<T: Serialize>(format: u8, value: &T) -> Vec<u8> {
+    let mut out = vec![format];
+    // Encoding into a Vec only fails for types serde cannot represent; ours are plain.
+    bincode::serde::encode_into_std_write(value, &mut out, config())
+        .expect("value structs always encode");
     out
 }
 
-pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
-    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if format != BLOCK_V1 {
-        return Err(CodecError::UnknownFormat(format));
+/// Checks the format byte, decodes the rest with a size limit, and refuses trailing bytes.
+fn decode_framed<T: DeserializeOwned>(format: u8, bytes: &[u8]) -> Result<T, CodecError> {
+    let (&found, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if found != format {
+        return Err(CodecError::UnknownFormat(found));
     }
-    let (value, read): (BlockV1, usize) =
+    let (value, read): (T, usize) =
         bincode::serde::decode_from_slice(body, config().with_limit::<DECODE_LIMIT>())
             .map_err(|e| CodecError::Decode(e.to_string()))?;
     if read != body.len() {
         return Err(CodecError::Trailing(body.len() - read));
     }
+    Ok(value)
+}
+
+pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
+    let value: BlockV1 = decode_framed(BLOCK_V1, bytes)?;
     let action = match value.action {
         0 => Action::MarkBlocked,
         1 => Action::MarkBlockedAndEvacuateTasks,
@@ -114,24 +126,12 @@ pub fn encode_event(event: &Event) -> Vec<u8> {
         at: event.at,
         data: event.data.clone(),
     };
-    let mut out = vec![EVENT_V1];
-    bincode::serde::encode_into_std_write(&value, &mut out, config())
-        .expect("EventV1 always encodes");
-    out
+    encode_framed(EVENT_V1, &value)
 }
 
 /// Decodes an `events` value stored under `revision`.
 pub fn decode_event(revision: u64, bytes: &[u8]) -> Result<Event, CodecError> {
-    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if format != EVENT_V1 {
-        return Err(CodecError::UnknownFormat(format));
-    }
-    let (value, read): (EventV1, usize) =
-        bincode::serde::decode_from_slice(body, config().with_limit::<DECODE_LIMIT>())
-            .map_err(|e| CodecError::Decode(e.to_string()))?;
-    if read != body.len() {
-        return Err(CodecError::Trailing(body.len() - read));
-    }
+    let value: EventV1 = decode_framed(EVENT_V1, bytes)?;
     let event = *EventType::ALL
         .get(usize::from(value.event))
         .ok_or(CodecError::UnknownEvent(value.event))?;

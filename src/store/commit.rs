@@ -23,8 +23,8 @@ use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    codec, count_slot, encode_counts, keys, open_handles, Counts, Feed, Handles, Opened,
-    StoreConfig, StoreError, SweepSignal, COUNTS_KEY, REVISION_KEY,
+    codec, count_slot, encode_counts, keys, open_handles, registration, Counts, Feed, Handles,
+    Opened, StoreConfig, StoreError, SweepSignal, COUNTS_KEY, REVISION_KEY,
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -667,12 +667,7 @@ impl Tx<'_> {
         let Some(bytes) = self.tm_node.get(tm.as_bytes())? else {
             return Ok(Ok(None));
         };
-        Ok(codec::decode_registration(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Corrupt {
-                key: format!("taskmanager registration {tm}"),
-                source,
-            }))
+        Ok(registration(tm, &bytes).map(Some))
     }
 
     fn add(

@@ -513,12 +513,7 @@ impl Store {
         let Some(bytes) = self.handles()?.trees.tm_node.get(tm.as_bytes())? else {
             return Ok(None);
         };
-        codec::decode_registration(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Corrupt {
-                key: format!("taskmanager registration {tm}"),
-                source,
-            })
+        registration(tm, &bytes).map(Some)
     }
 
     /// Every registration `(task manager, node)`, sorted by task manager id.
@@ -527,11 +522,7 @@ impl Store {
         for entry in self.handles()?.trees.tm_node.iter() {
             let (key, bytes) = entry?;
             let tm = std::str::from_utf8(&key).map_err(|_| bad_key(&key))?;
-            let node =
-                codec::decode_registration(&bytes).map_err(|source| StoreError::Corrupt {
-                    key: format!("taskmanager registration {tm}"),
-                    source,
-                })?;
+            let node = registration(tm, &bytes)?;
             out.push((tm.to_owned(), node));
         }
         Ok(out)
@@ -842,6 +833,14 @@ fn open_error(dir: &Path, e: sled::Error) -> StoreError {
 fn decode(key: &[u8], bytes: &[u8]) -> Result<Block> {
     codec::decode_block(bytes).map_err(|source| StoreError::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+/// Decodes the registration value of task manager `tm`.
+pub(crate) fn registration(tm: &str, bytes: &[u8]) -> Result<String> {
+    codec::decode_registration(bytes).map_err(|source| StoreError::Corrupt {
+        key: format!("taskmanager registration {tm}"),
         source,
     })
 }

@@ -268,6 +268,19 @@ pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
     (status, stderr)
 }
 
+/// Starts the daemon on `dir` expecting it to refuse; returns what it printed on stderr.
+pub fn refused_start(dir: &Path) -> String {
+    let args = [
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+    ];
+    let (status, stderr) = run_to_exit(&args);
+    assert!(!status.success(), "the daemon started on {}", dir.display());
+    stderr
+}
+
 /// An add element.
 pub fn item(id: &str, action: &str, cause: &str) -> Value {
     serde_json::json!({"id": id, "action": action, "cause": cause})
