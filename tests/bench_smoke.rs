@@ -25,7 +25,15 @@ fn every_scenario_runs_and_is_reported() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let json = tmp.path().join("results.json");
     let mut child = Command::new(BENCH)
-        .args(["all", "--items", "1000", "--duration", "1", "--concurrency", "16"])
+        .args([
+            "all",
+            "--items",
+            "1000",
+            "--duration",
+            "1",
+            "--concurrency",
+            "16",
+        ])
         .args(["--expire-window", "2", "--restarts", "1"])
         .arg("--json-out")
         .arg(&json)
@@ -49,7 +57,10 @@ fn every_scenario_runs_and_is_reported() {
     let output = child.wait_with_output().expect("output");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(status.success(), "exit {status}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        status.success(),
+        "exit {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("the JSON was written"))
@@ -69,6 +80,9 @@ fn every_scenario_runs_and_is_reported() {
     assert!(report["machine"]["nproc"].as_u64().is_some());
     // The printed table has the same rows.
     for scenario in SCENARIOS {
-        assert!(stdout.contains(&format!("| {scenario} | ours |")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("| {scenario} | ours |")),
+            "{stdout}"
+        );
     }
 }

@@ -54,18 +54,43 @@ pub fn histogram() -> Histogram<u64> {
 /// Runs every worker for `duration` (and at most `max_ops` operations in all), then returns
 /// the workers and what they measured.
 pub async fn run<W: Worker>(workers: Vec<W>, duration: Duration, max_ops: u64) -> (Vec<W>, Phase) {
+    run_paced(workers, duration, max_ops, None).await
+}
+
+/// Like [`run`], but when `rate` (operations per second, all workers together) is given the
+/// load is open loop: each worker sends on a fixed schedule, and latency counts from the
+/// scheduled send time, so a stall is charged to every request it delays (no coordinated
+/// omission). A worker that falls behind sends at once until it has caught up.
+pub async fn run_paced<W: Worker>(
+    workers: Vec<W>,
+    duration: Duration,
+    max_ops: u64,
+    rate: Option<f64>,
+) -> (Vec<W>, Phase) {
     let started = Instant::now();
+    let n = workers.len().max(1);
+    // Each worker's interval between sends, and a start offset spreading them evenly.
+    let interval = rate.map(|r| Duration::from_secs_f64(n as f64 / r.max(1e-3)));
     let deadline = started + duration;
     let per_worker = (max_ops / workers.len().max(1) as u64).max(1);
     let tasks: Vec<_> = workers
         .into_iter()
-        .map(|mut worker| {
+        .enumerate()
+        .map(|(w, mut worker)| {
             tokio::spawn(async move {
                 let mut hist = histogram();
                 let (mut ops, mut items, mut errors) = (0u64, 0u64, 0u64);
                 let mut first_error = None;
+                let mut next_send = interval.map(|i| started + i.mul_f64(w as f64 / n as f64));
                 while ops + errors < per_worker {
-                    let t0 = Instant::now();
+                    let t0 = match (next_send, interval) {
+                        (Some(at), Some(interval)) => {
+                            tokio::time::sleep_until(at.into()).await;
+                            next_send = Some(at + interval);
+                            at
+                        }
+                        _ => Instant::now(),
+                    };
                     if t0 >= deadline {
                         break;
                     }

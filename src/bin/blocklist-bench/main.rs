@@ -157,7 +157,28 @@ fn main() -> ExitCode {
         extra: args.daemon_arg.clone(),
     };
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let (rows, failed) = runtime.block_on(run(&args, settings.clone(), daemon));
+    let interrupted = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    // On SIGINT/SIGTERM the run is dropped, and with it every child process (daemons, the
+    // ceiling server, redis-server): nothing outlives an interrupted bench.
+    let (rows, failed) = match runtime.block_on(async {
+        tokio::select! {
+            result = run(&args, settings.clone(), daemon) => Some(result),
+            _ = interrupted => None,
+        }
+    }) {
+        Some(result) => result,
+        None => {
+            eprintln!("blocklist-bench: interrupted");
+            return ExitCode::from(130);
+        }
+    };
     let machine = Machine::probe();
     println!(
         "\nblocklist-bench: {} cores ({}), kernel {}, {} MiB RAM; duration {} s, concurrency {}, items {}\n",

@@ -79,7 +79,24 @@ pub struct CpuWindow {
     pids: Vec<u32>,
     start: Vec<f64>,
     bench_start: f64,
+    system_start: Option<f64>,
     wall: std::time::Instant,
+}
+
+/// Busy CPU seconds of the whole machine (all cores) from the first line of `/proc/stat`:
+/// everything but idle and iowait.
+fn system_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<f64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: f64 = fields.iter().take(8).sum();
+    let idle = fields.get(3)? + fields.get(4)?;
+    Some((total - idle) / TICKS_PER_SECOND)
 }
 
 /// What a [`CpuWindow`] measured, in cores (CPU seconds per wall second).
@@ -90,6 +107,9 @@ pub struct CpuUse {
     pub bench: f64,
     pub server_seconds: f64,
     pub wall_seconds: f64,
+    /// CPU used by every other process on the machine (a build, another benchmark), in
+    /// cores: a figure measured while this is large is not worth much.
+    pub others: f64,
 }
 
 impl CpuWindow {
@@ -101,6 +121,7 @@ impl CpuWindow {
                 .map(|&p| cpu_seconds(p).unwrap_or(0.0))
                 .collect(),
             bench_start: self_cpu_seconds(),
+            system_start: system_busy_seconds(),
             wall: std::time::Instant::now(),
         }
     }
@@ -114,7 +135,12 @@ impl CpuWindow {
             .map(|(&p, &s)| cpu_seconds(p).map_or(0.0, |now| now - s))
             .sum();
         let bench = self_cpu_seconds() - self.bench_start;
+        let system = match (self.system_start, system_busy_seconds()) {
+            (Some(start), Some(end)) => end - start,
+            _ => 0.0,
+        };
         CpuUse {
+            others: ((system - server - bench) / wall).max(0.0),
             server: server / wall,
             bench: bench / wall,
             server_seconds: server,

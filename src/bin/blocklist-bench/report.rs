@@ -99,12 +99,25 @@ impl Row {
         }
         row.server_cpu = Some(cpu.server);
         row.bench_cpu = Some(cpu.bench);
+        row.record_others(cpu);
         row.ops = phase.ops;
         row.errors = phase.errors;
         if let Some(e) = &phase.first_error {
             row.add_note(&format!("{} errors, first: {e}", phase.errors));
         }
         row
+    }
+
+    /// Records the CPU other processes used during the measurement, and flags it when it
+    /// was enough to distort the figures (a tenth of a core or more).
+    pub fn record_others(&mut self, cpu: CpuUse) {
+        self.extra.insert("other_cpu".into(), cpu.others);
+        if cpu.others >= 0.1 {
+            self.add_note(&format!(
+                "WARNING: other processes used {:.0}% CPU during this measurement",
+                cpu.others * 100.0
+            ));
+        }
     }
 
     pub fn add_note(&mut self, note: &str) {

@@ -152,6 +152,35 @@ fn fixture_item(count: usize, base: i64) -> ItemFn {
     })
 }
 
+/// An open-loop phase's result.
+struct Paced {
+    rate: f64,
+    phase: Phase,
+}
+
+impl Paced {
+    /// Adds the paced figures to `row`, with the p99 target checked at this load too.
+    fn annotate(&self, row: &mut Row, p99_target_ms: f64) {
+        let p99 = self.phase.ms(0.99);
+        row.extra
+            .insert("paced50_ops_s".into(), self.phase.ops_per_s());
+        row.extra
+            .insert("paced50_p50_ms".into(), self.phase.ms(0.5));
+        row.extra.insert("paced50_p99_ms".into(), p99);
+        row.target(
+            format!("p99 ≤{p99_target_ms} ms at 50% load"),
+            Some(p99 <= p99_target_ms && self.phase.errors == 0),
+        );
+        if self.phase.ops_per_s() < self.rate * 0.95 {
+            row.add_note(&format!(
+                "the open-loop phase reached only {:.0} of {:.0} ops/s",
+                self.phase.ops_per_s(),
+                self.rate
+            ));
+        }
+    }
+}
+
 /// Reference rows measured once per run.
 #[derive(Default)]
 struct References {
@@ -243,6 +272,21 @@ impl Bench {
         let window = CpuWindow::start(pids);
         let (workers, phase) = load::run(workers, duration, MAX_OPS_PER_PHASE).await;
         (workers, phase, window.stop())
+    }
+
+    /// An open-loop phase at half the rate `saturated` reached, with the same workers: the
+    /// latency a client sees when the daemon is busy but not saturated (at saturation a
+    /// closed loop of C connections has a mean latency of C ÷ rate, whatever the server).
+    async fn paced_half<W: Worker>(&self, workers: Vec<W>, saturated: &Phase) -> Paced {
+        let rate = saturated.ops_per_s() * 0.5;
+        let (_, phase) = load::run_paced(
+            workers,
+            self.settings.duration,
+            MAX_OPS_PER_PHASE,
+            Some(rate),
+        )
+        .await;
+        Paced { rate, phase }
     }
 
     /// The single-item add load of `add`, against `server`, for `duration`.
@@ -424,9 +468,17 @@ impl Bench {
     /// `add`: single-item POSTs with fresh ids on C connections, every reply durable.
     async fn add(&mut self) -> Result<Vec<Row>, String> {
         let (server, _dir) = self.fresh_daemon("add")?;
-        let (phase, cpu) = self.add_phase(&server, self.settings.duration).await?;
+        let workers = http_workers(
+            server.addr,
+            self.settings.concurrency,
+            fresh_adds("add", "/blocklist/taskmanagers", CREATED),
+        )
+        .await?;
+        let (workers, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        let paced = self.paced_half(workers, &phase).await;
         drop(server);
         let mut ours = Row::from_phase("add", Role::Ours, &phase, cpu, false);
+        paced.annotate(&mut ours, 5.0);
         self.refs.add_rate = Some(phase.ops_per_s());
         let ceiling = self.http_ceiling_post().await?;
         let peer = self.redis_add().await?;
@@ -630,8 +682,10 @@ impl Bench {
             })
         })
         .await?;
-        let (_, phase, cpu) = self.measure(workers, &[pid]).await;
+        let (workers, phase, cpu) = self.measure(workers, &[pid]).await;
+        let paced = self.paced_half(workers, &phase).await;
         let mut ours = Row::from_phase("check", Role::Ours, &phase, cpu, false);
+        paced.annotate(&mut ours, 2.0);
         let ceiling = self.http_ceiling_get(registered as u64).await?;
         let peer = self
             .redis_check(
@@ -823,6 +877,7 @@ impl Bench {
         let cpu = window.stop();
         let mut ours = Row::new("idle", Role::Ours);
         ours.server_cpu = Some(cpu.server);
+        ours.record_others(cpu);
         ours.bench_cpu = Some(cpu.bench);
         ours.extra
             .insert("cpu_ms".into(), cpu.server_seconds * 1000.0);
