@@ -78,7 +78,7 @@ pub const STORE_TX_ITEMS: usize = 100;
 /// Runs the store ceiling in `dir` for `duration` (at most `max_tx` transactions), with the
 /// daemon's sled settings (64 MiB cache, no background flusher). Blocking: call it off the
 /// async runtime. Latency is per transaction (100 items, flushed and fsynced).
-pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Phase, String> {
+pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<StorePhase, String> {
     let db = sled::Config::new()
         .path(dir)
         .cache_capacity(64 * 1024 * 1024)
@@ -89,6 +89,7 @@ pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Phas
     let expiry = db.open_tree("expiry").map_err(|e| e.to_string())?;
     let log = std::fs::File::open(dir.join("db")).map_err(|e| format!("open log: {e}"))?;
     let mut hist = histogram();
+    let mut split = StoreSplit::default();
     let mut seq = 0u64;
     let mut tx = 0u64;
     let started = Instant::now();
@@ -114,6 +115,7 @@ pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Phas
                 )
             })
             .collect();
+        let t_tx = Instant::now();
         (&items, &expiry)
             .transaction(|(items, expiry)| {
                 for (key, value, expiry_key) in &batch {
@@ -123,17 +125,45 @@ pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Phas
                 Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
             })
             .map_err(|e| format!("transaction: {e:?}"))?;
+        let t_flush = Instant::now();
         db.flush().map_err(|e| format!("flush: {e}"))?;
+        let t_fsync = Instant::now();
         log.sync_data().map_err(|e| format!("fsync: {e}"))?;
+        split.encode += t_tx - t0;
+        split.transaction += t_flush - t_tx;
+        split.flush += t_fsync - t_flush;
+        split.fsync += t_fsync.elapsed();
         hist.saturating_record(t0.elapsed().as_micros().max(1) as u64);
         tx += 1;
     }
-    Ok(Phase {
-        ops: tx,
-        items: tx * STORE_TX_ITEMS as u64,
-        errors: 0,
-        first_error: None,
-        elapsed: started.elapsed(),
-        latency_us: hist,
+    Ok(StorePhase {
+        phase: Phase {
+            ops: tx,
+            items: tx * STORE_TX_ITEMS as u64,
+            errors: 0,
+            first_error: None,
+            elapsed: started.elapsed(),
+            latency_us: hist,
+        },
+        split,
     })
+}
+
+/// Where the store ceiling's time went, summed over its transactions: the evidence of what
+/// limits the store (and so the daemon's committer, which does the same work).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StoreSplit {
+    /// Building keys and values (`keys`, `codec`).
+    pub encode: Duration,
+    /// The sled transaction over items + expiry.
+    pub transaction: Duration,
+    /// `Db::flush()` (sled's write of its buffers: pwrite + sync_file_range).
+    pub flush: Duration,
+    /// `fdatasync` of the log.
+    pub fsync: Duration,
+}
+
+pub struct StorePhase {
+    pub phase: Phase,
+    pub split: StoreSplit,
 }

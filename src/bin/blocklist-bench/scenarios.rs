@@ -388,7 +388,13 @@ impl Bench {
         })
         .await
         .map_err(|e| format!("store ceiling: {e}"))??;
+        let ceiling::StorePhase { phase, split } = phase;
         let mut row = Row::from_phase("add-batch", Role::Ceiling, &phase, cpu, true);
+        let per_tx = |d: Duration| d.as_secs_f64() * 1000.0 / phase.ops.max(1) as f64;
+        row.extra.insert("tx_ms".into(), per_tx(split.transaction));
+        row.extra.insert("flush_ms".into(), per_tx(split.flush));
+        row.extra.insert("fsync_ms".into(), per_tx(split.fsync));
+        row.extra.insert("encode_ms".into(), per_tx(split.encode));
         // The store runs inside the bench: its CPU is the bench's.
         row.server_cpu = Some(cpu.bench);
         row.server_cpu_us_per_op =

@@ -115,7 +115,12 @@ impl DaemonSpec {
             .arg("--max-body-bytes")
             .arg(MAX_BODY_BYTES.to_string())
             .args(&self.extra)
-            .env("RUST_LOG", "info");
+            // `info` is what `expire` parses; BLOCKLIST_BENCH_DAEMON_LOG can add more (e.g.
+            // `info,blocklistd::store::commit=trace` to see every group commit's size).
+            .env(
+                "RUST_LOG",
+                std::env::var("BLOCKLIST_BENCH_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+            );
         Server::spawn(command, log)
     }
 }
