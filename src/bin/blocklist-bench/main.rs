@@ -91,6 +91,11 @@ struct Args {
     #[arg(long)]
     work_dir: Option<PathBuf>,
 
+    /// Before each measured phase, wait up to this many seconds for the other processes on
+    /// the machine (builds...) to use under 10% of a core. 0: do not wait.
+    #[arg(long, default_value_t = 0.0)]
+    wait_quiet: f64,
+
     /// Keep the temp dirs (daemon logs, data) after the run, for inspection.
     #[arg(long)]
     keep: bool,
@@ -107,6 +112,7 @@ pub struct Settings {
     pub peer: bool,
     pub work_dir: Option<PathBuf>,
     pub keep: bool,
+    pub wait_quiet: Duration,
 }
 
 fn main() -> ExitCode {
@@ -136,6 +142,11 @@ fn main() -> ExitCode {
             peer: !args.no_peer,
             work_dir: args.work_dir.clone(),
             keep: args.keep,
+            wait_quiet: Duration::from_secs_f64(if args.wait_quiet.is_finite() {
+                args.wait_quiet.clamp(0.0, 3600.0)
+            } else {
+                0.0
+            }),
         },
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("blocklist-bench: {e}");

@@ -148,3 +148,21 @@ impl CpuWindow {
         }
     }
 }
+
+/// Waits until the rest of the machine is quiet: other processes (not `pids`, not the
+/// bench) using under a tenth of a core over one second. Gives up after `max_wait`; returns
+/// whether it got quiet. On a machine shared with builds, measuring while a compiler runs
+/// would halve every figure.
+pub async fn wait_quiet(pids: &[u32], max_wait: std::time::Duration) -> bool {
+    let give_up = std::time::Instant::now() + max_wait;
+    loop {
+        let window = CpuWindow::start(pids);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        if window.stop().others < 0.1 {
+            return true;
+        }
+        if std::time::Instant::now() >= give_up {
+            return false;
+        }
+    }
+}

@@ -256,6 +256,19 @@ impl Bench {
         (self.settings.duration / 5).min(Duration::from_secs(1))
     }
 
+    /// With `--wait-quiet S`, waits up to S seconds for other processes to go quiet.
+    async fn wait_quiet(&self, pids: &[u32]) {
+        if self.settings.wait_quiet.is_zero() {
+            return;
+        }
+        if !procstat::wait_quiet(pids, self.settings.wait_quiet).await {
+            eprintln!(
+                "blocklist-bench: the machine did not go quiet within {:?}; measuring anyway",
+                self.settings.wait_quiet
+            );
+        }
+    }
+
     /// Warm-up (unrecorded), then the measured phase with the CPU of `pids` over it.
     async fn measure<W: Worker>(&self, workers: Vec<W>, pids: &[u32]) -> (Vec<W>, Phase, CpuUse) {
         self.measure_for(workers, pids, self.settings.duration)
@@ -268,6 +281,7 @@ impl Bench {
         pids: &[u32],
         duration: Duration,
     ) -> (Vec<W>, Phase, CpuUse) {
+        self.wait_quiet(pids).await;
         let (workers, _) = load::run(workers, self.warmup(), MAX_OPS_PER_PHASE).await;
         let window = CpuWindow::start(pids);
         let (workers, phase) = load::run(workers, duration, MAX_OPS_PER_PHASE).await;
@@ -374,6 +388,7 @@ impl Bench {
             return Ok(row.clone());
         }
         let dir = self.fresh_dir("store-ceiling");
+        self.wait_quiet(&[]).await;
         let duration = self.settings.duration;
         let warmup = self.warmup();
         let (phase, cpu) = tokio::task::spawn_blocking(move || {
@@ -774,7 +789,8 @@ impl Bench {
         let window = self.settings.expire_window;
         let window_ms = window.as_millis() as i64;
         // Everything must be loaded (and the baseline measured) before the first item is
-        // due: allow a conservative 20,000 items/s for loading.
+        // due: allow a conservative 12,000 items/s for loading (a quiet 2-core machine loads
+        // about 20,000).
         let lead_ms = 1_000
             + count as i64 / 20
             + self.settings.duration.as_millis() as i64
@@ -811,7 +827,19 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let mut server = server;
         let mut ours = Row::from_phase("expire", Role::Ours, &phase, cpu, false);
+        if let Some(status) = server.exited() {
+            ours.add_note(&format!(
+                "THE DAEMON EXITED during the scenario ({status}); last log lines: {}",
+                crate::server::tail(&server.log)
+                    .lines()
+                    .rev()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            ));
+        }
         ours.extra.insert("add_p99_ms".into(), phase.ms(0.99));
         ours.p50_ms = Some(log.lag_ms.value_at_quantile(0.50) as f64);
         ours.p99_ms = Some(log.lag_ms.value_at_quantile(0.99) as f64);
@@ -878,6 +906,7 @@ impl Bench {
         let items = fixture.items;
         // Let any work left from loading settle first.
         tokio::time::sleep(Duration::from_secs(1)).await;
+        self.wait_quiet(&[pid]).await;
         let window = CpuWindow::start(&[pid]);
         tokio::time::sleep(duration).await;
         let cpu = window.stop();

@@ -69,6 +69,12 @@ impl Server {
         self.child.id()
     }
 
+    /// How the process ended, if it has: a daemon that dies mid-scenario must be reported,
+    /// not just counted as connection errors.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGKILL, as a crash or `kill -9` would, and reap it.
     pub fn kill9(mut self) {
         let _ = self.child.kill();
