@@ -792,7 +792,7 @@ impl Bench {
         // due: allow a conservative 12,000 items/s for loading (a quiet 2-core machine loads
         // about 20,000).
         let lead_ms = 1_000
-            + count as i64 / 20
+            + count as i64 / 12
             + self.settings.duration.as_millis() as i64
             + self.warmup().as_millis() as i64;
         let first_due = blocklistd::clock::now_ms() + lead_ms;
