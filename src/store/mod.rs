@@ -466,11 +466,11 @@ impl Store {
             let before = feed.seq.load(Ordering::SeqCst);
             let revision = feed.committed.load(Ordering::SeqCst);
             let value = read(self)?;
-            let settled = before % 2 == 0 && feed.seq.load(Ordering::SeqCst) == before;
+            let settled = before.is_multiple_of(2) && feed.seq.load(Ordering::SeqCst) == before;
             if settled || tries == TRIES {
                 return Ok((value, revision));
             }
-            if before % 2 == 1 {
+            if !before.is_multiple_of(2) {
                 // A transaction is in flight; they take well under a millisecond.
                 std::thread::yield_now();
             }

@@ -1,0 +1,116 @@
+//! The bench's HTTP/1.1 client: one kept-alive hyper connection per load worker.
+//!
+//! Deliberately the lowest layer hyper offers (`client::conn::http1`): no pool, no
+//! redirects, no per-request allocation beyond the request itself, so that the client costs
+//! as little of the two shared cores as possible and every worker owns exactly one
+//! connection (the "64 connections" of a scenario are 64 sockets).
+
+use std::net::SocketAddr;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// A connection that reconnects on the next request after a transport error.
+pub struct Http {
+    addr: SocketAddr,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Http {
+    pub async fn connect(addr: SocketAddr) -> Result<Http, String> {
+        let mut http = Http { addr, sender: None };
+        http.ensure_connected().await?;
+        Ok(http)
+    }
+
+    async fn ensure_connected(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, String> {
+        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+            let stream = TcpStream::connect(self.addr)
+                .await
+                .map_err(|e| format!("connect {}: {e}", self.addr))?;
+            // Small requests and replies: without NODELAY, Nagle + delayed ACK add ~40 ms.
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            self.sender = Some(sender);
+        }
+        Ok(self.sender.as_mut().expect("connected above"))
+    }
+
+    /// Sends one request and reads the whole reply.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        json_body: Option<Bytes>,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let sender = self.ensure_connected().await?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, "127.0.0.1");
+        if json_body.is_some() {
+            request = request.header(CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(json_body.unwrap_or_default()))
+            .map_err(|e| e.to_string())?;
+        let result = async {
+            sender
+                .ready()
+                .await
+                .map_err(|e| format!("not ready: {e}"))?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| format!("request: {e}"))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("body: {e}"))?
+                .to_bytes();
+            Ok((status, body))
+        }
+        .await;
+        if result.is_err() {
+            self.sender = None;
+        }
+        result
+    }
+
+    pub async fn get(&mut self, path: &str) -> Result<(StatusCode, Bytes), String> {
+        self.send(Method::GET, path, None).await
+    }
+
+    pub async fn post(&mut self, path: &str, body: Bytes) -> Result<(StatusCode, Bytes), String> {
+        self.send(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put(&mut self, path: &str, body: Bytes) -> Result<(StatusCode, Bytes), String> {
+        self.send(Method::PUT, path, Some(body)).await
+    }
+}
+
+/// `Err` with the status and (start of the) body unless `status` is one of `expected`.
+pub fn expect_status(
+    (status, body): (StatusCode, Bytes),
+    expected: &[StatusCode],
+) -> Result<(StatusCode, Bytes), String> {
+    if expected.contains(&status) {
+        Ok((status, body))
+    } else {
+        let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+        Err(format!("HTTP {status}: {text}"))
+    }
+}

@@ -1,0 +1,272 @@
+//! `blocklist-bench`: the load generator for blocklistd.
+//!
+//! Starts a fresh `blocklistd` (the binary next to this one) on a temp dir per scenario,
+//! drives it over plain HTTP like any client, and measures in the same run, with the same
+//! client and concurrency, what it is compared with: the HTTP ceiling (an empty axum
+//! server), the store ceiling (sled straight, no HTTP) and the peer (Redis, fsync always).
+//! Prints one table and optionally writes it as JSON. See docs/benchmarks.md.
+//!
+//! Layout:
+//! - `scenarios`: the named scenarios and the ceiling/peer measurements they use;
+//! - `load`: the closed-loop driver (bounded in time and count) and its histograms;
+//! - `client`: the HTTP/1.1 client, one kept-alive hyper connection per worker;
+//! - `dataset`: request bodies, bulk loading, task manager registration;
+//! - `ceiling`: the HTTP ceiling server (a hidden subcommand of this binary) and the store
+//!   ceiling;
+//! - `redis_peer`: the Redis peer;
+//! - `server`: child processes (daemon, ceiling server) that announce their address;
+//! - `procstat`: CPU, RSS and disk use from /proc and the file system;
+//! - `report`: rows, the table and the JSON.
+
+mod ceiling;
+mod client;
+mod dataset;
+mod load;
+mod procstat;
+mod redis_peer;
+mod report;
+mod scenarios;
+mod server;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use report::{Machine, Report, Role, Row};
+use scenarios::{Bench, RUN_ORDER, SCENARIOS};
+use server::DaemonSpec;
+
+/// Benchmarks blocklistd against an HTTP ceiling, a store ceiling and Redis, in one run.
+#[derive(Debug, Parser)]
+#[command(about, long_about = None)]
+struct Args {
+    /// The scenario to run, or `all`.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(
+        ["all", "add", "add-batch", "merge-hot", "check", "list", "expire", "idle", "restart", "footprint"]
+    ))]
+    scenario: String,
+
+    /// Seconds of each measured phase (after a warm-up of a fifth of it, at most 1 s).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+
+    /// Connections of the single-request scenarios (`add`, `merge-hot`, `check`) and their
+    /// ceilings and peer; `add-batch` uses an eighth of it.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+
+    /// The "1M" of the scenarios (`check`, `expire`, `idle`, `restart`,
+    /// `footprint`); `list` uses a tenth of it.
+    #[arg(long, default_value_t = 1_000_000)]
+    items: usize,
+
+    /// Seconds over which the `expire` scenario's items come due.
+    #[arg(long, default_value_t = 60.0)]
+    expire_window: f64,
+
+    /// How many SIGKILL-and-start rounds `restart` times.
+    #[arg(long, default_value_t = 3)]
+    restarts: usize,
+
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json_out: Option<PathBuf>,
+
+    /// The blocklistd binary (default: `blocklistd` next to this binary).
+    #[arg(long)]
+    daemon: Option<PathBuf>,
+
+    /// Extra flag for every daemon started (repeatable), e.g. `--daemon-arg=--fsync=false`.
+    #[arg(long, allow_hyphen_values = true)]
+    daemon_arg: Vec<String>,
+
+    /// Skip the Redis peer even when redis-server is installed.
+    #[arg(long)]
+    no_peer: bool,
+
+    /// Where the temp dirs (data dirs, logs) go (default: the system temp dir).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+
+    /// Before each measured phase, wait up to this many seconds for the other processes on
+    /// the machine (builds...) to use under 10% of a core. 0: do not wait.
+    #[arg(long, default_value_t = 0.0)]
+    wait_quiet: f64,
+
+    /// Keep the temp dirs (daemon logs, data) after the run, for inspection.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// The run's settings, as the scenarios see them.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub duration: Duration,
+    pub concurrency: usize,
+    pub items: usize,
+    pub expire_window: Duration,
+    pub restarts: usize,
+    pub peer: bool,
+    pub work_dir: Option<PathBuf>,
+    pub keep: bool,
+    pub wait_quiet: Duration,
+}
+
+fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(ceiling::SERVE_SUBCOMMAND) {
+        return ceiling::serve_http();
+    }
+    let args = Args::parse();
+    let seconds = |s: f64, what: &str| {
+        if s.is_finite() && s > 0.0 && s <= 3600.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            Err(format!(
+                "--{what} must be between 0 and 3600 seconds, got {s}"
+            ))
+        }
+    };
+    let settings = match (
+        seconds(args.duration, "duration"),
+        seconds(args.expire_window, "expire-window"),
+    ) {
+        (Ok(duration), Ok(expire_window)) => Settings {
+            duration,
+            concurrency: args.concurrency.clamp(1, 4096),
+            items: args.items.max(2),
+            expire_window,
+            restarts: args.restarts.clamp(1, 100),
+            peer: !args.no_peer,
+            work_dir: args.work_dir.clone(),
+            keep: args.keep,
+            wait_quiet: Duration::from_secs_f64(if args.wait_quiet.is_finite() {
+                args.wait_quiet.clamp(0.0, 3600.0)
+            } else {
+                0.0
+            }),
+        },
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("blocklist-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (bin, warning) = match server::find_daemon(args.daemon.clone()) {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("blocklist-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(warning) = &warning {
+        eprintln!("blocklist-bench: warning: {warning}");
+    }
+    let daemon = DaemonSpec {
+        bin,
+        extra: args.daemon_arg.clone(),
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let interrupted = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    // On SIGINT/SIGTERM the run is dropped, and with it every child process (daemons, the
+    // ceiling server, redis-server): nothing outlives an interrupted bench.
+    let (rows, failed) = match runtime.block_on(async {
+        tokio::select! {
+            result = run(&args, settings.clone(), daemon) => Some(result),
+            _ = interrupted => None,
+        }
+    }) {
+        Some(result) => result,
+        None => {
+            eprintln!("blocklist-bench: interrupted");
+            return ExitCode::from(130);
+        }
+    };
+    let machine = Machine::probe();
+    println!(
+        "\nblocklist-bench: {} cores ({}), kernel {}, {} MiB RAM; duration {} s, concurrency {}, items {}\n",
+        machine.nproc,
+        machine.cpu_model,
+        machine.kernel,
+        machine.mem_total_kb / 1024,
+        args.duration,
+        settings.concurrency,
+        settings.items
+    );
+    print!("{}", report::table(&rows));
+    if let Some(path) = &args.json_out {
+        let mut settings_map = BTreeMap::new();
+        settings_map.insert("scenario", args.scenario.clone());
+        settings_map.insert("duration_s", args.duration.to_string());
+        settings_map.insert("concurrency", settings.concurrency.to_string());
+        settings_map.insert("items", settings.items.to_string());
+        settings_map.insert("expire_window_s", args.expire_window.to_string());
+        settings_map.insert("daemon_args", args.daemon_arg.join(" "));
+        let report = Report {
+            machine: &machine,
+            settings: settings_map,
+            rows: &rows,
+        };
+        if let Err(e) = report::write_json(path, &report) {
+            eprintln!("blocklist-bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs the chosen scenarios; a failed scenario becomes a row saying so, and the run goes on.
+async fn run(args: &Args, settings: Settings, daemon: DaemonSpec) -> (Vec<Row>, bool) {
+    let keep = settings.keep;
+    let mut bench = match Bench::new(settings, daemon) {
+        Ok(bench) => bench,
+        Err(e) => {
+            eprintln!("blocklist-bench: {e}");
+            return (Vec::new(), true);
+        }
+    };
+    let chosen: Vec<&str> = if args.scenario == "all" {
+        RUN_ORDER.to_vec()
+    } else {
+        vec![args.scenario.as_str()]
+    };
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for scenario in chosen {
+        eprintln!("blocklist-bench: running {scenario}");
+        match bench.run(scenario).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => {
+                eprintln!("blocklist-bench: {scenario} failed: {e}");
+                let mut row = Row::new(scenario, Role::Ours);
+                row.note = format!("FAILED: {e}");
+                rows.push(row);
+                failed = true;
+            }
+        }
+    }
+    if keep {
+        eprintln!("blocklist-bench: kept {}", bench.keep_work_dir().display());
+    }
+    // The order, each scenario's own row before its ceiling and peer.
+    rows.sort_by_key(|r| {
+        let scenario = SCENARIOS
+            .iter()
+            .position(|s| *s == r.scenario)
+            .unwrap_or(SCENARIOS.len());
+        (scenario, r.role as u8)
+    });
+    (rows, failed)
+}

@@ -1,0 +1,191 @@
+//! Child server processes the bench starts and owns: `blocklistd` itself and the bench's own
+//! HTTP ceiling server. Both announce `listening on ADDR` as their first stdout line.
+//! Every child is killed (SIGKILL) when its handle drops, so no run leaves one behind.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a server may take to print its address before the bench gives up on it.
+const START_DEADLINE: Duration = Duration::from_secs(120);
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    /// When the process was spawned, for readiness timing.
+    pub spawned: Instant,
+    /// When its `listening on` line arrived.
+    pub listening: Instant,
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Spawns `command` with stderr to `log`, and waits for its address on stdout.
+    pub fn spawn(mut command: Command, log: &Path) -> Result<Server, String> {
+        let stderr = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let spawned = Instant::now();
+        let mut child = command
+            .stdin(Stdio::piped()) // the ceiling server exits when this closes
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next().and_then(Result::ok));
+            for _ in lines {} // keep the pipe drained so the child never blocks on it
+        });
+        let line = match rx.recv_timeout(START_DEADLINE) {
+            Ok(Some(line)) => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{command:?} did not report its address ({other:?}); its log:\n{}",
+                    tail(log)
+                ));
+            }
+        };
+        let listening = Instant::now();
+        let addr = line
+            .strip_prefix("listening on ")
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| format!("unexpected first line {line:?}"))?;
+        Ok(Server {
+            child,
+            addr,
+            spawned,
+            listening,
+            log: log.to_owned(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How the process ended, if it has: a daemon that dies mid-scenario must be reported,
+    /// not just counted as connection errors.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGKILL, as a crash or `kill -9` would, and reap it.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The last lines of a log, for error messages.
+pub fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// How to start `blocklistd` for the bench.
+#[derive(Debug, Clone)]
+pub struct DaemonSpec {
+    pub bin: PathBuf,
+    /// Extra flags after the bench's own.
+    pub extra: Vec<String>,
+}
+
+/// The largest body the bench sends: 10,000 items of ~120 bytes fit in 2 MiB, registrations
+/// too; 64 MiB leaves room and is what docs/benchmarks.md describes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+impl DaemonSpec {
+    /// Starts a daemon on `data_dir` (the daemon's defaults otherwise: fsync on, 64 MiB
+    /// cache), logging at `info` to `log`.
+    pub fn start(&self, data_dir: &Path, log: &Path) -> Result<Server, String> {
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--max-body-bytes")
+            .arg(MAX_BODY_BYTES.to_string())
+            .args(&self.extra)
+            // `info` is what `expire` parses; BLOCKLIST_BENCH_DAEMON_LOG can add more (e.g.
+            // `info,blocklistd::store::commit=trace` to see every group commit's size).
+            .env(
+                "RUST_LOG",
+                std::env::var("BLOCKLIST_BENCH_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+            );
+        Server::spawn(command, log)
+    }
+}
+
+/// `blocklistd` next to the bench binary (`target/release/` or `target/debug/`). `cargo run
+/// --bin blocklist-bench` builds only the bench, so warn when the daemon looks older than it.
+pub fn find_daemon(explicit: Option<PathBuf>) -> Result<(PathBuf, Option<String>), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let bin = match explicit {
+        Some(bin) => bin,
+        None => exe
+            .parent()
+            .ok_or("the bench binary has no directory")?
+            .join("blocklistd"),
+    };
+    if !bin.is_file() {
+        return Err(format!(
+            "no daemon binary at {}: build it first with `cargo build --release --bins` \
+             (or pass --daemon PATH)",
+            bin.display()
+        ));
+    }
+    // `cargo run --bin blocklist-bench` rebuilds only the bench: say so when a daemon
+    // source file is newer than the daemon binary (only meaningful in the source tree the
+    // bench was built from).
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let newest_source = newest_daemon_source(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let warning = match (modified(&bin), newest_source) {
+        (Some(daemon), Some((source, path))) if source > daemon => Some(format!(
+            "{} is newer than {}: rebuild with `cargo build --release --bins`",
+            path.display(),
+            bin.display()
+        )),
+        _ => None,
+    };
+    Ok((bin, warning))
+}
+
+/// The most recently modified daemon source (`Cargo.toml`, `src/**` outside the bench).
+fn newest_daemon_source(root: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let bench = root.join("src/bin/blocklist-bench");
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut stack = vec![root.join("src"), root.join("Cargo.toml")];
+    while let Some(path) = stack.pop() {
+        if path == bench {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                stack.extend(entries.flatten().map(|e| e.path()));
+            }
+        } else if let Ok(time) = meta.modified() {
+            if newest.as_ref().is_none_or(|(t, _)| time > *t) {
+                newest = Some((time, path));
+            }
+        }
+    }
+    newest
+}
