@@ -369,3 +369,29 @@ async fn a_version_1_database_is_upgraded_keeping_its_data() {
     let (problems, _) = ws.inspect();
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+#[tokio::test]
+async fn idle_watch_streams_get_heartbeat_comments() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--events-heartbeat-secs", "1"]);
+    let mut resp = reqwest::Client::new()
+        .get(d.url("/blocklist/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Nothing happens; within a few seconds a comment line (":") arrives all the same.
+    let mut seen = Vec::new();
+    let comment = tokio::time::timeout(DEADLINE, async {
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            seen.extend_from_slice(&chunk);
+            if seen.starts_with(b":") || seen.windows(2).any(|w| w == b"\n:") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("a heartbeat in time");
+    assert!(comment, "{:?}", String::from_utf8_lossy(&seen));
+}
