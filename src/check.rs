@@ -14,6 +14,7 @@ use crate::store::{Result, Store};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
+    /// The checked id.
     pub id: String,
     /// The node a checked task manager is registered on (absent when unregistered, and for
     /// node checks).

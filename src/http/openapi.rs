@@ -75,7 +75,7 @@ const BEARER: &str = "bearerAuth";
         Internal,
         Unavailable,
     )),
-    modifiers(&BearerScheme),
+    modifiers(&BearerScheme, &OpenItem),
     tags(
         (name = "blocklist", description = "Blocked task managers and nodes"),
         (name = "check", description = "Is a task manager or node blocked (directly or via its node)?"),
@@ -97,6 +97,24 @@ impl Modify for BearerScheme {
             "A token from `--token-file` (one per line; any listed token is accepted).".into(),
         );
         components.add_security_scheme(BEARER, SecurityScheme::Http(http));
+    }
+}
+
+/// Drops `additionalProperties: false` from `Item`. The derive takes it from serde's
+/// `deny_unknown_fields`, which is there for `import`'s parsing; but node entries and
+/// `blockedBy` elements extend `Item` (`allOf`) with `taskManagers` and `kind`, which that
+/// would forbid.
+struct OpenItem;
+
+impl Modify for OpenItem {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let item = openapi
+            .components
+            .as_mut()
+            .and_then(|c| c.schemas.get_mut("Item"));
+        if let Some(RefOr::T(Schema::Object(item))) = item {
+            item.additional_properties = None;
+        }
     }
 }
 
@@ -404,5 +422,14 @@ mod tests {
             "docs vs router: add the route to ROUTES in src/http/mod.rs and a #[utoipa::path] \
              to its handler (listed in ApiDoc)"
         );
+    }
+
+    /// `NodeEntry` and `BlockedBy` extend `Item` with `allOf`: `Item` must stay open.
+    #[test]
+    fn item_can_be_extended() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let item = &doc["components"]["schemas"]["Item"];
+        assert_eq!(item["type"], "object");
+        assert!(item.get("additionalProperties").is_none(), "{item}");
     }
 }

@@ -43,6 +43,7 @@ pub(super) struct Registration {
     get,
     path = "/taskmanagers",
     tag = "membership",
+    operation_id = "list_registrations",
     responses(
         (status = 200, description = "Every registration, sorted by id", body = [Registration]),
         (status = 401, response = Unauthorized),
@@ -65,6 +66,7 @@ pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Vec<Regis
     get,
     path = "/taskmanagers/{id}",
     tag = "membership",
+    operation_id = "get_registration",
     params(IdParam),
     responses(
         (status = 200, description = "The registration", body = Registration),
