@@ -5,28 +5,38 @@
 //! node's item); it never scans and never waits for the committer.
 
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::model::{Action, Item, Kind};
 use crate::store::{Result, Store};
 
 /// The answer for one id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
+    /// The checked id.
     pub id: String,
     /// The node a checked task manager is registered on (absent when unregistered, and for
     /// node checks).
     #[serde(skip_serializing_if = "Option::is_none")]
+    // Absent rather than null: the schema says string, not nullable.
+    #[schema(value_type = String)]
     pub node: Option<String>,
+    /// Whether any item applies.
     pub blocked: bool,
     /// The strongest action of the items that apply; `null` when none does.
+    // Always present, possibly null: required even though it is an Option.
+    #[schema(required = true)]
     pub action: Option<Action>,
+    /// The items that apply: the task manager's own item first, then its node's.
     pub blocked_by: Vec<BlockedBy>,
 }
 
 /// An item that applies to the checked id, tagged with its kind.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct BlockedBy {
+    // Always a `Kind::singular()`, so its schema is `Kind`'s.
+    #[schema(value_type = Kind)]
     pub kind: &'static str,
     #[serde(flatten)]
     pub item: Item,

@@ -12,7 +12,8 @@
 //!   migrations, and the single group-commit writer.
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.
 //! - [`sweeper`]: the expiry loop over the store's expiry index.
-//! - [`http`]: the axum front end (routes, extractors, the error response).
+//! - [`http`]: the axum front end (routes, extractors, the error response, and the OpenAPI
+//!   document generated from the handlers' annotations).
 //! - [`backup`]: export and import as JSON lines.
 //! - [`offline`]: the `check`, `export` and `import` subcommands.
 //! - [`metrics`]: the Prometheus registry.

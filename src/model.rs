@@ -4,6 +4,7 @@
 //! unit- and property-testable, and lets the committer apply them inside a sled transaction.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// `endTimestamp` of a permanent item: Java's `Long.MAX_VALUE`, as FLIP-224 uses it.
 pub const PERMANENT: i64 = i64::MAX;
@@ -23,7 +24,9 @@ pub const MAX_MERGED_CAUSE_BYTES: usize = 16 * 1024;
 pub const CAUSE_SEPARATOR: char = ',';
 
 /// The two namespaces of the blocklist. The same id may be blocked in both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     TaskManager,
@@ -52,7 +55,13 @@ impl Kind {
 
 /// What a block asks the scheduler to do. The derive order is the strength order:
 /// `MarkBlocked < MarkBlockedAndEvacuateTasks`, so the stronger action is `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[schema(
+    description = "What a block asks the scheduler to do; MARK_BLOCKED_AND_EVACUATE_TASKS is \
+                   the stronger."
+)]
 pub enum Action {
     #[serde(rename = "MARK_BLOCKED")]
     MarkBlocked,
@@ -135,13 +144,19 @@ fn existing_parts(causes: &str) -> impl Iterator<Item = &str> {
 }
 
 /// A blocked item as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Item {
+    /// 1–256 bytes of UTF-8 without control characters (`maxLength` counts characters, so
+    /// it is only an upper bound).
+    #[schema(min_length = 1, max_length = 256)]
     pub id: String,
     pub action: Action,
+    /// Unix ms when the item was first created; kept across merges.
     pub start_timestamp: i64,
+    /// Unix ms when the item stops blocking; 9223372036854775807 (Long.MAX_VALUE) = permanent.
     pub end_timestamp: i64,
+    /// Why; merged causes are joined with `,`.
     pub cause: String,
 }
 

@@ -7,9 +7,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::error::{ApiError, Result};
+use super::error::{ApiError, ErrorBody, Result};
 use super::extract::{IdPath, JsonBody};
+use super::openapi::{
+    AddRequest, BadId, Empty, IdParam, Internal, PayloadTooLarge, RequestTimeout, Unauthorized,
+    Unavailable, UnsupportedMediaType,
+};
 use super::{with_revision, AppState};
 use crate::clock::now_ms;
 use crate::model::{Item, Kind};
@@ -17,30 +22,30 @@ use crate::store::{self, AddOutcome, Store};
 use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
-    let mut router = Router::new()
+    // One route per kind, spelled out rather than looped over `Kind::ALL`, so that each has a
+    // handler of its own to carry its `#[utoipa::path]` documentation.
+    Router::new()
         .route("/blocklist", get(list_all))
-        .route("/blocklist/export", get(export));
-    for kind in Kind::ALL {
-        router = router
-            .route(
-                &format!("/blocklist/{}", kind.plural()),
-                get(move |state| list(state, kind)).post(move |state, body| add(state, kind, body)),
-            )
-            .route(
-                &format!("/blocklist/{}/{{id}}", kind.plural()),
-                get(move |state, id| get_one(state, kind, id))
-                    .delete(move |state, id| remove(state, kind, id)),
-            );
-    }
-    router
+        .route("/blocklist/export", get(export))
+        .route(
+            "/blocklist/taskmanagers",
+            get(list_task_managers).post(add_task_managers),
+        )
+        .route(
+            "/blocklist/taskmanagers/{id}",
+            get(get_task_manager).delete(remove_task_manager),
+        )
+        .route("/blocklist/nodes", get(list_nodes).post(add_nodes))
+        .route("/blocklist/nodes/{id}", get(get_node).delete(remove_node))
 }
 
 /// A node entry: the item plus the task managers registered on the node.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct NodeEntry {
+pub(super) struct NodeEntry {
     #[serde(flatten)]
     item: Item,
+    /// The ids of the task managers registered on the node, sorted.
     task_managers: Vec<String>,
 }
 
@@ -58,16 +63,34 @@ fn node_entries(store: &Store, items: Vec<Item>) -> store::Result<Vec<NodeEntry>
         .collect()
 }
 
-#[derive(Serialize)]
+/// The whole blocklist, each list sorted by id.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct Blocklist {
+pub(super) struct Blocklist {
+    /// Directly blocked task managers only (a node block shows in the check).
     blocked_task_managers: Vec<Item>,
     blocked_nodes: Vec<NodeEntry>,
     /// The revision this listing reflects: watch the feed from here.
     revision: u64,
 }
 
-async fn list_all(State(state): State<AppState>) -> Result<Response> {
+/// The whole blocklist
+///
+/// Answered only once the revision it reflects is durable; watch the feed from that revision.
+#[utoipa::path(
+    get,
+    path = "/blocklist",
+    tag = "blocklist",
+    responses(
+        (status = 200, description = "Every active item", body = Blocklist,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+        (status = 401, response = Unauthorized),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn list_all(State(state): State<AppState>) -> Result<Response> {
     let (blocklist, revision) = state
         .listing(|store| {
             let now = now_ms();
@@ -100,8 +123,24 @@ async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
     Ok(with_revision(revision, body))
 }
 
-/// Every active item and registration as JSON lines (the format `blocklistd import` reads).
-async fn export(State(state): State<AppState>) -> Result<Response> {
+/// Every active item and registration as JSON lines
+///
+/// The format `blocklistd import` reads.
+#[utoipa::path(
+    get,
+    path = "/blocklist/export",
+    tag = "blocklist",
+    responses(
+        (status = 200, description = "One JSON document per line", body = String,
+            content_type = "application/x-ndjson",
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this export reflects"))),
+        (status = 401, response = Unauthorized),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn export(State(state): State<AppState>) -> Result<Response> {
     let (text, revision) = state
         .listing(|store| backup::export(store, now_ms()))
         .await?;
@@ -166,4 +205,184 @@ async fn remove(State(state): State<AppState>, kind: Kind, IdPath(id): IdPath) -
 
 fn not_blocked(kind: Kind, id: &str) -> ApiError {
     ApiError::NotFound(format!("{} {id:?} is not blocked", kind.singular()))
+}
+
+// ---- Per-kind handlers: thin wrappers that exist to carry the documentation. ----
+
+/// Blocked task managers
+#[utoipa::path(
+    get,
+    path = "/blocklist/taskmanagers",
+    tag = "blocklist",
+    responses(
+        (status = 200, description = "Active task manager items, sorted by id", body = [Item],
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+        (status = 401, response = Unauthorized),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn list_task_managers(state: State<AppState>) -> Result<Response> {
+    list(state, Kind::TaskManager).await
+}
+
+/// Blocked nodes
+#[utoipa::path(
+    get,
+    path = "/blocklist/nodes",
+    tag = "blocklist",
+    responses(
+        (status = 200, description = "Active node entries, sorted by id", body = [NodeEntry],
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+        (status = 401, response = Unauthorized),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn list_nodes(state: State<AppState>) -> Result<Response> {
+    list(state, Kind::Node).await
+}
+
+/// Block task managers
+///
+/// The batch is validated whole, then applied as one atomic transaction, or not at all. A 201
+/// or 202 is sent only once the change is on disk. See docs/api.md for the merge rules.
+#[utoipa::path(
+    post,
+    path = "/blocklist/taskmanagers",
+    tag = "blocklist",
+    request_body(content = AddRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Every element was new",
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+        (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge",
+            body = [Item],
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+        (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 408, response = RequestTimeout),
+        (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn add_task_managers(state: State<AppState>, body: JsonBody) -> Result<Response> {
+    add(state, Kind::TaskManager, body).await
+}
+
+/// Block nodes
+///
+/// The batch is validated whole, then applied as one atomic transaction, or not at all. A 201
+/// or 202 is sent only once the change is on disk. See docs/api.md for the merge rules.
+#[utoipa::path(
+    post,
+    path = "/blocklist/nodes",
+    tag = "blocklist",
+    request_body(content = AddRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Every element was new",
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+        (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge",
+            body = [Item],
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+        (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 408, response = RequestTimeout),
+        (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn add_nodes(state: State<AppState>, body: JsonBody) -> Result<Response> {
+    add(state, Kind::Node, body).await
+}
+
+/// One blocked task manager
+#[utoipa::path(
+    get,
+    path = "/blocklist/taskmanagers/{id}",
+    tag = "blocklist",
+    params(IdParam),
+    responses(
+        (status = 200, description = "The active item", body = Item),
+        (status = 400, response = BadId),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn get_task_manager(state: State<AppState>, id: IdPath) -> Result<Response> {
+    get_one(state, Kind::TaskManager, id).await
+}
+
+/// One blocked node
+#[utoipa::path(
+    get,
+    path = "/blocklist/nodes/{id}",
+    tag = "blocklist",
+    params(IdParam),
+    responses(
+        (status = 200, description = "The active node entry", body = NodeEntry),
+        (status = 400, response = BadId),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn get_node(state: State<AppState>, id: IdPath) -> Result<Response> {
+    get_one(state, Kind::Node, id).await
+}
+
+/// Unblock a task manager
+#[utoipa::path(
+    delete,
+    path = "/blocklist/taskmanagers/{id}",
+    tag = "blocklist",
+    params(IdParam),
+    responses(
+        (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
+        (status = 400, response = BadId),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn remove_task_manager(state: State<AppState>, id: IdPath) -> Result<Response> {
+    remove(state, Kind::TaskManager, id).await
+}
+
+/// Unblock a node
+#[utoipa::path(
+    delete,
+    path = "/blocklist/nodes/{id}",
+    tag = "blocklist",
+    params(IdParam),
+    responses(
+        (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
+        (status = 400, response = BadId),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn remove_node(state: State<AppState>, id: IdPath) -> Result<Response> {
+    remove(state, Kind::Node, id).await
 }

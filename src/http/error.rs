@@ -86,8 +86,10 @@ impl From<Invalid> for ApiError {
 }
 
 /// The body of every error response.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// What is wrong; each message names the element index, the field and the id where
+    /// there is one.
     pub errors: Vec<String>,
 }
 

@@ -21,7 +21,8 @@ use std::collections::HashMap;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::error::{ApiError, Result};
+use super::error::{ApiError, ErrorBody, Result};
+use super::openapi::Unauthorized;
 use super::{with_revision, AppState};
 use crate::model::Event;
 use crate::store::Store;
@@ -36,7 +37,45 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/blocklist/events", get(watch))
 }
 
-async fn watch(
+/// Watch the change feed (Server-Sent Events)
+///
+/// List-then-watch: `GET /blocklist`, then `GET /blocklist/events?since=<its revision>`. The
+/// stream sends every event with revision > `since`, in order, then stays open and pushes new
+/// events as they become durable. Each event is
+///
+/// ```text
+/// id: 42
+/// event: merged
+/// data: {"kind":"node","id":"n1","action":"MARK_BLOCKED","startTimestamp":1,"endTimestamp":2,"cause":"a,b"}
+///
+/// ```
+///
+/// `id:` is the event's revision. `event:` is `added`, `merged`, `removed` or `expired` with
+/// the item (plus `"kind": "taskmanager"` or `"node"`) as `data:` (after the change; as it was
+/// for removals), or `registered` / `unregistered` with `{"id": tm, "node": n}`. Lines
+/// starting with `:` are heartbeat comments. A watcher that falls more than
+/// `--events-max-lag` events behind is disconnected; it resumes with `Last-Event-ID`.
+#[utoipa::path(
+    get,
+    path = "/blocklist/events",
+    tag = "events",
+    params(
+        ("since" = Option<u64>, Query, minimum = 0,
+            description = "Send the events after this revision (default: the current one, so only new events). No other query parameter is accepted."),
+        ("Last-Event-ID" = Option<u64>, Header, minimum = 0,
+            description = "What an EventSource sends on reconnect: works as `since`, and wins over it"),
+    ),
+    responses(
+        (status = 200, description = "The stream, `id:`/`event:`/`data:` blocks as above, until the daemon shuts down",
+            body = String, content_type = "text/event-stream",
+            headers(("X-Blocklist-Revision" = u64, description = "The revision the stream starts after"))),
+        (status = 400, description = "`since` or `Last-Event-ID` is not a non-negative integer, or an unknown query parameter", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 410, description = "`since` is older than the retained log, or ahead of the daemon's revision: list again and watch from the listing's revision", body = ErrorBody),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn watch(
     State(state): State<AppState>,
     headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,

@@ -6,6 +6,7 @@ mod check;
 mod error;
 mod events;
 mod extract;
+mod openapi;
 mod ops;
 mod taskmanagers;
 
@@ -27,6 +28,7 @@ use tokio::task::AbortHandle;
 
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
+pub use openapi::ApiDoc;
 
 use crate::metrics::Metrics;
 use crate::store::{self, Store};
@@ -132,9 +134,46 @@ pub(crate) fn with_revision(revision: u64, response: impl IntoResponse) -> Respo
     response
 }
 
+/// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
+/// hand because an axum `Router` cannot list its routes: a unit test checks that the OpenAPI
+/// document names exactly these, and `tests/openapi.rs` that the running daemon serves them
+/// (and no other method on their paths). Add a route here when you add it below.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/blocklist"),
+    ("GET", "/blocklist/export"),
+    ("GET", "/blocklist/taskmanagers"),
+    ("POST", "/blocklist/taskmanagers"),
+    ("GET", "/blocklist/taskmanagers/{id}"),
+    ("DELETE", "/blocklist/taskmanagers/{id}"),
+    ("GET", "/blocklist/nodes"),
+    ("POST", "/blocklist/nodes"),
+    ("GET", "/blocklist/nodes/{id}"),
+    ("DELETE", "/blocklist/nodes/{id}"),
+    ("POST", "/blocklist/check"),
+    ("GET", "/blocklist/check/taskmanagers/{id}"),
+    ("GET", "/blocklist/check/nodes/{id}"),
+    ("GET", "/blocklist/events"),
+    ("GET", "/taskmanagers"),
+    ("PUT", "/taskmanagers"),
+    ("GET", "/taskmanagers/{id}"),
+    ("PUT", "/taskmanagers/{id}"),
+    ("DELETE", "/taskmanagers/{id}"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+];
+
+/// The OpenAPI document of this API, as `GET /openapi.json` serves it.
+pub fn openapi_document() -> &'static str {
+    openapi::document()
+}
+
+/// The application. Every route is listed in [`ROUTES`] and documented in [`ApiDoc`].
 pub fn router(state: AppState) -> Router {
     let limit = state.limits.max_body_bytes;
     Router::new()
+        .route("/openapi.json", axum::routing::get(openapi::openapi_json))
         .merge(blocklist::router())
         .merge(check::router())
         .merge(events::router())

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::Result;
+use super::openapi::{Health, Readiness, Unavailable};
 use super::AppState;
 use crate::metrics::{RejectLabels, RequestLabels};
 
@@ -23,14 +24,30 @@ pub fn router() -> Router<AppState> {
         .route("/metrics", get(metrics))
 }
 
-/// Liveness: the process answers.
-async fn healthz() -> Json<serde_json::Value> {
+/// Liveness: the process answers
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "Alive", body = Health)),
+)]
+pub(super) async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the store is open (migrations ran before the listener opened), its committer
-/// runs, and the sweeper runs.
-async fn readyz(State(state): State<AppState>) -> Response {
+/// Readiness: the store is open, its committer runs, and the sweeper runs
+///
+/// Migrations ran before the listener opened.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Readiness),
+        (status = 503, description = "Not ready: the committer or the sweeper stopped", body = Readiness),
+    ),
+)]
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let committer = state.store.committer_alive();
     let sweeper = !state.sweeper.is_finished();
     let body = json!({
@@ -48,7 +65,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Result<Response> {
+/// Prometheus metrics
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The OpenMetrics text exposition", body = String,
+            content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (status = 503, response = Unavailable),
+    ),
+)]
+pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response> {
     let metrics = state.metrics.clone();
     let text = state
         .blocking(move |store| Ok(metrics.render(store)))

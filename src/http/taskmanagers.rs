@@ -6,9 +6,14 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::error::{ApiError, Result};
+use super::error::{ApiError, ErrorBody, Result};
 use super::extract::{IdPath, JsonBody};
+use super::openapi::{
+    BadId, Empty, IdParam, Internal, PayloadTooLarge, RegistrationBatch, RegistrationBody,
+    RequestTimeout, Unauthorized, Unavailable, UnsupportedMediaType,
+};
 use super::{with_revision, AppState};
 use crate::store::Registered;
 use crate::validate;
@@ -22,13 +27,32 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Serialize)]
-struct Registration {
+/// A task manager and the node it runs on.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Registration {
+    /// The task manager (id rules apply).
+    #[schema(min_length = 1, max_length = 256)]
     id: String,
+    /// The node (id rules apply).
+    #[schema(min_length = 1, max_length = 256)]
     node: String,
 }
 
-async fn list(State(state): State<AppState>) -> Result<Json<Vec<Registration>>> {
+/// Every registration
+#[utoipa::path(
+    get,
+    path = "/taskmanagers",
+    tag = "membership",
+    operation_id = "list_registrations",
+    responses(
+        (status = 200, description = "Every registration, sorted by id", body = [Registration]),
+        (status = 401, response = Unauthorized),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Vec<Registration>>> {
     let all = state.blocking(|store| store.registrations()).await?;
     Ok(Json(
         all.into_iter()
@@ -37,14 +61,56 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Registration>>> 
     ))
 }
 
-async fn get_one(State(state): State<AppState>, IdPath(id): IdPath) -> Result<Json<Registration>> {
+/// The node a task manager runs on
+#[utoipa::path(
+    get,
+    path = "/taskmanagers/{id}",
+    tag = "membership",
+    operation_id = "get_registration",
+    params(IdParam),
+    responses(
+        (status = 200, description = "The registration", body = Registration),
+        (status = 400, response = BadId),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "Not registered", body = ErrorBody),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security((), ("bearerAuth" = [])),
+)]
+pub(super) async fn get_one(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+) -> Result<Json<Registration>> {
     match state.store.node_of(&id)? {
         Some(node) => Ok(Json(Registration { id, node })),
         None => Err(not_registered(&id)),
     }
 }
 
-async fn register(
+/// Register a task manager on a node (or move it)
+#[utoipa::path(
+    put,
+    path = "/taskmanagers/{id}",
+    tag = "membership",
+    params(IdParam),
+    request_body(content = RegistrationBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "New", body = Registration,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
+        (status = 200, description = "Moved or unchanged", body = Registration,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
+        (status = 400, description = "Bad id or body", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 408, response = RequestTimeout),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn register(
     State(state): State<AppState>,
     IdPath(id): IdPath,
     JsonBody(body): JsonBody,
@@ -65,14 +131,40 @@ async fn register(
 }
 
 /// Counts of what a batch registration did.
-#[derive(Serialize, Default)]
-struct Summary {
+#[derive(Serialize, Default, ToSchema)]
+pub(super) struct Summary {
+    /// Task managers that were not registered before.
     created: usize,
+    /// Task managers that moved to another node.
     moved: usize,
+    /// Task managers already registered on that node.
     unchanged: usize,
 }
 
-async fn register_many(
+/// Register many task managers at once
+///
+/// Atomic: any bad element and nothing is written. A later element for the same id wins.
+#[utoipa::path(
+    put,
+    path = "/taskmanagers",
+    tag = "membership",
+    request_body(content = RegistrationBatch, content_type = "application/json"),
+    responses(
+        (status = 201, description = "At least one registration was new", body = Summary,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+        (status = 200, description = "None was new", body = Summary,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+        (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 408, response = RequestTimeout),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn register_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
@@ -94,7 +186,27 @@ async fn register_many(
     Ok(with_revision(revision, (status, Json(summary))))
 }
 
-async fn unregister(State(state): State<AppState>, IdPath(id): IdPath) -> Result<Response> {
+/// Unregister a task manager
+#[utoipa::path(
+    delete,
+    path = "/taskmanagers/{id}",
+    tag = "membership",
+    params(IdParam),
+    responses(
+        (status = 200, description = "Unregistered (durably)", body = Empty,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
+        (status = 400, response = BadId),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "Not registered", body = ErrorBody),
+        (status = 500, response = Internal),
+        (status = 503, response = Unavailable),
+    ),
+    security(("bearerAuth" = [])),
+)]
+pub(super) async fn unregister(
+    State(state): State<AppState>,
+    IdPath(id): IdPath,
+) -> Result<Response> {
     match state.store.unregister(id.clone()).await? {
         (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
         (None, _) => Err(not_registered(&id)),
