@@ -45,20 +45,21 @@ pub(super) struct Registration {
     tag = "membership",
     operation_id = "list_registrations",
     responses(
-        (status = 200, description = "Every registration, sorted by id", body = [Registration]),
+        (status = 200, description = "Every registration, sorted by id", body = [Registration],
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
         (status = 401, response = Unauthorized),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
     security((), ("bearerAuth" = [])),
 )]
-pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Vec<Registration>>> {
-    let all = state.blocking(|store| store.registrations()).await?;
-    Ok(Json(
-        all.into_iter()
-            .map(|(id, node)| Registration { id, node })
-            .collect(),
-    ))
+pub(super) async fn list(State(state): State<AppState>) -> Result<Response> {
+    let (all, revision) = state.listing(|store| store.registrations()).await?;
+    let all: Vec<Registration> = all
+        .into_iter()
+        .map(|(id, node)| Registration { id, node })
+        .collect();
+    Ok(with_revision(revision, Json(all)))
 }
 
 /// The node a task manager runs on
