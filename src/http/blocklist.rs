@@ -209,180 +209,129 @@ fn not_blocked(kind: Kind, id: &str) -> ApiError {
 
 // ---- Per-kind handlers: thin wrappers that exist to carry the documentation. ----
 
-/// Blocked task managers
-#[utoipa::path(
-    get,
-    path = "/blocklist/taskmanagers",
-    tag = "blocklist",
-    responses(
-        (status = 200, description = "Active task manager items, sorted by id", body = [Item],
-            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
-        (status = 401, response = Unauthorized),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security((), ("bearerAuth" = [])),
-)]
-pub(super) async fn list_task_managers(state: State<AppState>) -> Result<Response> {
-    list(state, Kind::TaskManager).await
+/// The four handlers of one kind (list, add, get, remove), each a one-line call of the
+/// shared handler above with its `Kind`, carrying that kind's `#[utoipa::path]`. A macro,
+/// because utoipa needs each path as a literal.
+macro_rules! kind_handlers {
+    (
+        kind: $kind:expr,
+        path: $path:literal,
+        path_id: $path_id:literal,
+        entry: $entry:ty,
+        list: $list:ident, $list_doc:literal, $list_desc:literal,
+        add: $add:ident, $add_doc:literal,
+        get: $get:ident, $get_doc:literal, $get_desc:literal,
+        remove: $remove:ident, $remove_doc:literal $(,)?
+    ) => {
+        #[doc = $list_doc]
+        #[utoipa::path(
+            get,
+            path = $path,
+            tag = "blocklist",
+            responses(
+                (status = 200, description = $list_desc, body = [$entry],
+                    headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+                (status = 401, response = Unauthorized),
+                (status = 500, response = Internal),
+                (status = 503, response = Unavailable),
+            ),
+            security((), ("bearerAuth" = [])),
+        )]
+        pub(super) async fn $list(state: State<AppState>) -> Result<Response> {
+            list(state, $kind).await
+        }
+
+        #[doc = $add_doc]
+        #[doc = ""]
+        #[doc = "The batch is validated whole, then applied as one atomic transaction, or not at all. A 201"]
+        #[doc = "or 202 is sent only once the change is on disk. See docs/api.md for the merge rules."]
+        #[utoipa::path(
+            post,
+            path = $path,
+            tag = "blocklist",
+            request_body(content = AddRequest, content_type = "application/json"),
+            responses(
+                (status = 201, description = "Every element was new",
+                    headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+                (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge",
+                    body = [Item],
+                    headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
+                (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
+                (status = 401, response = Unauthorized),
+                (status = 408, response = RequestTimeout),
+                (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
+                (status = 413, response = PayloadTooLarge),
+                (status = 415, response = UnsupportedMediaType),
+                (status = 500, response = Internal),
+                (status = 503, response = Unavailable),
+            ),
+            security(("bearerAuth" = [])),
+        )]
+        pub(super) async fn $add(state: State<AppState>, body: JsonBody) -> Result<Response> {
+            add(state, $kind, body).await
+        }
+
+        #[doc = $get_doc]
+        #[utoipa::path(
+            get,
+            path = $path_id,
+            tag = "blocklist",
+            params(IdParam),
+            responses(
+                (status = 200, description = $get_desc, body = $entry),
+                (status = 400, response = BadId),
+                (status = 401, response = Unauthorized),
+                (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
+                (status = 500, response = Internal),
+                (status = 503, response = Unavailable),
+            ),
+            security((), ("bearerAuth" = [])),
+        )]
+        pub(super) async fn $get(state: State<AppState>, id: IdPath) -> Result<Response> {
+            get_one(state, $kind, id).await
+        }
+
+        #[doc = $remove_doc]
+        #[utoipa::path(
+            delete,
+            path = $path_id,
+            tag = "blocklist",
+            params(IdParam),
+            responses(
+                (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
+                    headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
+                (status = 400, response = BadId),
+                (status = 401, response = Unauthorized),
+                (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
+                (status = 500, response = Internal),
+                (status = 503, response = Unavailable),
+            ),
+            security(("bearerAuth" = [])),
+        )]
+        pub(super) async fn $remove(state: State<AppState>, id: IdPath) -> Result<Response> {
+            remove(state, $kind, id).await
+        }
+    };
 }
 
-/// Blocked nodes
-#[utoipa::path(
-    get,
-    path = "/blocklist/nodes",
-    tag = "blocklist",
-    responses(
-        (status = 200, description = "Active node entries, sorted by id", body = [NodeEntry],
-            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
-        (status = 401, response = Unauthorized),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security((), ("bearerAuth" = [])),
-)]
-pub(super) async fn list_nodes(state: State<AppState>) -> Result<Response> {
-    list(state, Kind::Node).await
+kind_handlers! {
+    kind: Kind::TaskManager,
+    path: "/blocklist/taskmanagers",
+    path_id: "/blocklist/taskmanagers/{id}",
+    entry: Item,
+    list: list_task_managers, "Blocked task managers", "Active task manager items, sorted by id",
+    add: add_task_managers, "Block task managers",
+    get: get_task_manager, "One blocked task manager", "The active item",
+    remove: remove_task_manager, "Unblock a task manager",
 }
 
-/// Block task managers
-///
-/// The batch is validated whole, then applied as one atomic transaction, or not at all. A 201
-/// or 202 is sent only once the change is on disk. See docs/api.md for the merge rules.
-#[utoipa::path(
-    post,
-    path = "/blocklist/taskmanagers",
-    tag = "blocklist",
-    request_body(content = AddRequest, content_type = "application/json"),
-    responses(
-        (status = 201, description = "Every element was new",
-            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
-        (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge",
-            body = [Item],
-            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
-        (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 408, response = RequestTimeout),
-        (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security(("bearerAuth" = [])),
-)]
-pub(super) async fn add_task_managers(state: State<AppState>, body: JsonBody) -> Result<Response> {
-    add(state, Kind::TaskManager, body).await
-}
-
-/// Block nodes
-///
-/// The batch is validated whole, then applied as one atomic transaction, or not at all. A 201
-/// or 202 is sent only once the change is on disk. See docs/api.md for the merge rules.
-#[utoipa::path(
-    post,
-    path = "/blocklist/nodes",
-    tag = "blocklist",
-    request_body(content = AddRequest, content_type = "application/json"),
-    responses(
-        (status = 201, description = "Every element was new",
-            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
-        (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge",
-            body = [Item],
-            headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
-        (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
-        (status = 401, response = Unauthorized),
-        (status = 408, response = RequestTimeout),
-        (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security(("bearerAuth" = [])),
-)]
-pub(super) async fn add_nodes(state: State<AppState>, body: JsonBody) -> Result<Response> {
-    add(state, Kind::Node, body).await
-}
-
-/// One blocked task manager
-#[utoipa::path(
-    get,
-    path = "/blocklist/taskmanagers/{id}",
-    tag = "blocklist",
-    params(IdParam),
-    responses(
-        (status = 200, description = "The active item", body = Item),
-        (status = 400, response = BadId),
-        (status = 401, response = Unauthorized),
-        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security((), ("bearerAuth" = [])),
-)]
-pub(super) async fn get_task_manager(state: State<AppState>, id: IdPath) -> Result<Response> {
-    get_one(state, Kind::TaskManager, id).await
-}
-
-/// One blocked node
-#[utoipa::path(
-    get,
-    path = "/blocklist/nodes/{id}",
-    tag = "blocklist",
-    params(IdParam),
-    responses(
-        (status = 200, description = "The active node entry", body = NodeEntry),
-        (status = 400, response = BadId),
-        (status = 401, response = Unauthorized),
-        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security((), ("bearerAuth" = [])),
-)]
-pub(super) async fn get_node(state: State<AppState>, id: IdPath) -> Result<Response> {
-    get_one(state, Kind::Node, id).await
-}
-
-/// Unblock a task manager
-#[utoipa::path(
-    delete,
-    path = "/blocklist/taskmanagers/{id}",
-    tag = "blocklist",
-    params(IdParam),
-    responses(
-        (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
-            headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
-        (status = 400, response = BadId),
-        (status = 401, response = Unauthorized),
-        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security(("bearerAuth" = [])),
-)]
-pub(super) async fn remove_task_manager(state: State<AppState>, id: IdPath) -> Result<Response> {
-    remove(state, Kind::TaskManager, id).await
-}
-
-/// Unblock a node
-#[utoipa::path(
-    delete,
-    path = "/blocklist/nodes/{id}",
-    tag = "blocklist",
-    params(IdParam),
-    responses(
-        (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
-            headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
-        (status = 400, response = BadId),
-        (status = 401, response = Unauthorized),
-        (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
-        (status = 500, response = Internal),
-        (status = 503, response = Unavailable),
-    ),
-    security(("bearerAuth" = [])),
-)]
-pub(super) async fn remove_node(state: State<AppState>, id: IdPath) -> Result<Response> {
-    remove(state, Kind::Node, id).await
+kind_handlers! {
+    kind: Kind::Node,
+    path: "/blocklist/nodes",
+    path_id: "/blocklist/nodes/{id}",
+    entry: NodeEntry,
+    list: list_nodes, "Blocked nodes", "Active node entries, sorted by id",
+    add: add_nodes, "Block nodes",
+    get: get_node, "One blocked node", "The active node entry",
+    remove: remove_node, "Unblock a node",
 }
