@@ -131,12 +131,16 @@ impl Daemon {
         path: &str,
         body: Option<Value>,
     ) -> (StatusCode, Value) {
+        read(self.send(method, path, body).await).await
+    }
+
+    /// Sends a request with an optional JSON body and returns the raw response.
+    pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> reqwest::Response {
         let mut req = self.client.request(method, self.url(path));
         if let Some(body) = body {
             req = req.json(&body);
         }
-        let resp = req.send().await.expect("request");
-        read(resp).await
+        req.send().await.expect("request")
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -425,11 +429,7 @@ pub async fn revision_of(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, u64) {
-    let mut req = d.client.request(method, d.url(path));
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let resp = req.send().await.expect("request");
+    let resp = d.send(method, path, body).await;
     let status = resp.status();
     let revision = resp
         .headers()

@@ -100,17 +100,7 @@ impl Redis {
             let mut pipe = redis::pipe();
             for index in first..(first + 1_000).min(count) {
                 let (kind, id, end) = item(index);
-                let key = keys::item_key(kind, &id);
-                pipe.cmd("HSET")
-                    .arg("items")
-                    .arg(&key)
-                    .arg(value(now, end))
-                    .ignore()
-                    .cmd("ZADD")
-                    .arg("expiry")
-                    .arg(end)
-                    .arg(&key)
-                    .ignore();
+                add_item(&mut pipe, &keys::item_key(kind, &id), now, end);
             }
             pipe.exec_async(&mut con)
                 .await
@@ -135,13 +125,25 @@ fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-fn value(now: i64, end: i64) -> Vec<u8> {
-    codec::encode_block(&Block {
+/// The peer's equivalent of one add: the item (the daemon's own key and value bytes) and
+/// its expiry-index entry.
+fn add_item(pipe: &mut redis::Pipeline, key: &[u8], now: i64, end: i64) {
+    let value = codec::encode_block(&Block {
         action: Action::MarkBlocked,
         start: now,
         end,
         cause: "bench".into(),
-    })
+    });
+    pipe.cmd("HSET")
+        .arg("items")
+        .arg(key)
+        .arg(value)
+        .ignore()
+        .cmd("ZADD")
+        .arg("expiry")
+        .arg(end)
+        .arg(key)
+        .ignore();
 }
 
 /// One add per call: a fresh id, `MULTI; HSET; ZADD; EXEC`, acknowledged after fsync.
@@ -158,19 +160,10 @@ impl Worker for AddWorker {
         let key = keys::item_key(Kind::TaskManager, &id);
         let now = blocklistd::clock::now_ms();
         let end = now + 3_600_000;
-        redis::pipe()
-            .atomic()
-            .cmd("HSET")
-            .arg("items")
-            .arg(&key)
-            .arg(value(now, end))
-            .ignore()
-            .cmd("ZADD")
-            .arg("expiry")
-            .arg(end)
-            .arg(&key)
-            .ignore()
-            .exec_async(&mut self.con)
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        add_item(&mut pipe, &key, now, end);
+        pipe.exec_async(&mut self.con)
             .await
             .map_err(|e| e.to_string())?;
         Ok(1)
