@@ -8,6 +8,12 @@ use tracing_subscriber::EnvFilter;
 
 use blocklistd::config::{Cli, LogFormat};
 
+/// sled copies tree nodes on every write and frees them from other threads (its epoch
+/// reclamation); glibc's malloc spent a fifth of the committer's time on that and kept the
+/// freed memory (RSS several times the cache). mimalloc handles both far better.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // RUST_LOG wins over --log-level when set, as operators expect from Rust daemons.

@@ -14,6 +14,13 @@ use prometheus_client::registry::Registry;
 use crate::model::{Action, EventType, Kind};
 use crate::store::{count_slot, Store};
 
+/// Sweeper lag buckets (seconds): fine around the tens of milliseconds that matter to a
+/// scheduler, coarse beyond.
+const LAG_BUCKETS: [f64; 22] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0,
+    5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ChangeLabels {
     pub event: &'static str,
@@ -94,7 +101,7 @@ impl Metrics {
             "HTTP request duration, by route and status",
             request_seconds.clone(),
         );
-        let sweeper_lag_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let sweeper_lag_seconds = Histogram::new(LAG_BUCKETS.iter().copied());
         registry.register(
             "sweeper_lag_seconds",
             "now - endTimestamp of each item the sweeper removed",

@@ -12,14 +12,14 @@
 //! ([`SweepSignal::deadline_added`]). The 60 s cap covers wall-clock jumps. Readers never
 //! depend on us: they filter `end <= now` themselves, so a late sweep is never visible.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Expired, Store};
 
 /// The most items expired in one commit, so a mass expiry does not hold up other writers.
 const SWEEP_BATCH: usize = 1_000;
@@ -55,19 +55,13 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
         };
         let allowed = last_pass.map_or(i64::MIN, |t| t.saturating_add(min_interval));
         match first {
-            Some(at) if at <= now && allowed <= now => {
-                match sweep_once(&store, now, &metrics).await {
-                    Ok(more) => {
-                        if !more {
-                            last_pass = Some(now_ms());
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "sweep failed; retrying");
-                        tokio::time::sleep(RETRY_AFTER).await;
-                    }
+            Some(at) if at <= now && allowed <= now => match sweep_pass(&store, &metrics).await {
+                Ok(()) => last_pass = Some(now_ms()),
+                Err(e) => {
+                    tracing::error!(error = %e, "sweep failed; retrying");
+                    tokio::time::sleep(RETRY_AFTER).await;
                 }
-            }
+            },
             Some(at) => {
                 // The start-up pass found nothing due: it counts as the first pass.
                 last_pass.get_or_insert(now);
@@ -88,31 +82,61 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
     }
 }
 
-/// Expires one bounded batch of what is due at `now`; true when more may be due.
-async fn sweep_once(store: &Store, now: i64, metrics: &Metrics) -> crate::store::Result<bool> {
-    let scan = store.clone();
-    let due = tokio::task::spawn_blocking(move || scan.due(now, SWEEP_BATCH))
-        .await
-        .expect("the due scan does not panic")?;
-    let more = due.len() == SWEEP_BATCH;
-    let scanned = due.len();
-    let (expired, _) = store.expire(due).await?;
-    if expired.is_empty() && scanned > 0 {
+/// How many expiry batches may be in the committer's hands at once: while one commits and
+/// syncs, the next is already scanned and queued, so a mass expiry is not paced by the disk.
+const IN_FLIGHT: usize = 2;
+
+/// Expires what is due, batch after batch, each scan starting after the last key handed
+/// out (with a fresh `now`), until a scan finds nothing more and every batch is answered.
+/// An item that came due behind the cursor meanwhile is left for the next pass, which
+/// starts from the front of the index again.
+async fn sweep_pass(store: &Store, metrics: &Metrics) -> crate::store::Result<()> {
+    let mut after: Option<Vec<u8>> = None;
+    let mut in_flight = VecDeque::with_capacity(IN_FLIGHT);
+    let (mut scanned, mut expired) = (0, 0);
+    loop {
+        if in_flight.len() < IN_FLIGHT {
+            let (scan, from, now) = (store.clone(), after.clone(), now_ms());
+            let due =
+                tokio::task::spawn_blocking(move || scan.due(now, from.as_deref(), SWEEP_BATCH))
+                    .await
+                    .expect("the due scan does not panic")?;
+            if let Some(last) = due.last() {
+                after = Some(last.clone());
+                scanned += due.len();
+                let store = store.clone();
+                in_flight.push_back(tokio::spawn(async move { store.expire(due).await }));
+                continue;
+            }
+        }
+        let Some(oldest) = in_flight.pop_front() else {
+            break;
+        };
+        let (items, _) = oldest.await.expect("expiring does not panic")?;
+        expired += items.len();
+        record(&items, metrics);
+    }
+    if expired == 0 && scanned > 0 {
         // Due entries that cannot be expired (a corrupt item): do not spin on them.
         tracing::error!(
             entries = scanned,
             "due expiry entries could not be expired; backing off"
         );
         tokio::time::sleep(RETRY_AFTER).await;
-        return Ok(false);
     }
+    Ok(())
+}
+
+/// Measures and logs what one batch expired. The line per item is at debug: at a mass
+/// expiry it would cost more than the expiry; the change feed carries every `expired` event.
+fn record(expired: &[Expired], metrics: &Metrics) {
     let done = now_ms();
-    for e in &expired {
-        let lag_ms = done - e.item.end_timestamp;
-        metrics
-            .sweeper_lag_seconds
-            .observe(lag_ms.max(0) as f64 / 1000.0);
-        tracing::info!(
+    let mut worst = 0;
+    for e in expired {
+        let lag_ms = (done - e.item.end_timestamp).max(0);
+        worst = worst.max(lag_ms);
+        metrics.sweeper_lag_seconds.observe(lag_ms as f64 / 1000.0);
+        tracing::debug!(
             kind = e.kind.singular(),
             id = %e.item.id,
             action = e.item.action.as_str(),
@@ -122,5 +146,14 @@ async fn sweep_once(store: &Store, now: i64, metrics: &Metrics) -> crate::store:
             "expired"
         );
     }
-    Ok(more)
+    if worst >= LATE_MS {
+        tracing::warn!(
+            items = expired.len(),
+            worst_lag_ms = worst,
+            "the sweeper is behind"
+        );
+    }
 }
+
+/// A lag worth a warning: a scheduler would notice.
+const LATE_MS: i64 = 1_000;

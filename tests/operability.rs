@@ -9,20 +9,6 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 /// The value of a metric line `name{labels} value` in a Prometheus exposition.
-fn metric(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-async fn scrape(d: &Daemon) -> String {
-    let resp = d.client.get(d.url("/metrics")).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    resp.text().await.unwrap()
-}
-
 #[tokio::test]
 async fn metrics_follow_adds_merges_conflicts_and_expiry() {
     let mut ws = Workspace::new();
@@ -56,7 +42,7 @@ async fn metrics_follow_adds_merges_conflicts_and_expiry() {
         StatusCode::BAD_REQUEST
     );
 
-    let text = scrape(&d).await;
+    let text = d.scrape().await;
     assert_eq!(
         metric(&text, r#"blocklist_changes_total{event="added"}"#),
         3.0,
@@ -96,12 +82,12 @@ async fn metrics_follow_adds_merges_conflicts_and_expiry() {
 
     eventually("the short item to be swept", || async {
         metric(
-            &scrape(&d).await,
+            &d.scrape().await,
             r#"blocklist_changes_total{event="expired"}"#,
         ) == 1.0
     })
     .await;
-    let text = scrape(&d).await;
+    let text = d.scrape().await;
     assert_eq!(metric(&text, "blocklist_sweeper_lag_seconds_count"), 1.0);
     assert_eq!(
         metric(
@@ -148,9 +134,7 @@ async fn sigterm_completes_requests_in_flight_and_exits_0() {
         .collect();
     // Wait until the daemon has taken some of them in, then ask it to stop.
     eventually("some requests to land", || async {
-        std::fs::read_to_string(&d.log)
-            .unwrap_or_default()
-            .contains("event=\"added\"")
+        d.metric(r#"blocklist_changes_total{event="added"}"#).await > 0.0
     })
     .await;
     let status = d.terminate();

@@ -3,8 +3,9 @@
 //! sled 0.34 runs transactions one at a time under a process-wide lock, and its `flush` is a
 //! disk round trip, so per-request transaction + flush cannot scale. The committer takes one
 //! request, drains whatever else is already waiting (up to `max_batch`), applies them all in
-//! one multi-tree transaction, flushes (and fsyncs) once, and only then replies to each:
-//! group commit.
+//! one multi-tree transaction, and hands the group to the durability thread ([`super::sync`]),
+//! which flushes (and fsyncs) once for every group waiting and only then replies to each:
+//! group commit, pipelined so the next transaction runs while the disk works.
 //!
 //! Each request's outcome is decided before any of its writes, so a refused request (a
 //! conflict) writes nothing while the rest of the batch commits. A storage error fails the
@@ -13,8 +14,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use arc_swap::ArcSwapOption;
@@ -22,6 +25,7 @@ use sled::transaction::{ConflictableTransactionResult, TransactionalTree};
 use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
+use super::sync::{self, Group, Stage};
 use super::{
     codec, count_slot, encode_counts, keys, open_handles, registration, Counts, Feed, Handles,
     Opened, StoreConfig, StoreError, SweepSignal, COUNTS_KEY, REVISION_KEY,
@@ -32,14 +36,20 @@ use crate::model::{
     item_event_data, registration_event_data, Block, Event, EventType, Item, Kind, NewItem,
 };
 
+/// A request's answer: its outcome and the revision after it.
+pub(crate) type Answer = Result<(Outcome, u64), StoreError>;
+
+/// Where a request's answer goes.
+pub(crate) type Reply = oneshot::Sender<Answer>;
+
 /// A request to the committer; `op: None` asks it to stop.
 pub(crate) struct Commit {
     op: Option<Op>,
-    reply: Option<oneshot::Sender<Result<(Outcome, u64), StoreError>>>,
+    reply: Option<Reply>,
 }
 
 impl Commit {
-    pub fn new(op: Op, reply: oneshot::Sender<Result<(Outcome, u64), StoreError>>) -> Commit {
+    pub fn new(op: Op, reply: Reply) -> Commit {
         Commit {
             op: Some(op),
             reply: Some(reply),
@@ -154,8 +164,13 @@ pub(crate) struct Committer {
     /// A storage error happened: sled refuses writes until reopened.
     pub broken: bool,
     /// The log file, fsynced after each flush when power-loss durability is on.
-    pub log: Option<File>,
+    pub log: Option<Arc<File>>,
     pub requests: mpsc::Receiver<Commit>,
+    /// The durability thread: committed groups go there to be flushed and answered.
+    pub stages: Option<SyncSender<Stage>>,
+    pub syncer: Option<JoinHandle<()>>,
+    /// Set by the durability thread when a flush failed: reopen before the next group.
+    pub sync_failed: Arc<AtomicBool>,
     pub max_batch: usize,
     pub sweep: Arc<SweepSignal>,
     pub feed: Arc<Feed>,
@@ -163,8 +178,8 @@ pub(crate) struct Committer {
     pub revision: u64,
     /// Stored items per (kind, action) after the last committed transaction.
     pub counts: Counts,
-    /// Events committed but not yet known durable (a flush failed after their transaction);
-    /// published with the next successful flush.
+    /// Events committed but not known durable (a flush failed after their transaction),
+    /// held across a reopen: those whose revision survived it are published then.
     pub unpublished: Vec<Event>,
     pub retention: Retention,
     pub metrics: Arc<Metrics>,
@@ -202,15 +217,40 @@ impl Committer {
             }
             self.commit(&mut batch);
             if stop {
-                tracing::debug!("committer stopped");
-                return;
+                break;
+            }
+        }
+        // Let the durability thread answer everything committed, then stop it.
+        self.stages = None;
+        if let Some(syncer) = self.syncer.take() {
+            let _ = syncer.join();
+        }
+        tracing::debug!("committer stopped");
+    }
+
+    /// Waits until the durability thread has answered every group sent so far; keeps the
+    /// events of groups whose flush failed for [`Committer::recover`].
+    fn drain_syncer(&mut self) {
+        let (reply, stash) = oneshot::channel();
+        let sent = self
+            .stages
+            .as_ref()
+            .is_some_and(|stages| stages.send(Stage::Barrier(reply)).is_ok());
+        if sent {
+            if let Ok(events) = stash.blocking_recv() {
+                self.unpublished.extend(events);
             }
         }
     }
 
-    /// Commits one batch and answers every request in it.
+    /// Commits one batch and passes it on to be made durable and answered.
     fn commit(&mut self, batch: &mut Vec<Commit>) {
+        if self.sync_failed.load(Ordering::SeqCst) {
+            self.broken = true;
+        }
         if self.broken {
+            // Nothing may still be flushing the database about to be closed.
+            self.drain_syncer();
             if let Err(e) = self.recover() {
                 tracing::warn!(error = %e, "the storage still fails; refusing writes");
                 fail_all(batch, &e);
@@ -233,23 +273,16 @@ impl Committer {
             }
         }
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
-        let result = transacted.and_then(|(outcomes, events, _, _)| {
-            self.unpublished.extend(events);
-            self.make_durable()?;
-            Ok(outcomes)
-        });
-        let elapsed = started.elapsed();
-        tracing::trace!(requests = ops.len(), ?elapsed, "group commit");
-        self.metrics.commit_seconds.observe(elapsed.as_secs_f64());
         self.metrics.commit_batch_requests.observe(ops.len() as f64);
-        match result {
-            Ok(outcomes) => {
+        match transacted {
+            Ok((outcomes, events, revision, _)) => {
                 for outcome in outcomes.iter().flatten() {
                     if let Outcome::Added(AddOutcome::Conflict(_)) = outcome.outcome {
                         self.metrics.conflicts.inc();
                     }
                 }
-                self.publish();
+                // The sweeper may look at the new deadline before it is durable: its expiry
+                // commits after this group, so it cannot overtake it.
                 let earliest = outcomes
                     .iter()
                     .filter_map(|o| o.as_ref().ok())
@@ -259,10 +292,31 @@ impl Committer {
                     self.sweep.deadline_added(earliest);
                 }
                 let mut outcomes = outcomes.into_iter();
-                for commit in batch.drain(..) {
-                    if let Some(reply) = commit.reply {
+                let replies = batch
+                    .drain(..)
+                    .filter_map(|commit| {
                         let outcome = outcomes.next().expect("one outcome per op");
-                        let _ = reply.send(outcome.map(|a| (a.outcome, a.revision)));
+                        let answer = outcome.map(|a| (a.outcome, a.revision));
+                        commit.reply.map(|reply| (reply, answer))
+                    })
+                    .collect();
+                let group = Group {
+                    handles: self.handles.clone().expect("open unless broken"),
+                    log: self.log.clone(),
+                    revision,
+                    events,
+                    replies,
+                    started,
+                };
+                if let Some(stages) = &self.stages {
+                    // Blocks while the disk is PIPELINE_DEPTH groups behind.
+                    if let Err(unsent) = stages.send(Stage::Group(group)) {
+                        tracing::error!("the durability thread is gone");
+                        if let Stage::Group(group) = unsent.0 {
+                            for (reply, _) in group.replies {
+                                let _ = reply.send(Err(StoreError::Closed));
+                            }
+                        }
                     }
                 }
                 self.prune(now);
@@ -299,7 +353,9 @@ impl Committer {
             first_retained,
         } = open_handles(&self.config).map_err(|e| format!("reopening failed: {e}"))?;
         self.log = if self.config.fsync {
-            Some(File::open(self.config.data_dir.join("db")).map_err(|e| e.to_string())?)
+            Some(Arc::new(
+                File::open(self.config.data_dir.join("db")).map_err(|e| e.to_string())?,
+            ))
         } else {
             None
         };
@@ -318,24 +374,18 @@ impl Committer {
         self.slot.store(Some(handles.clone()));
         self.handles = Some(handles);
         self.broken = false;
-        self.publish();
+        self.feed.durable.send_replace(revision);
+        sync::publish(
+            &self.feed,
+            &self.metrics,
+            std::mem::take(&mut self.unpublished),
+        );
         tracing::info!(revision, "database reopened");
         Ok(())
     }
 
     fn handles(&self) -> &Handles {
         self.handles.as_ref().expect("open unless broken")
-    }
-
-    /// Announces what is now durable: the revision first, then each event to subscribers.
-    fn publish(&mut self) {
-        self.feed.durable.send_replace(self.revision);
-        for event in self.unpublished.drain(..) {
-            self.metrics.change(event.event);
-            log_change(&event);
-            // No subscribers is fine; a lagging one is cut off on its side.
-            let _ = self.feed.live.send(Arc::new(event));
-        }
     }
 
     /// Drops events beyond the retention count or age, oldest first, at most [`MAX_PRUNE`]
@@ -422,16 +472,6 @@ impl Committer {
                 sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
             })
     }
-
-    /// Flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log
-    /// itself, so the batch survives a power cut and not only a killed process.
-    fn make_durable(&self) -> Result<(), StoreError> {
-        self.handles().db.flush()?;
-        if let Some(log) = &self.log {
-            log.sync_data()?;
-        }
-        Ok(())
-    }
 }
 
 /// Answers every request of a batch with the same failure.
@@ -465,16 +505,6 @@ fn probe_storage(dir: &std::path::Path) -> std::io::Result<()> {
     })();
     let _ = std::fs::remove_file(&path);
     result
-}
-
-/// One info line per state change, with what an operator greps for.
-fn log_change(event: &Event) {
-    tracing::info!(
-        revision = event.revision,
-        event = event.event.as_str(),
-        data = %event.data,
-        "change"
-    );
 }
 
 /// What one op did, the revision after it, and the earliest finite end it wrote (to wake

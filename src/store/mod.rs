@@ -28,6 +28,7 @@ pub mod codec;
 mod commit;
 pub mod keys;
 mod migrate;
+mod sync;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -319,7 +320,7 @@ impl Store {
             counts: counts.map(AtomicU64::new),
         });
         let log = if config.fsync {
-            Some(std::fs::File::open(dir.join("db"))?)
+            Some(Arc::new(std::fs::File::open(dir.join("db"))?))
         } else {
             None
         };
@@ -330,6 +331,9 @@ impl Store {
         let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
         let handles = Arc::new(handles);
         let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
+        let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stages, syncer) =
+            sync::spawn(feed.clone(), config.metrics.clone(), sync_failed.clone())?;
         let committer = commit::Committer {
             handles: Some(handles),
             slot: slot.clone(),
@@ -337,6 +341,9 @@ impl Store {
             broken: false,
             log,
             requests,
+            stages: Some(stages),
+            syncer: Some(syncer),
+            sync_failed,
             max_batch: config.max_commit_batch,
             sweep: sweep.clone(),
             feed: feed.clone(),
@@ -555,13 +562,21 @@ impl Store {
         }
     }
 
-    /// Up to `limit` expiry keys due at `now`, earliest first. Its cost is proportional to
-    /// the number of due items, not to the size of the blocklist.
-    pub fn due(&self, now: i64, limit: usize) -> Result<Vec<Vec<u8>>> {
+    /// Up to `limit` expiry keys due at `now` and after the key `after`, earliest first.
+    /// Its cost is proportional to the number of due items, not to the size of the
+    /// blocklist.
+    pub fn due(&self, now: i64, after: Option<&[u8]>, limit: usize) -> Result<Vec<Vec<u8>>> {
+        use std::ops::Bound;
+        let bound = keys::due_bound(now);
+        if after.is_some_and(|key| key >= &bound[..]) {
+            return Ok(Vec::new()); // an empty range; sled would panic on a reversed one
+        }
+        let from = after.map_or(Bound::Unbounded, |key| Bound::Excluded(key.to_vec()));
+        let to = Bound::Excluded(bound.to_vec());
         self.handles()?
             .trees
             .expiry
-            .range(..keys::due_bound(now))
+            .range::<Vec<u8>, _>((from, to))
             .keys()
             .take(limit)
             .map(|k| Ok(k?.to_vec()))

@@ -70,6 +70,23 @@ impl Workspace {
 }
 
 impl Daemon {
+    /// The daemon's `/metrics` text.
+    pub async fn scrape(&self) -> String {
+        let resp = self.client.get(self.url("/metrics")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    }
+
+    /// One sample of `/metrics` (0 when absent).
+    pub async fn metric(&self, name_and_labels: &str) -> f64 {
+        metric(&self.scrape().await, name_and_labels)
+    }
+
+    /// How many items the sweeper has expired (its lag histogram counts each one).
+    pub async fn swept(&self) -> usize {
+        self.metric("blocklist_sweeper_lag_seconds_count").await as usize
+    }
+
     pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
         let mut command = Command::new(BIN);
         if !extra.contains(&"--listen") {
@@ -479,4 +496,13 @@ pub fn raw_request(
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     let body = serde_json::from_str(body).unwrap_or(Value::Null);
     (StatusCode::from_u16(status).unwrap(), body)
+}
+
+/// One sample of a `/metrics` text (0 when absent).
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }

@@ -5,7 +5,6 @@
 //! Ceilings and peer figures are measured once per run, with the same client and
 //! concurrency as the scenario they are compared with, and reused.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use hyper::{Method, StatusCode};
 
 use crate::client::{expect_status, Http};
 use crate::dataset::{self, ItemFn, Loaded, Registration};
-use crate::load::{self, histogram, Phase, Rng, Worker, MAX_OPS_PER_PHASE};
+use crate::load::{self, Phase, Rng, Worker, MAX_OPS_PER_PHASE};
 use crate::procstat::{self, CpuUse, CpuWindow};
 use crate::redis_peer::{self, Redis};
 use crate::report::{Role, Row};
@@ -817,16 +816,15 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(wait as u64)).await;
         }
         let (phase, cpu) = self.add_phase_no_warmup(&server, window).await?;
-        // Wait (bounded) for the sweeper to finish, reading its log as it grows.
-        let mut log = LogTail::open(&server.log)?;
+        // Wait (bounded) for the sweeper to finish, following its lag histogram.
         let give_up = Instant::now() + Duration::from_secs(30);
-        loop {
-            log.read_new();
-            if log.expired >= loaded.items || Instant::now() > give_up {
-                break;
+        let log = loop {
+            let lag = SweeperLag::scrape(server.addr).await?;
+            if lag.expired >= loaded.items || Instant::now() > give_up {
+                break lag;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        };
         let mut server = server;
         let mut ours = Row::from_phase("expire", Role::Ours, &phase, cpu, false);
         if let Some(status) = server.exited() {
@@ -841,9 +839,9 @@ impl Bench {
             ));
         }
         ours.extra.insert("add_p99_ms".into(), phase.ms(0.99));
-        ours.p50_ms = Some(log.lag_ms.value_at_quantile(0.50) as f64);
-        ours.p99_ms = Some(log.lag_ms.value_at_quantile(0.99) as f64);
-        ours.p999_ms = Some(log.lag_ms.value_at_quantile(0.999) as f64);
+        ours.p50_ms = Some(log.quantile_ms(0.50));
+        ours.p99_ms = Some(log.quantile_ms(0.99));
+        ours.p999_ms = Some(log.quantile_ms(0.999));
         ours.extra.insert("expired".into(), log.expired as f64);
         ours.extra.insert("loaded".into(), loaded.items as f64);
         ours.extra
@@ -861,8 +859,8 @@ impl Bench {
         );
         ours.target("add drop ≤20%", drop.map(|d| d <= 0.20));
         ours.add_note(&format!(
-            "{} items due over {:.0} s while add runs; p50/p99/p999 = sweeper lag (from the daemon's \
-             log), ops/s = add during the window",
+            "{} items due over {:.0} s while add runs; p50/p99/p999 = sweeper lag (upper bounds of \
+             the daemon's `sweeper_lag_seconds` buckets), ops/s = add during the window",
             loaded.items,
             window.as_secs_f64()
         ));
@@ -1032,51 +1030,57 @@ async fn wait_ready(addr: SocketAddr, path: &str, since: Instant) -> Result<Dura
     }
 }
 
-/// Follows the daemon's log as it grows, counting ` expired ` lines and their `lag_ms`.
-struct LogTail {
-    reader: BufReader<std::fs::File>,
-    partial: String,
+/// The daemon's `blocklist_sweeper_lag_seconds` histogram (commit time − endTimestamp of
+/// each item the sweeper removed), read from `/metrics`.
+struct SweeperLag {
     expired: usize,
-    lag_ms: hdrhistogram::Histogram<u64>,
+    /// Cumulative counts by bucket upper bound (seconds), ascending.
+    buckets: Vec<(f64, u64)>,
 }
 
-impl LogTail {
-    fn open(path: &std::path::Path) -> Result<LogTail, String> {
-        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(LogTail {
-            reader: BufReader::with_capacity(1 << 20, file),
-            partial: String::new(),
+impl SweeperLag {
+    async fn scrape(addr: SocketAddr) -> Result<SweeperLag, String> {
+        let answer = Http::connect(addr).await?.get("/metrics").await?;
+        let (_, body) = expect_status(answer, &[StatusCode::OK])?;
+        let text = String::from_utf8_lossy(&body);
+        let mut lag = SweeperLag {
             expired: 0,
-            lag_ms: histogram(),
-        })
-    }
-
-    /// Reads whatever complete lines were appended since the last call.
-    fn read_new(&mut self) {
-        loop {
-            match self.reader.read_line(&mut self.partial) {
-                Ok(0) | Err(_) => return,
-                Ok(_) if !self.partial.ends_with('\n') => return, // the rest comes later
-                Ok(_) => {
-                    let line = std::mem::take(&mut self.partial);
-                    if line.contains(" expired ") {
-                        if let Some(lag) = parse_lag(&line) {
-                            self.expired += 1;
-                            self.lag_ms.saturating_record(lag.max(0) as u64);
-                        }
-                    }
-                }
+            buckets: Vec::new(),
+        };
+        for line in text.lines() {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            if name == "blocklist_sweeper_lag_seconds_count" {
+                lag.expired = value as usize;
+            } else if let Some(le) = name
+                .strip_prefix("blocklist_sweeper_lag_seconds_bucket{le=\"")
+                .and_then(|rest| rest.strip_suffix("\"}"))
+            {
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().map_err(|_| format!("bad bucket {le}"))?
+                };
+                lag.buckets.push((le, value as u64));
             }
         }
+        lag.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Ok(lag)
     }
-}
 
-fn parse_lag(line: &str) -> Option<i64> {
-    let rest = &line[line.find("lag_ms=")? + "lag_ms=".len()..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
+    /// The upper bound (ms) of the bucket holding quantile `q`: the true quantile is at most
+    /// this, and above the previous bucket's bound.
+    fn quantile_ms(&self, q: f64) -> f64 {
+        let rank = (q * self.expired as f64).ceil().max(1.0) as u64;
+        self.buckets
+            .iter()
+            .find(|(_, count)| *count >= rank)
+            .map_or(f64::NAN, |(le, _)| le * 1000.0)
+    }
 }
 
 impl Bench {
