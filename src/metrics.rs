@@ -34,8 +34,9 @@ pub struct ItemLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub method: String,
-    pub route: String,
+    /// Static strings: building the labels of every request must not allocate.
+    pub method: &'static str,
+    pub route: &'static str,
     pub status: u16,
 }
 

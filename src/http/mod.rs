@@ -50,9 +50,21 @@ pub struct Limits {
     pub max_connections: usize,
 }
 
-/// What every handler gets. Cloning costs a few atomic increments.
+/// What every handler gets. Every request clones it several times (each middleware and
+/// extractor takes its own), so it is one `Arc`: a clone is one atomic increment.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The state behind [`AppState`].
+pub struct Shared {
     pub store: Store,
     pub limits: Limits,
     /// Bearer-token checking; `None` when no `--token-file` was given.
@@ -73,14 +85,14 @@ impl AppState {
         metrics: Arc<Metrics>,
         sweeper: AbortHandle,
     ) -> AppState {
-        AppState {
+        AppState(Arc::new(Shared {
             store,
             limits,
             auth: auth.map(Arc::new),
             metrics,
             sweeper,
             stop: Arc::new(watch::Sender::new(false)),
-        }
+        }))
     }
 
     /// A receiver that turns true when the server stops.

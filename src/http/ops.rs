@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -91,17 +91,36 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response> {
         .into_response())
 }
 
+/// The metric label of a method: the methods we serve by name, the rest as one.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    }
+}
+
 /// Middleware: times every request by route and status, counts refusals, and logs one line
 /// per request at debug (never headers: they may hold a token).
 pub async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().to_string();
+    let method = method_label(req.method());
     // The route template, not the raw path: ids must not explode the label space.
     let route = req
         .extensions()
         .get::<MatchedPath>()
-        .map_or("unmatched", |m| m.as_str())
-        .to_owned();
+        .and_then(|m| {
+            super::ROUTES
+                .iter()
+                .find(|(_, path)| *path == m.as_str())
+                .map(|(_, path)| *path)
+        })
+        .unwrap_or("unmatched");
     let response = next.run(req).await;
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
