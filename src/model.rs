@@ -216,13 +216,58 @@ impl EventType {
 }
 
 /// One committed change: its revision, what happened, when (unix ms, commit time), and the
-/// JSON of the item or registration after the change (as it was, for removals).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// item or registration after the change (as it was, for removals).
+#[derive(Debug, Clone)]
 pub struct Event {
     pub revision: u64,
     pub event: EventType,
     pub at: i64,
-    pub data: String,
+    pub change: Change,
+    /// The JSON the feed sends, built on first use: never on the committer, once however
+    /// many watchers share the event, and not at all when nobody watches.
+    data: std::sync::OnceLock<String>,
+}
+
+impl Event {
+    pub fn new(revision: u64, event: EventType, at: i64, change: Change) -> Event {
+        Event {
+            revision,
+            event,
+            at,
+            change,
+            data: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The event's `data:` JSON: the item with its kind, or `{"id", "node"}`.
+    pub fn data(&self) -> &str {
+        self.data.get_or_init(|| match &self.change {
+            Change::Item { kind, item } => item_event_data(*kind, item),
+            Change::Registration { tm, node } => registration_event_data(tm, node),
+            Change::Json(json) => json.clone(),
+        })
+    }
+}
+
+impl PartialEq for Event {
+    /// Equal when the same change is recorded, whether or not its JSON was built yet.
+    fn eq(&self, other: &Event) -> bool {
+        (self.revision, self.event, self.at, &self.change)
+            == (other.revision, other.event, other.at, &other.change)
+    }
+}
+
+impl Eq for Event {}
+
+/// What an event records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// An item's state after the change (as it was, for removals and expiries).
+    Item { kind: Kind, item: Item },
+    /// A task manager's registration (the node it was on, for unregistrations).
+    Registration { tm: String, node: String },
+    /// An event stored by an older version as its finished JSON.
+    Json(String),
 }
 
 /// The JSON an item carries in the change feed: the item plus its kind.
@@ -241,7 +286,7 @@ struct RegistrationEvent<'a> {
 }
 
 /// Event data of an item change.
-pub fn item_event_data(kind: Kind, item: &Item) -> String {
+fn item_event_data(kind: Kind, item: &Item) -> String {
     serde_json::to_string(&ItemEvent {
         kind: kind.singular(),
         item,
@@ -250,7 +295,7 @@ pub fn item_event_data(kind: Kind, item: &Item) -> String {
 }
 
 /// Event data of a registration change.
-pub fn registration_event_data(tm: &str, node: &str) -> String {
+fn registration_event_data(tm: &str, node: &str) -> String {
     serde_json::to_string(&RegistrationEvent { id: tm, node }).expect("registrations serialize")
 }
 

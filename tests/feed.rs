@@ -395,3 +395,64 @@ async fn idle_watch_streams_get_heartbeat_comments() {
     .expect("a heartbeat in time");
     assert!(comment, "{:?}", String::from_utf8_lossy(&seen));
 }
+
+#[tokio::test]
+async fn a_version_2_log_is_still_served_after_the_upgrade() {
+    let ws = Workspace::new();
+    let dir = ws.data_dir();
+    // A version-2 database (migrations/0002-change-feed.md), byte by byte: one item and its
+    // `added` event in format 1 (finished JSON), revision 1.
+    let data = r#"{"kind":"node","id":"n1","action":"MARK_BLOCKED_AND_EVACUATE_TASKS","startTimestamp":1700000000000,"endTimestamp":9223372036854775807,"cause":"disk"}"#;
+    {
+        let db = sled::open(&dir).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert("schema_version", &2u32.to_be_bytes()).unwrap();
+        meta.insert("revision", &1u64.to_be_bytes()).unwrap();
+        let mut counts = vec![0u8; 32];
+        counts[31] = 1; // one (node, MARK_BLOCKED_AND_EVACUATE_TASKS)
+        meta.insert("item_counts", counts).unwrap();
+        let permanent: &[u8] = &[
+            1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255,
+            4, b'd', b'i', b's', b'k',
+        ];
+        db.open_tree("items")
+            .unwrap()
+            .insert(b"Nn1", permanent)
+            .unwrap();
+        db.open_tree("expiry").unwrap();
+        db.open_tree("tm_node").unwrap();
+        db.open_tree("node_tms").unwrap();
+        // format 1, event 0 (added), at 1_700_000_000_000 (zigzag varint), the JSON.
+        let mut event = vec![1u8, 0, 253, 0, 208, 202, 159, 23, 3, 0, 0];
+        event.push(data.len() as u8);
+        event.extend_from_slice(data.as_bytes());
+        db.open_tree("events")
+            .unwrap()
+            .insert(1u64.to_be_bytes(), event)
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let mut ws = ws;
+    let d = ws.start(&[]);
+    assert!(
+        d.log_text().contains("upgraded the database schema"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(d.listing().await["revision"], 1);
+    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
+    d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))
+        .await;
+    let events = watch.take(2).await;
+    assert_consecutive(&events, 0);
+    // The old event as it was stored, the new one built from format 2.
+    assert_eq!(
+        events[0].data,
+        serde_json::from_str::<serde_json::Value>(data).unwrap()
+    );
+    assert_eq!(summary(&events), pairs(&[("added", "n1"), ("added", "tm-2")]));
+    assert_eq!(events[1].data["kind"], "taskmanager");
+    assert!(d.terminate().success());
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}

@@ -233,6 +233,6 @@ async fn send(tx: &Sender, event: &Event) -> bool {
     let sse = SseEvent::default()
         .id(event.revision.to_string())
         .event(event.event.as_str())
-        .data(&event.data);
+        .data(event.data());
     tx.send(Ok(sse)).await.is_ok()
 }

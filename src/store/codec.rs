@@ -9,7 +9,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Action, Block, Event, EventType};
+use super::keys;
+use crate::model::{Action, Block, Change, Event, EventType, Item};
 
 /// Format byte of [`BlockV1`], the item value of schema version 1.
 pub const BLOCK_V1: u8 = 1;
@@ -17,8 +18,37 @@ pub const BLOCK_V1: u8 = 1;
 /// Format byte of a registration value (`tm_node`): the node id's UTF-8 bytes follow.
 pub const REGISTRATION_V1: u8 = 1;
 
-/// Format byte of [`EventV1`], an `events` value of schema version 2.
+/// Format byte of [`EventV1`], an `events` value of schema version 2 (still decoded).
 pub const EVENT_V1: u8 = 1;
+
+/// Format byte of [`EventV2`], the `events` value of schema version 3.
+pub const EVENT_V2: u8 = 2;
+
+/// Event value, format 2: the change itself in bincode, about a third of format 1's JSON
+/// (the log is a large part of what sled writes). Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct EventV2 {
+    /// Index into [`EventType::ALL`].
+    event: u8,
+    /// Commit time, unix ms (for age-based retention).
+    at: i64,
+    change: ChangeV2,
+}
+
+/// What a format-2 event records. Frozen: variant order is the on-disk tag.
+#[derive(Serialize, Deserialize)]
+enum ChangeV2 {
+    Item {
+        /// [`Kind`]'s key byte (`T` or `N`).
+        kind: u8,
+        id: String,
+        block: BlockV1,
+    },
+    Registration {
+        tm: String,
+        node: String,
+    },
+}
 
 /// Event value, format 1. Frozen like [`BlockV1`].
 #[derive(Serialize, Deserialize)]
@@ -48,6 +78,8 @@ pub enum CodecError {
     UnknownAction(u8),
     #[error("value holds an unknown event code {0}")]
     UnknownEvent(u8),
+    #[error("value holds an unknown kind byte {0}")]
+    UnknownKind(u8),
 }
 
 /// Item value, format 1. Frozen: field order and types are the on-disk layout.
@@ -65,16 +97,23 @@ fn config() -> bincode::config::Configuration {
 }
 
 pub fn encode_block(block: &Block) -> Vec<u8> {
-    let value = BlockV1 {
-        action: match block.action {
-            Action::MarkBlocked => 0,
-            Action::MarkBlockedAndEvacuateTasks => 1,
-        },
+    encode_framed(BLOCK_V1, &block_v1(block))
+}
+
+fn action_code(action: Action) -> u8 {
+    match action {
+        Action::MarkBlocked => 0,
+        Action::MarkBlockedAndEvacuateTasks => 1,
+    }
+}
+
+fn block_v1(block: &Block) -> BlockV1 {
+    BlockV1 {
+        action: action_code(block.action),
         start: block.start,
         end: block.end,
         cause: block.cause.clone(),
-    };
-    encode_framed(BLOCK_V1, &value)
+    }
 }
 
 /// A format byte followed by the bincode encoding of `value`.
@@ -92,6 +131,11 @@ fn decode_framed<T: DeserializeOwned>(format: u8, bytes: &[u8]) -> Result<T, Cod
     if found != format {
         return Err(CodecError::UnknownFormat(found));
     }
+    decode_body(body)
+}
+
+/// Decodes a value's body (after its format byte) with a size limit, refusing trailing bytes.
+fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
     let (value, read): (T, usize) =
         bincode::serde::decode_from_slice(body, config().with_limit::<DECODE_LIMIT>())
             .map_err(|e| CodecError::Decode(e.to_string()))?;
@@ -102,7 +146,10 @@ fn decode_framed<T: DeserializeOwned>(format: u8, bytes: &[u8]) -> Result<T, Cod
 }
 
 pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
-    let value: BlockV1 = decode_framed(BLOCK_V1, bytes)?;
+    block_from_v1(decode_framed(BLOCK_V1, bytes)?)
+}
+
+fn block_from_v1(value: BlockV1) -> Result<Block, CodecError> {
     let action = match value.action {
         0 => Action::MarkBlocked,
         1 => Action::MarkBlockedAndEvacuateTasks,
@@ -116,31 +163,70 @@ pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
     })
 }
 
+/// Encodes an event in the current format (2). An event that came from a format-1 value
+/// (finished JSON) is written back as format 1 — only the import of old data does that.
 pub fn encode_event(event: &Event) -> Vec<u8> {
     let code = EventType::ALL
         .iter()
         .position(|t| *t == event.event)
         .expect("every event type is in ALL") as u8;
-    let value = EventV1 {
+    let change = match &event.change {
+        Change::Item { kind, item } => ChangeV2::Item {
+            kind: keys::kind_tag(*kind),
+            id: item.id.clone(),
+            block: BlockV1 {
+                action: action_code(item.action),
+                start: item.start_timestamp,
+                end: item.end_timestamp,
+                cause: item.cause.clone(),
+            },
+        },
+        Change::Registration { tm, node } => ChangeV2::Registration {
+            tm: tm.clone(),
+            node: node.clone(),
+        },
+        Change::Json(data) => {
+            let value = EventV1 {
+                event: code,
+                at: event.at,
+                data: data.clone(),
+            };
+            return encode_framed(EVENT_V1, &value);
+        }
+    };
+    let value = EventV2 {
         event: code,
         at: event.at,
-        data: event.data.clone(),
+        change,
     };
-    encode_framed(EVENT_V1, &value)
+    encode_framed(EVENT_V2, &value)
 }
 
-/// Decodes an `events` value stored under `revision`.
+/// Decodes an `events` value stored under `revision`, of either format.
 pub fn decode_event(revision: u64, bytes: &[u8]) -> Result<Event, CodecError> {
-    let value: EventV1 = decode_framed(EVENT_V1, bytes)?;
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    let (code, at, change) = match format {
+        EVENT_V1 => {
+            let value: EventV1 = decode_body(body)?;
+            (value.event, value.at, Change::Json(value.data))
+        }
+        EVENT_V2 => {
+            let value: EventV2 = decode_body(body)?;
+            let change = match value.change {
+                ChangeV2::Item { kind, id, block } => Change::Item {
+                    kind: keys::kind_from_tag(kind).ok_or(CodecError::UnknownKind(kind))?,
+                    item: Item::new(id, block_from_v1(block)?),
+                },
+                ChangeV2::Registration { tm, node } => Change::Registration { tm, node },
+            };
+            (value.event, value.at, change)
+        }
+        other => return Err(CodecError::UnknownFormat(other)),
+    };
     let event = *EventType::ALL
-        .get(usize::from(value.event))
-        .ok_or(CodecError::UnknownEvent(value.event))?;
-    Ok(Event {
-        revision,
-        event,
-        at: value.at,
-        data: value.data,
-    })
+        .get(usize::from(code))
+        .ok_or(CodecError::UnknownEvent(code))?;
+    Ok(Event::new(revision, event, at, change))
 }
 
 /// Value of a `tm_node` entry: the node the task manager runs on.
@@ -162,7 +248,7 @@ pub fn decode_registration(bytes: &[u8]) -> Result<String, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PERMANENT;
+    use crate::model::{Kind, PERMANENT};
 
     fn block() -> Block {
         Block {
@@ -199,16 +285,65 @@ mod tests {
 
     #[test]
     fn event_format_v1_fixture() {
-        let event = Event {
-            revision: 7,
-            event: EventType::Expired,
-            at: 2,
-            data: "{}".into(),
-        };
-        let bytes = encode_event(&event);
-        assert_eq!(bytes, [1, 3, 4, 2, b'{', b'}']);
-        assert_eq!(decode_event(7, &bytes), Ok(event));
+        // Format 1 (schema 2) stored the finished JSON; it still decodes.
+        let event = Event::new(7, EventType::Expired, 2, Change::Json("{}".into()));
+        let bytes = [1, 3, 4, 2, b'{', b'}'];
+        assert_eq!(decode_event(7, &bytes), Ok(event.clone()));
+        assert_eq!(event.data(), "{}");
+        assert_eq!(encode_event(&event), bytes);
         assert!(decode_event(7, &[1, 9, 4, 2, b'{', b'}']).is_err());
+    }
+
+    #[test]
+    fn event_format_v2_fixture() {
+        let item = Item::new(
+            "t1".into(),
+            Block {
+                action: Action::MarkBlockedAndEvacuateTasks,
+                start: 5,
+                end: 9,
+                cause: "c".into(),
+            },
+        );
+        let expired = Event::new(
+            7,
+            EventType::Expired,
+            2,
+            Change::Item {
+                kind: Kind::TaskManager,
+                item: item.clone(),
+            },
+        );
+        // format, event code, at (zigzag 2), variant 0, kind 'T', id "t1", then the block as
+        // in format 1 of items: action 1, start zigzag 5, end zigzag 9, cause "c".
+        let bytes = [2, 3, 4, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c'];
+        assert_eq!(encode_event(&expired), bytes);
+        assert_eq!(decode_event(7, &bytes), Ok(expired.clone()));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(expired.data()).unwrap(),
+            serde_json::json!({"kind": "taskmanager", "id": "t1",
+                "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "startTimestamp": 5,
+                "endTimestamp": 9, "cause": "c"})
+        );
+        let registered = Event::new(
+            8,
+            EventType::Registered,
+            2,
+            Change::Registration {
+                tm: "t1".into(),
+                node: "n1".into(),
+            },
+        );
+        let bytes = [2, 4, 4, 1, 2, b't', b'1', 2, b'n', b'1'];
+        assert_eq!(encode_event(&registered), bytes);
+        assert_eq!(decode_event(8, &bytes), Ok(registered.clone()));
+        assert_eq!(registered.data(), r#"{"id":"t1","node":"n1"}"#);
+        // An unknown kind byte or format is refused.
+        assert_eq!(
+            decode_event(7, &[2, 3, 4, 0, b'X', 2, b't', b'1', 1, 10, 18, 1, b'c']),
+            Err(CodecError::UnknownKind(b'X'))
+        );
+        assert_eq!(decode_event(7, &[3]), Err(CodecError::UnknownFormat(3)));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use super::{
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::model::{
-    item_event_data, registration_event_data, Block, Event, EventType, Item, Kind, NewItem,
+    Block, Change, Event, EventType, Item, Kind, NewItem,
 };
 
 /// A request's answer: its outcome and the revision after it.
@@ -517,6 +517,13 @@ struct Applied {
 
 type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
 
+fn registration_change(tm: &str, node: &str) -> Change {
+    Change::Registration {
+        tm: tm.to_owned(),
+        node: node.to_owned(),
+    }
+}
+
 /// One transaction's view of the trees.
 struct Tx<'a> {
     items: &'a TransactionalTree,
@@ -555,15 +562,10 @@ impl Tx<'_> {
     }
 
     /// Writes the event of one change under the next revision, in this transaction.
-    fn emit(&self, event: EventType, data: String) -> TxResult<()> {
+    fn emit(&self, event: EventType, change: Change) -> TxResult<()> {
         let revision = self.revision.get() + 1;
         self.revision.set(revision);
-        let event = Event {
-            revision,
-            event,
-            at: self.now,
-            data,
-        };
+        let event = Event::new(revision, event, self.now, change);
         self.events
             .insert(&keys::event_key(revision), codec::encode_event(&event))?;
         self.emitted.borrow_mut().push(event);
@@ -572,7 +574,7 @@ impl Tx<'_> {
 
     fn emit_item(&self, event: EventType, kind: Kind, id: &str, block: &Block) -> TxResult<()> {
         let item = Item::new(id.to_owned(), block.clone());
-        self.emit(event, item_event_data(kind, &item))
+        self.emit(event, Change::Item { kind, item })
     }
 
     fn register(
@@ -605,7 +607,7 @@ impl Tx<'_> {
                 self.tm_node
                     .insert(tm.as_bytes(), codec::encode_registration(node))?;
                 self.node_tms.insert(keys::node_tm_key(node, tm), &[])?;
-                self.emit(EventType::Registered, registration_event_data(tm, node))?;
+                self.emit(EventType::Registered, registration_change(tm, node))?;
             }
             results.push(result);
         }
@@ -687,7 +689,7 @@ impl Tx<'_> {
         if let Some(node) = &old {
             self.tm_node.remove(tm.as_bytes())?;
             self.node_tms.remove(keys::node_tm_key(node, tm))?;
-            self.emit(EventType::Unregistered, registration_event_data(tm, node))?;
+            self.emit(EventType::Unregistered, registration_change(tm, node))?;
         }
         Ok(Ok((Outcome::Unregistered(old), i64::MAX)))
     }

@@ -13,7 +13,8 @@ use super::StoreError;
 /// The schema version this binary reads and writes.
 /// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
 /// 2: adds `events`, `meta/revision` and `meta/item_counts` (migrations/0002-change-feed.md).
-pub const CURRENT: u32 = 2;
+/// 3: events are written in format 2 (migrations/0003-compact-events.md).
+pub const CURRENT: u32 = 3;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -58,6 +59,19 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     if version < 2 {
         upgrade_1_to_2(db, &meta)?;
     }
+    if version < 3 {
+        upgrade_2_to_3(db, &meta)?;
+    }
+    Ok(())
+}
+
+/// Version 3 writes events in format 2 (bincode instead of JSON). Format-1 events stay
+/// readable, so nothing is rewritten: the version only goes up, so that a version-2 binary,
+/// which cannot read format 2, refuses the database instead of failing on its log.
+fn upgrade_2_to_3(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
+    meta.insert(SCHEMA_VERSION_KEY, &3u32.to_be_bytes())?;
+    db.flush()?;
+    tracing::info!(from = 2, to = 3, "upgraded the database schema");
     Ok(())
 }
 

@@ -176,7 +176,7 @@ fn log_change(event: &Event) {
     tracing::debug!(
         revision = event.revision,
         event = event.event.as_str(),
-        data = %event.data,
+        data = %event.data(),
         "change"
     );
 }
