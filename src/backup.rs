@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::listing::Listing;
 use crate::model::{validate_id, Item, Kind, MAX_MERGED_CAUSE_BYTES};
 use crate::store::{self, Store};
 
@@ -30,23 +31,39 @@ pub enum Record {
     },
 }
 
-/// Every active item (task managers, then nodes, each by id) and every registration, as
-/// JSON lines.
+/// Every active item at `now` (task managers, then nodes, each by id) and every
+/// registration, as JSON lines, produced in chunks (`GET /blocklist/export` streams it).
+pub fn export_listing(now: i64) -> Listing {
+    Listing::new(now)
+        .items(Kind::TaskManager, item_line, b"")
+        .items(Kind::Node, item_line, b"")
+        .registrations(registration_line, b"")
+}
+
+/// The whole export at once, as [`export_listing`] produces it.
 pub fn export(store: &Store, now: i64) -> store::Result<String> {
-    let mut out = String::new();
-    let mut line = |record: &Record| {
-        out.push_str(&serde_json::to_string(record).expect("records serialize"));
-        out.push('\n');
-    };
-    for kind in Kind::ALL {
-        for item in store.list(kind, now)? {
-            line(&Record::Item { kind, item });
-        }
-    }
-    for (id, node) in store.registrations()? {
-        line(&Record::Registration { id, node });
-    }
-    Ok(out)
+    let bytes = export_listing(now).collect(store)?;
+    Ok(String::from_utf8(bytes).expect("JSON is UTF-8"))
+}
+
+fn item_line(_: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+    line(out, &Record::Item { kind, item });
+    Ok(())
+}
+
+fn registration_line(id: &str, node: &str, out: &mut Vec<u8>) {
+    line(
+        out,
+        &Record::Registration {
+            id: id.to_owned(),
+            node: node.to_owned(),
+        },
+    );
+}
+
+fn line(out: &mut Vec<u8>, record: &Record) {
+    serde_json::to_writer(&mut *out, record).expect("records serialize");
+    out.push(b'\n');
 }
 
 /// What an import file holds, checked and de-duplicated (a later line for the same item or

@@ -12,8 +12,11 @@
 //!   migrations, and the single group-commit writer.
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.
 //! - [`sweeper`]: the expiry loop over the store's expiry index.
-//! - [`http`]: the axum front end (routes, extractors, the error response, and the OpenAPI
-//!   document generated from the handlers' annotations).
+//! - [`http`]: the axum front end (routes, extractors, the error response, listings
+//!   streamed with back-pressure, and the OpenAPI document generated from the handlers'
+//!   annotations).
+//! - [`listing`]: listings produced in bounded chunks (resumed by key), which the HTTP
+//!   layer streams and the offline export collects.
 //! - [`backup`]: export and import as JSON lines.
 //! - [`offline`]: the `check`, `export` and `import` subcommands.
 //! - [`metrics`]: the Prometheus registry.
@@ -24,6 +27,7 @@ pub mod check;
 pub mod clock;
 pub mod config;
 pub mod http;
+pub mod listing;
 pub mod metrics;
 pub mod model;
 pub mod offline;

@@ -1,7 +1,6 @@
 //! `/blocklist`: add, merge, remove and read blocked task managers and nodes.
 
 use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -17,6 +16,7 @@ use super::openapi::{
 };
 use super::{with_revision, AppState};
 use crate::clock::now_ms;
+use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::store::{self, AddOutcome, Store};
 use crate::{backup, validate};
@@ -49,21 +49,57 @@ pub(super) struct NodeEntry {
     task_managers: Vec<String>,
 }
 
-/// Node entries for these node items: one index prefix scan per node.
-fn node_entries(store: &Store, items: Vec<Item>) -> store::Result<Vec<NodeEntry>> {
-    items
-        .into_iter()
-        .map(|item| {
-            let task_managers = store.task_managers_on(&item.id)?;
-            Ok(NodeEntry {
-                item,
-                task_managers,
-            })
-        })
-        .collect()
+/// The node entry of a node item: one index prefix scan.
+fn node_entry(store: &Store, item: Item) -> store::Result<NodeEntry> {
+    let task_managers = store.task_managers_on(&item.id)?;
+    Ok(NodeEntry {
+        item,
+        task_managers,
+    })
+}
+
+/// The content type of the JSON listings.
+const JSON: &str = "application/json";
+
+/// Writes an item as a JSON array element.
+fn item_json(_: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+    serde_json::to_writer(out, &item).expect("items serialize");
+    Ok(())
+}
+
+/// Writes a node entry as a JSON array element.
+fn node_entry_json(store: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+    serde_json::to_writer(out, &node_entry(store, item)?).expect("node entries serialize");
+    Ok(())
+}
+
+/// The listing of one kind: a JSON array of items, or of node entries.
+fn kind_listing(kind: Kind, now: i64) -> Listing {
+    let render = match kind {
+        Kind::TaskManager => item_json,
+        Kind::Node => node_entry_json,
+    };
+    Listing::new(now)
+        .text("[")
+        .items(kind, render, b",")
+        .text("]")
+}
+
+/// `GET /blocklist`: a [`Blocklist`], written field by field so it can be streamed (a test
+/// checks that the bytes are the serialization of the struct, which documents the shape).
+fn blocklist_listing(revision: u64, now: i64) -> Listing {
+    Listing::new(now)
+        .text(r#"{"blockedTaskManagers":["#)
+        .items(Kind::TaskManager, item_json, b",")
+        .text(r#"],"blockedNodes":["#)
+        .items(Kind::Node, node_entry_json, b",")
+        .text(format!(r#"],"revision":{revision}}}"#))
 }
 
 /// The whole blocklist, each list sorted by id.
+// The schema of `GET /blocklist`, whose body is streamed by `blocklist_listing` rather than
+// built from this struct; only the test that checks the two agree builds it.
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Blocklist {
@@ -76,7 +112,8 @@ pub(super) struct Blocklist {
 
 /// The whole blocklist
 ///
-/// Answered only once the revision it reflects is durable; watch the feed from that revision.
+/// Streamed; its end is sent only once everything it shows is durable (a cut-off body
+/// means the daemon failed). Watch the feed from its revision.
 #[utoipa::path(
     get,
     path = "/blocklist",
@@ -91,36 +128,21 @@ pub(super) struct Blocklist {
     security((), ("bearerAuth" = [])),
 )]
 pub(super) async fn list_all(State(state): State<AppState>) -> Result<Response> {
-    let (blocklist, revision) = state
-        .listing(|store| {
-            let now = now_ms();
-            Ok(Blocklist {
-                blocked_task_managers: store.list(Kind::TaskManager, now)?,
-                blocked_nodes: node_entries(store, store.list(Kind::Node, now)?)?,
-                revision: store.revision(),
-            })
+    state
+        .streamed("/blocklist", JSON, |revision| {
+            blocklist_listing(revision, now_ms())
         })
-        .await?;
-    Ok(with_revision(
-        revision,
-        Json(Blocklist {
-            revision,
-            ..blocklist
-        }),
-    ))
+        .await
 }
 
 async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
-    let (body, revision) = state
-        .listing(move |store| {
-            let items = store.list(kind, now_ms())?;
-            Ok(match kind {
-                Kind::TaskManager => Json(items).into_response(),
-                Kind::Node => Json(node_entries(store, items)?).into_response(),
-            })
-        })
-        .await?;
-    Ok(with_revision(revision, body))
+    let route = match kind {
+        Kind::TaskManager => "/blocklist/taskmanagers",
+        Kind::Node => "/blocklist/nodes",
+    };
+    state
+        .streamed(route, JSON, |_| kind_listing(kind, now_ms()))
+        .await
 }
 
 /// Every active item and registration as JSON lines
@@ -141,13 +163,11 @@ async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
     security((), ("bearerAuth" = [])),
 )]
 pub(super) async fn export(State(state): State<AppState>) -> Result<Response> {
-    let (text, revision) = state
-        .listing(|store| backup::export(store, now_ms()))
-        .await?;
-    Ok(with_revision(
-        revision,
-        ([(CONTENT_TYPE, "application/x-ndjson")], text),
-    ))
+    state
+        .streamed("/blocklist/export", "application/x-ndjson", |_| {
+            backup::export_listing(now_ms())
+        })
+        .await
 }
 
 async fn get_one(
@@ -161,7 +181,7 @@ async fn get_one(
     let item = Item::new(id, block);
     Ok(match kind {
         Kind::TaskManager => Json(item).into_response(),
-        Kind::Node => Json(node_entries(&state.store, vec![item])?.pop()).into_response(),
+        Kind::Node => Json(node_entry(&state.store, item)?).into_response(),
     })
 }
 
@@ -334,4 +354,114 @@ kind_handlers! {
     add: add_nodes, "Block nodes",
     get: get_node, "One blocked node", "The active node entry",
     remove: remove_node, "Unblock a node",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::listing::{CHUNK_BYTES, CHUNK_ELEMENTS};
+    use crate::model::{Action, PERMANENT};
+    use crate::store::StoreConfig;
+
+    /// Items `{prefix}00000…` of which every seventh ends at `short_end`.
+    fn items(kind: Kind, prefix: &str, n: usize, now: i64, short_end: i64) -> Vec<(Kind, Item)> {
+        (0..n)
+            .map(|i| {
+                let item = Item {
+                    id: format!("{prefix}{i:05}"),
+                    action: Action::MarkBlocked,
+                    start_timestamp: now,
+                    end_timestamp: if i % 7 == 0 { short_end } else { PERMANENT },
+                    cause: "c".repeat(i % 50 + 1),
+                };
+                (kind, item)
+            })
+            .collect()
+    }
+
+    /// Drives a listing chunk by chunk as the HTTP layer does, checking each chunk's bound.
+    fn chunks(store: &Store, mut listing: Listing) -> (Vec<u8>, usize) {
+        let (mut body, mut count) = (Vec::new(), 0);
+        loop {
+            let mut chunk = Vec::new();
+            let done = listing.next_chunk(store, &mut chunk).unwrap();
+            assert!(
+                chunk.len() < CHUNK_BYTES + 1024,
+                "a chunk of {}",
+                chunk.len()
+            );
+            body.extend_from_slice(&chunk);
+            count += 1;
+            if done {
+                return (body, count);
+            }
+        }
+    }
+
+    /// The streamed bodies, over several chunks, are byte for byte the serialization of the
+    /// documented types, with the items due at the listing's `now` left out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streamed_listings_are_the_documented_shapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreConfig::new(dir.path().join("data"))).unwrap();
+        let now = now_ms();
+        let n = 2 * CHUNK_ELEMENTS + 100;
+        let short_end = now + 60_000;
+        store
+            .import(items(Kind::TaskManager, "tm-", n, now, short_end), false)
+            .await
+            .unwrap();
+        store
+            .import(items(Kind::Node, "n-", n, now, short_end), false)
+            .await
+            .unwrap();
+        store
+            .register(vec![
+                ("tm-b".into(), "n-00001".into()),
+                ("tm-a".into(), "n-00001".into()),
+                ("tm-c".into(), "n-00002".into()),
+            ])
+            .await
+            .unwrap();
+        let revision = store.revision();
+        tokio::task::spawn_blocking(move || {
+            // After the short items' end: they are due, whether or not swept.
+            let later = short_end;
+            let task_managers = store.list(Kind::TaskManager, later).unwrap();
+            let nodes: Vec<NodeEntry> = store
+                .list(Kind::Node, later)
+                .unwrap()
+                .into_iter()
+                .map(|item| node_entry(&store, item).unwrap())
+                .collect();
+            assert_eq!(task_managers.len(), n - n.div_ceil(7));
+            assert_eq!(nodes[0].task_managers, ["tm-a", "tm-b"]);
+
+            let (tms_body, tms_chunks) = chunks(&store, kind_listing(Kind::TaskManager, later));
+            assert_eq!(tms_body, serde_json::to_vec(&task_managers).unwrap());
+            assert!(tms_chunks > 1, "{tms_chunks} chunk(s)");
+            let (nodes_body, _) = chunks(&store, kind_listing(Kind::Node, later));
+            assert_eq!(nodes_body, serde_json::to_vec(&nodes).unwrap());
+            let (all, all_chunks) = chunks(&store, blocklist_listing(revision, later));
+            let whole = Blocklist {
+                blocked_task_managers: task_managers,
+                blocked_nodes: nodes,
+                revision,
+            };
+            assert_eq!(
+                String::from_utf8(all).unwrap(),
+                serde_json::to_string(&whole).unwrap()
+            );
+            assert!(all_chunks >= 3, "{all_chunks} chunk(s)");
+
+            // Before the short items' end they are listed; an empty kind is `[]`.
+            let (body, _) = chunks(&store, kind_listing(Kind::TaskManager, now));
+            let listed: Vec<Item> = serde_json::from_slice(&body).unwrap();
+            assert_eq!(listed.len(), n);
+            assert_eq!(chunks(&store, kind_listing(Kind::Node, PERMANENT)).0, b"[]");
+            store.shutdown().unwrap();
+        })
+        .await
+        .unwrap();
+    }
 }

@@ -8,6 +8,7 @@ mod events;
 mod extract;
 mod openapi;
 mod ops;
+mod stream;
 mod taskmanagers;
 
 use std::future::Future;
@@ -117,9 +118,10 @@ impl AppState {
             .map_err(ApiError::from)
     }
 
-    /// Runs a listing on the blocking pool so that it reflects one revision, then waits
-    /// until that revision is durable: a listing never shows a change that a crash could
-    /// still take back.
+    /// Runs a listing built whole in memory (`GET /taskmanagers`; the blocklist's listings
+    /// are streamed, see [`stream`]) on the blocking pool so that it reflects
+    /// one revision, then waits until that revision is durable: a listing never shows a
+    /// change that a crash could still take back.
     async fn listing<T, F>(&self, read: F) -> error::Result<(T, u64)>
     where
         T: Send + 'static,

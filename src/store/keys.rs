@@ -49,6 +49,12 @@ pub fn item_prefix(kind: Kind) -> [u8; 1] {
     [kind_tag(kind)]
 }
 
+/// The smallest key greater than every `items` key of `kind` (the next tag byte): a listing
+/// resumed after an id scans up to it, exclusive.
+pub fn item_prefix_end(kind: Kind) -> [u8; 1] {
+    [kind_tag(kind) + 1]
+}
+
 /// Splits an `items` key into kind and id.
 pub fn parse_item_key(key: &[u8]) -> Option<(Kind, &str)> {
     let (&tag, id) = key.split_first()?;
@@ -136,6 +142,18 @@ mod tests {
             let key = item_key(kind, "a/b ü");
             assert_eq!(parse_item_key(&key), Some((kind, "a/b ü")));
             assert!(key.starts_with(&item_prefix(kind)));
+            assert!(key.as_slice() < &item_prefix_end(kind)[..]);
+            // Even the longest id of the largest characters stays below the end.
+            let longest = item_key(kind, &"\u{10FFFF}".repeat(64));
+            assert!(longest.as_slice() < &item_prefix_end(kind)[..]);
+        }
+        for (kind, other) in [
+            (Kind::TaskManager, Kind::Node),
+            (Kind::Node, Kind::TaskManager),
+        ] {
+            let end = item_prefix_end(kind);
+            let key = item_key(other, "a");
+            assert!(!(item_prefix(kind)[..] <= key[..] && key[..] < end[..]));
         }
         assert_ne!(item_key(Kind::Node, "x"), item_key(Kind::TaskManager, "x"));
     }

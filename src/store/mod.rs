@@ -30,6 +30,7 @@ pub mod keys;
 mod migrate;
 mod sync;
 
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -459,11 +460,15 @@ impl Store {
         Ok(out)
     }
 
-    /// Runs a multi-key read (a listing) so that it reflects exactly one revision, which it
-    /// returns: the read is retried while a transaction commits under it. After a few
-    /// tries under heavy writes it settles for the revision seen before its last read — a
-    /// lower bound: replaying the feed from it converges to the same state, since every
-    /// event carries the full state after its change.
+    /// Runs a multi-key read built whole in memory (`GET /taskmanagers`) so that it reflects
+    /// exactly one revision, which it returns: the read is retried while a transaction
+    /// commits under it. After a few tries under heavy writes it settles for the revision
+    /// seen before its last read — a lower bound: replaying the feed from it converges to
+    /// the same state, since every event carries the full state after its change.
+    ///
+    /// The streamed listings ([`crate::listing`]) cannot retry a scan whose first chunks are
+    /// already sent, so they always report that lower bound: the revision read before
+    /// their scan starts.
     pub fn consistent_read<T>(&self, read: impl Fn(&Store) -> Result<T>) -> Result<(T, u64)> {
         const TRIES: usize = 4;
         let feed = &self.shared.feed;
@@ -499,20 +504,45 @@ impl Store {
     /// Every active item of `kind` at `now`, sorted by id (byte order of UTF-8).
     pub fn list(&self, kind: Kind, now: i64) -> Result<Vec<Item>> {
         let mut out = Vec::new();
-        for entry in self
-            .handles()?
-            .trees
-            .items
-            .scan_prefix(keys::item_prefix(kind))
-        {
+        self.scan_items(kind, None, now, |item| {
+            out.push(item);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the active items of `kind` at `now` in id order, from the first id after
+    /// `after` (from the first of all when `None`), for as long as `visit` returns true.
+    /// Returns true when the scan got past the last item of `kind`.
+    ///
+    /// This is how a listing is read in bounded chunks: each chunk is one call, resumed
+    /// after the last id the previous one visited. The database handles are held for the
+    /// call only — never between chunks, so a slow client cannot delay a reopen after a
+    /// storage fault (a kept `sled::Iter` would also keep the old database, and its file
+    /// lock, alive).
+    pub fn scan_items(
+        &self,
+        kind: Kind,
+        after: Option<&str>,
+        now: i64,
+        mut visit: impl FnMut(Item) -> Result<bool>,
+    ) -> Result<bool> {
+        let from = match after {
+            Some(id) => Bound::Excluded(keys::item_key(kind, id)),
+            None => Bound::Included(keys::item_prefix(kind).to_vec()),
+        };
+        let to = Bound::Excluded(keys::item_prefix_end(kind).to_vec());
+        for entry in self.handles()?.trees.items.range((from, to)) {
             let (key, bytes) = entry?;
             let block = decode(&key, &bytes)?;
             if block.is_active(now) {
                 let (_, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
-                out.push(Item::new(id.to_owned(), block));
+                if !visit(Item::new(id.to_owned(), block))? {
+                    return Ok(false);
+                }
             }
         }
-        Ok(out)
+        Ok(true)
     }
 
     /// The node task manager `tm` is registered on.
@@ -526,13 +556,39 @@ impl Store {
     /// Every registration `(task manager, node)`, sorted by task manager id.
     pub fn registrations(&self) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
-        for entry in self.handles()?.trees.tm_node.iter() {
+        self.scan_registrations(None, |tm, node| {
+            out.push((tm, node));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the registrations `(task manager, node)` in task manager order, from the first
+    /// after `after`, for as long as `visit` returns true; true when it got past the last.
+    /// Resumable in chunks like [`Store::scan_items`].
+    pub fn scan_registrations(
+        &self,
+        after: Option<&str>,
+        mut visit: impl FnMut(String, String) -> Result<bool>,
+    ) -> Result<bool> {
+        let from = match after {
+            Some(tm) => Bound::Excluded(tm.as_bytes().to_vec()),
+            None => Bound::Unbounded,
+        };
+        for entry in self
+            .handles()?
+            .trees
+            .tm_node
+            .range::<Vec<u8>, _>((from, Bound::Unbounded))
+        {
             let (key, bytes) = entry?;
             let tm = std::str::from_utf8(&key).map_err(|_| bad_key(&key))?;
             let node = registration(tm, &bytes)?;
-            out.push((tm.to_owned(), node));
+            if !visit(tm.to_owned(), node)? {
+                return Ok(false);
+            }
         }
-        Ok(out)
+        Ok(true)
     }
 
     /// The task managers registered on `node`, sorted by id: one prefix scan of the index.

@@ -58,6 +58,9 @@ const HOT_IDS: u64 = 16;
 /// Items per request of `add-batch`.
 const BATCH_ITEMS: u64 = 100;
 
+/// The concurrent listers of the `list` scenario's memory measurement.
+const LISTERS: usize = 4;
+
 /// One request a worker is about to send, and the statuses that count as success.
 struct Req {
     method: Method,
@@ -730,7 +733,8 @@ impl Bench {
         ])
     }
 
-    /// `list`: `GET /blocklist` of items/10 items, one request at a time.
+    /// `list`: `GET /blocklist` of items/10 items, one request at a time; then [`LISTERS`]
+    /// at once, for memory.
     async fn list(&mut self) -> Result<Vec<Row>, String> {
         let (server, _dir) = self.fresh_daemon("list")?;
         let count = (self.settings.items / 10).max(2);
@@ -740,6 +744,7 @@ impl Bench {
             fixture_item(count, blocklistd::clock::now_ms()),
         )
         .await?;
+        let loaded_rss = procstat::rss_bytes(server.pid());
         let mut http = Http::connect(server.addr).await?;
         let (_, body) = expect_status(http.get("/blocklist").await?, &[StatusCode::OK])?;
         let listing: serde_json::Value =
@@ -774,9 +779,38 @@ impl Bench {
         );
         ours.extra
             .insert("body_mb".into(), body.len() as f64 / (1024.0 * 1024.0));
+        ours.extra.insert("rss_loaded_mb".into(), mb(loaded_rss));
+        // Then several listers at once: a body built whole costs each of them the whole
+        // list, a streamed one a few chunks. The peak after them shows which.
+        let listers = (0..LISTERS).map(|_| Http::connect(server.addr));
+        let mut tasks = Vec::new();
+        for http in listers {
+            let mut http = http.await?;
+            let expected = body.len();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..3 {
+                    let (_, got) = expect_status(http.get("/blocklist").await?, &[StatusCode::OK])?;
+                    if got.len() != expected {
+                        return Err(format!(
+                            "a concurrent GET /blocklist got {} bytes, expected {expected}",
+                            got.len()
+                        ));
+                    }
+                }
+                Ok(())
+            }));
+        }
+        for task in tasks {
+            task.await.map_err(|e| format!("a lister failed: {e}"))??;
+        }
+        ours.extra.insert(
+            format!("peak_rss_{LISTERS}_listers_mb"),
+            mb(procstat::peak_rss_bytes(server.pid())),
+        );
         ours.target("p99 ≤300 ms", ours.p99_ms.map(|p| p <= 300.0));
         ours.add_note(&format!(
-            "{count} items (half nodes), 1 connection, sequential"
+            "{count} items (half nodes), 1 connection, sequential; then {LISTERS} concurrent \
+             listers × 3 for peak_rss_{LISTERS}_listers_mb"
         ));
         Ok(vec![ours])
     }
