@@ -450,7 +450,10 @@ async fn a_version_2_log_is_still_served_after_the_upgrade() {
         events[0].data,
         serde_json::from_str::<serde_json::Value>(data).unwrap()
     );
-    assert_eq!(summary(&events), pairs(&[("added", "n1"), ("added", "tm-2")]));
+    assert_eq!(
+        summary(&events),
+        pairs(&[("added", "n1"), ("added", "tm-2")])
+    );
     assert_eq!(events[1].data["kind"], "taskmanager");
     assert!(d.terminate().success());
     let (problems, _) = ws.inspect();

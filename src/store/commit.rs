@@ -32,9 +32,7 @@ use super::{
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
-use crate::model::{
-    Block, Change, Event, EventType, Item, Kind, NewItem,
-};
+use crate::model::{Block, Change, Event, EventType, Item, Kind, NewItem};
 
 /// A request's answer: its outcome and the revision after it.
 pub(crate) type Answer = Result<(Outcome, u64), StoreError>;
