@@ -314,6 +314,24 @@ async fn a_thousand_watchers_each_see_every_event_in_order() {
     }
 }
 
+/// The item value (format 1) of a permanent evacuating node, cause "disk", started at
+/// 1_700_000_000_000, byte by byte as migrations/0001-initial.md describes it.
+const N1_FORMAT_1: &[u8] = &[
+    1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255, 4, b'd',
+    b'i', b's', b'k',
+];
+
+/// Starts the daemon on the older database the test wrote, and checks that it upgraded it.
+fn start_upgrading(ws: &mut Workspace) -> Daemon {
+    let d = ws.start(&[]);
+    assert!(
+        d.log_text().contains("upgraded the database schema"),
+        "{}",
+        d.log_text()
+    );
+    d
+}
+
 #[tokio::test]
 async fn a_version_1_database_is_upgraded_keeping_its_data() {
     let ws = Workspace::new();
@@ -327,12 +345,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_data() {
             .insert("schema_version", &1u32.to_be_bytes())
             .unwrap();
         let items = db.open_tree("items").unwrap();
-        // A permanent evacuating node "n1", cause "disk", started at 1_700_000_000_000.
-        let permanent: &[u8] = &[
-            1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255,
-            4, b'd', b'i', b's', b'k',
-        ];
-        items.insert(b"Nn1", permanent).unwrap();
+        items.insert(b"Nn1", N1_FORMAT_1).unwrap();
         db.open_tree("expiry").unwrap();
         db.open_tree("tm_node")
             .unwrap()
@@ -345,12 +358,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_data() {
         db.flush().unwrap();
     }
     let mut ws = ws;
-    let d = ws.start(&[]);
-    assert!(
-        d.log_text().contains("upgraded the database schema"),
-        "{}",
-        d.log_text()
-    );
+    let d = start_upgrading(&mut ws);
     let (_, node) = d.get("/blocklist/nodes/n1").await;
     assert_eq!(node["action"], EVAC);
     assert_eq!(node["startTimestamp"], json!(1_700_000_000_000i64));
@@ -411,19 +419,17 @@ async fn a_version_2_log_is_still_served_after_the_upgrade() {
         let mut counts = vec![0u8; 32];
         counts[31] = 1; // one (node, MARK_BLOCKED_AND_EVACUATE_TASKS)
         meta.insert("item_counts", counts).unwrap();
-        let permanent: &[u8] = &[
-            1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255,
-            4, b'd', b'i', b's', b'k',
-        ];
         db.open_tree("items")
             .unwrap()
-            .insert(b"Nn1", permanent)
+            .insert(b"Nn1", N1_FORMAT_1)
             .unwrap();
         db.open_tree("expiry").unwrap();
         db.open_tree("tm_node").unwrap();
         db.open_tree("node_tms").unwrap();
-        // format 1, event 0 (added), at 1_700_000_000_000 (zigzag varint), the JSON.
-        let mut event = vec![1u8, 0, 253, 0, 208, 202, 159, 23, 3, 0, 0];
+        // format 1, event 0 (added), at = now (a zigzag varint: 253 and 8 bytes; an older
+        // event would be pruned by age retention as soon as something commits), the JSON.
+        let mut event = vec![1u8, 0, 253];
+        event.extend_from_slice(&(now_ms() as u64 * 2).to_le_bytes());
         event.push(data.len() as u8);
         event.extend_from_slice(data.as_bytes());
         db.open_tree("events")
@@ -433,12 +439,7 @@ async fn a_version_2_log_is_still_served_after_the_upgrade() {
         db.flush().unwrap();
     }
     let mut ws = ws;
-    let d = ws.start(&[]);
-    assert!(
-        d.log_text().contains("upgraded the database schema"),
-        "{}",
-        d.log_text()
-    );
+    let d = start_upgrading(&mut ws);
     assert_eq!(d.listing().await["revision"], 1);
     let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
     d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))

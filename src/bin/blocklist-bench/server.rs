@@ -121,8 +121,8 @@ impl DaemonSpec {
             .arg("--max-body-bytes")
             .arg(MAX_BODY_BYTES.to_string())
             .args(&self.extra)
-            // `info` is what `expire` parses; BLOCKLIST_BENCH_DAEMON_LOG can add more (e.g.
-            // `info,blocklistd::store::commit=trace` to see every group commit's size).
+            // The daemon's default level; BLOCKLIST_BENCH_DAEMON_LOG can add more (e.g.
+            // `info,blocklistd::store::sync=trace` to see every group commit's size).
             .env(
                 "RUST_LOG",
                 std::env::var("BLOCKLIST_BENCH_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
