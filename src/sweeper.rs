@@ -13,7 +13,7 @@
 //! depend on us: they filter `end <= now` themselves, so a late sweep is never visible.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,7 +146,10 @@ fn record(expired: &[Expired], metrics: &Metrics) {
             "expired"
         );
     }
-    if worst >= LATE_MS {
+    // At most one warning per interval: a sweeper that is behind runs batch after batch.
+    let last = LAST_WARNING.load(Ordering::Relaxed);
+    if worst >= LATE_MS && done.saturating_sub(last) >= WARN_EVERY_MS {
+        LAST_WARNING.store(done, Ordering::Relaxed);
         tracing::warn!(
             items = expired.len(),
             worst_lag_ms = worst,
@@ -157,3 +160,9 @@ fn record(expired: &[Expired], metrics: &Metrics) {
 
 /// A lag worth a warning: a scheduler would notice.
 const LATE_MS: i64 = 1_000;
+
+/// The least time between two "behind" warnings.
+const WARN_EVERY_MS: i64 = 10_000;
+
+/// When the last "behind" warning was logged (unix ms).
+static LAST_WARNING: AtomicI64 = AtomicI64::new(i64::MIN);
