@@ -55,13 +55,15 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
         };
         let allowed = last_pass.map_or(i64::MIN, |t| t.saturating_add(min_interval));
         match first {
-            Some(at) if at <= now && allowed <= now => match sweep_pass(&store, &metrics).await {
-                Ok(()) => last_pass = Some(now_ms()),
-                Err(e) => {
-                    tracing::error!(error = %e, "sweep failed; retrying");
-                    tokio::time::sleep(RETRY_AFTER).await;
+            Some(at) if at <= now && allowed <= now => {
+                match sweep_pass(&store, now, &metrics).await {
+                    Ok(()) => last_pass = Some(now_ms()),
+                    Err(e) => {
+                        tracing::error!(error = %e, "sweep failed; retrying");
+                        tokio::time::sleep(RETRY_AFTER).await;
+                    }
                 }
-            },
+            }
             Some(at) => {
                 // The start-up pass found nothing due: it counts as the first pass.
                 last_pass.get_or_insert(now);
@@ -86,17 +88,17 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
 /// syncs, the next is already scanned and queued, so a mass expiry is not paced by the disk.
 const IN_FLIGHT: usize = 2;
 
-/// Expires what is due, batch after batch, each scan starting after the last key handed
-/// out (with a fresh `now`), until a scan finds nothing more and every batch is answered.
-/// An item that came due behind the cursor meanwhile is left for the next pass, which
-/// starts from the front of the index again.
-async fn sweep_pass(store: &Store, metrics: &Metrics) -> crate::store::Result<()> {
+/// Expires what is due at `now`, batch after batch, each scan starting after the last key
+/// handed out, until a scan finds nothing more and every batch is answered. What comes due
+/// meanwhile is the next pass's (so a pass always ends, and `--sweep-interval-ms` spaces
+/// passes even under a steady flow of deadlines).
+async fn sweep_pass(store: &Store, now: i64, metrics: &Metrics) -> crate::store::Result<()> {
     let mut after: Option<Vec<u8>> = None;
     let mut in_flight = VecDeque::with_capacity(IN_FLIGHT);
     let (mut scanned, mut expired) = (0, 0);
     loop {
         if in_flight.len() < IN_FLIGHT {
-            let (scan, from, now) = (store.clone(), after.clone(), now_ms());
+            let (scan, from) = (store.clone(), after.clone());
             let due =
                 tokio::task::spawn_blocking(move || scan.due(now, from.as_deref(), SWEEP_BATCH))
                     .await
