@@ -9,7 +9,7 @@
 //! - [`model`]: the pure domain: kinds, actions, items, the merge rule, id rules.
 //! - [`validate`]: request JSON to validated domain values, with every error named.
 //! - [`store`]: the only module that touches sled: trees, key and value encodings,
-//!   migrations, and the single group-commit writer.
+//!   migrations, the single group-commit writer and its durability (flush + fsync) thread.
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.
 //! - [`sweeper`]: the expiry loop over the store's expiry index.
 //! - [`http`]: the axum front end (routes, extractors, the error response, listings

@@ -20,7 +20,8 @@
 //! - a write is acknowledged, and its events published to subscribers, only after the flush
 //!   (and, by default, the fsync) covering it.
 //!
-//! Writes go through the single committer thread ([`commit`]); reads go straight to the
+//! Writes go through the single committer thread ([`commit`]), and are made durable and
+//! answered by the syncer thread ([`sync`]); reads go straight to the
 //! trees and filter `end <= now` themselves, so an item is gone for readers the moment it
 //! is due, whether or not the sweeper has reached it.
 
@@ -622,7 +623,6 @@ impl Store {
     /// Its cost is proportional to the number of due items, not to the size of the
     /// blocklist.
     pub fn due(&self, now: i64, after: Option<&[u8]>, limit: usize) -> Result<Vec<Vec<u8>>> {
-        use std::ops::Bound;
         let bound = keys::due_bound(now);
         if after.is_some_and(|key| key >= &bound[..]) {
             return Ok(Vec::new()); // an empty range; sled would panic on a reversed one
