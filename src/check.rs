@@ -2,13 +2,22 @@
 //! manager is blocked if it is blocked itself or its node is.
 //!
 //! A check is at most three point reads (the task manager's item, its registration, its
-//! node's item); it never scans and never waits for the committer.
+//! node's item); it never scans and never waits for the committer. A [`Checker`] keeps
+//! recent verdicts, so a scheduler asking about the same task managers over and over is
+//! answered from memory: a kept verdict is served only while none of the keys it was read
+//! from has changed since (the store's change stamps say so) and none of the items it
+//! shows has ended.
 
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::model::{Action, Item, Kind};
-use crate::store::{Result, Store};
+use crate::store::{ReadMark, Result, Store, Watched};
 
 /// The answer for one id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -54,6 +63,39 @@ impl Verdict {
     }
 }
 
+/// A verdict as a [`Checker`] answers it: shared, with its JSON built once, on first use.
+#[derive(Debug)]
+pub struct Checked {
+    pub verdict: Verdict,
+    json: OnceLock<Bytes>,
+}
+
+impl Checked {
+    fn new(verdict: Verdict) -> Arc<Checked> {
+        Arc::new(Checked {
+            verdict,
+            json: OnceLock::new(),
+        })
+    }
+
+    /// The verdict as JSON; a kept verdict serialises once however often it is served.
+    pub fn json(&self) -> Bytes {
+        self.json
+            .get_or_init(|| {
+                // Strings, bools, numbers and enums only: serialising cannot fail.
+                let json = serde_json::to_vec(&self.verdict).expect("a verdict serialises");
+                Bytes::from(json)
+            })
+            .clone()
+    }
+}
+
+impl Serialize for Checked {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.verdict.serialize(serializer)
+    }
+}
+
 fn active(store: &Store, kind: Kind, id: &str, now: i64) -> Result<Option<BlockedBy>> {
     Ok(store.get(kind, id, now)?.map(|block| BlockedBy {
         kind: kind.singular(),
@@ -77,4 +119,139 @@ pub fn task_manager(store: &Store, tm: &str, now: i64) -> Result<Verdict> {
 pub fn node(store: &Store, node: &str, now: i64) -> Result<Verdict> {
     let blocked_by = active(store, Kind::Node, node, now)?.into_iter().collect();
     Ok(Verdict::new(node.to_owned(), None, blocked_by))
+}
+
+/// Answers checks from the store, keeping recent verdicts (see the module docs).
+#[derive(Clone)]
+pub struct Checker {
+    store: Store,
+    /// `None` when caching is off.
+    kept: Option<Arc<Kept>>,
+}
+
+/// Recent verdicts, per kind of check, bounded by their approximate size in bytes.
+struct Kept {
+    task_managers: Cache<String, KeptVerdict, BySize>,
+    nodes: Cache<String, KeptVerdict, BySize>,
+}
+
+#[derive(Clone)]
+struct KeptVerdict {
+    verdict: Arc<Checked>,
+    /// Taken before the reads the verdict came from.
+    mark: ReadMark,
+    /// When the first item it shows ends (`i64::MAX` when it shows none or only permanent).
+    until: i64,
+}
+
+/// Weighs a kept verdict by roughly the bytes it holds, so long causes cannot make the
+/// cache grow past its budget.
+#[derive(Clone)]
+struct BySize;
+
+impl Weighter<String, KeptVerdict> for BySize {
+    fn weight(&self, key: &String, kept: &KeptVerdict) -> u64 {
+        const OVERHEAD: usize = 160;
+        let verdict = &kept.verdict.verdict;
+        let items: usize = verdict
+            .blocked_by
+            .iter()
+            .map(|b| b.item.id.len() + b.item.cause.len() + 64)
+            .sum();
+        let node = verdict.node.as_ref().map_or(0, String::len);
+        (OVERHEAD + 2 * key.len() + node + items) as u64
+    }
+}
+
+impl Checker {
+    /// A checker keeping up to about `cache_bytes` of verdicts; 0 turns keeping off.
+    pub fn new(store: Store, cache_bytes: u64) -> Checker {
+        let kept = (cache_bytes > 0).then(|| {
+            // Half the budget per kind; the item estimate only sizes the tables up front.
+            let half = cache_bytes / 2;
+            let estimate = (half / 256).max(16) as usize;
+            Arc::new(Kept {
+                task_managers: Cache::with_weighter(estimate, half, BySize),
+                nodes: Cache::with_weighter(estimate, half, BySize),
+            })
+        });
+        Checker { store, kept }
+    }
+
+    /// Checks task manager `tm` (see [`task_manager`]).
+    pub fn task_manager(&self, tm: &str, now: i64) -> Result<Arc<Checked>> {
+        let store = &self.store;
+        let unchanged = |mark, verdict: &Verdict| {
+            store.unchanged_since(mark, Watched::Item(Kind::TaskManager, tm))
+                && store.unchanged_since(mark, Watched::Registration(tm))
+                && verdict
+                    .node
+                    .as_deref()
+                    .is_none_or(|node| store.unchanged_since(mark, Watched::Item(Kind::Node, node)))
+        };
+        self.answer(
+            |kept| &kept.task_managers,
+            tm,
+            now,
+            unchanged,
+            || task_manager(store, tm, now),
+        )
+    }
+
+    /// Checks node `node_id` (see [`node`]).
+    pub fn node(&self, node_id: &str, now: i64) -> Result<Arc<Checked>> {
+        let store = &self.store;
+        self.answer(
+            |kept| &kept.nodes,
+            node_id,
+            now,
+            |mark, _| store.unchanged_since(mark, Watched::Item(Kind::Node, node_id)),
+            || node(store, node_id, now),
+        )
+    }
+
+    /// The kept verdict for `id` while it is still right at `now` (`unchanged` says whether
+    /// the keys it was read from are untouched since its mark), else a fresh `read`, kept.
+    fn answer(
+        &self,
+        cache: impl Fn(&Kept) -> &Cache<String, KeptVerdict, BySize>,
+        id: &str,
+        now: i64,
+        unchanged: impl Fn(ReadMark, &Verdict) -> bool,
+        read: impl Fn() -> Result<Verdict>,
+    ) -> Result<Arc<Checked>> {
+        let Some(kept) = &self.kept else {
+            return read().map(Checked::new);
+        };
+        let cache = cache(kept);
+        if let Some(hit) = cache.get(id) {
+            if hit.until > now && unchanged(hit.mark, &hit.verdict.verdict) {
+                return Ok(hit.verdict);
+            }
+        }
+        // The mark comes first: a change committed after it stamps a larger number.
+        let mark = self.store.read_mark();
+        let verdict = Checked::new(read()?);
+        if let Some(mark) = mark {
+            cache.insert(id.to_owned(), KeptVerdict::new(&verdict, mark));
+        }
+        Ok(verdict)
+    }
+}
+
+impl KeptVerdict {
+    fn new(verdict: &Arc<Checked>, mark: ReadMark) -> KeptVerdict {
+        let until = verdict
+            .verdict
+            .blocked_by
+            .iter()
+            .map(|b| b.item.end_timestamp)
+            .min()
+            .unwrap_or(i64::MAX);
+        KeptVerdict {
+            verdict: verdict.clone(),
+            mark,
+            until,
+        }
+    }
 }

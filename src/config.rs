@@ -79,6 +79,11 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_CACHE_MB", default_value_t = 64)]
     pub cache_mb: u64,
 
+    /// Memory for recent check verdicts, in MiB (0: none). A kept verdict is served until
+    /// a key it was read from changes or an item it shows ends, so it is never stale.
+    #[arg(long, env = "BLOCKLISTD_CHECK_CACHE_MB", default_value_t = 16)]
+    pub check_cache_mb: u64,
+
     /// fsync the database log after every group commit, so acknowledged writes survive a
     /// power cut and not only a crash. `--fsync false` trades that for speed.
     #[arg(long, env = "BLOCKLISTD_FSYNC", default_value_t = true, action = ArgAction::Set)]

@@ -112,6 +112,7 @@ pub async fn run(
         auth,
         metrics,
         sweeper.abort_handle(),
+        config.check_cache_mb.saturating_mul(1024 * 1024),
     );
     let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
     tracing::info!("shutting down");

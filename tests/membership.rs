@@ -346,3 +346,71 @@ async fn registrations_and_checks_survive_kill_9() {
     let (problems, _) = ws.inspect();
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+/// The daemon keeps recent check verdicts (`--check-cache-mb`): asking again about the same
+/// ids after each kind of change must show the change, never the kept answer. Run with
+/// keeping on (the default) and off, which must answer alike.
+#[tokio::test]
+async fn repeated_checks_see_every_change_at_once() {
+    for flags in [&[][..], &["--check-cache-mb", "0"][..]] {
+        let mut ws = Workspace::new();
+        let d = ws.start(flags);
+        let check = |path: &'static str| {
+            let d = &d;
+            async move {
+                let (status, v) = d.get(path).await;
+                assert_eq!(status, StatusCode::OK, "{path}: {v}");
+                v
+            }
+        };
+        let tm = "/blocklist/check/taskmanagers/tm-1";
+        put(&d, "/taskmanagers/tm-1", json!({"node": "n1"})).await;
+        // Asked twice, so a kept verdict exists before each change below.
+        for _ in 0..2 {
+            assert_eq!(check(tm).await["blocked"], false, "{flags:?}");
+        }
+
+        // The node's item.
+        d.post("/blocklist/nodes", json!([item("n1", MB, "disk")]))
+            .await;
+        assert_eq!(check(tm).await["blocked"], true, "{flags:?}");
+        assert_eq!(check("/blocklist/check/nodes/n1").await["blocked"], true);
+
+        // The registration: moved to a node that is not blocked.
+        put(&d, "/taskmanagers/tm-1", json!({"node": "n2"})).await;
+        let v = check(tm).await;
+        assert_eq!(
+            (v["blocked"].clone(), v["node"].clone()),
+            (json!(false), json!("n2"))
+        );
+
+        // Its own item, then a merge into it that changes the action.
+        d.post("/blocklist/taskmanagers", json!([item("tm-1", MB, "oom")]))
+            .await;
+        assert_eq!(check(tm).await["action"], MB, "{flags:?}");
+        let mut stronger = item("tm-1", EVAC, "again");
+        stronger["allowMerge"] = json!(true);
+        d.post("/blocklist/taskmanagers", json!([stronger])).await;
+        let v = check(tm).await;
+        assert_eq!(v["action"], EVAC, "{flags:?}");
+        assert_eq!(v["blockedBy"][0]["cause"], "oom,again");
+
+        // The batch check answers from the same verdicts.
+        let (_, batch) = d
+            .post(
+                "/blocklist/check",
+                json!({"taskManagers": ["tm-1"], "nodes": ["n1"]}),
+            )
+            .await;
+        assert_eq!(batch["taskManagers"][0], check(tm).await);
+        assert_eq!(batch["nodes"][0]["blocked"], true);
+
+        // Removals: the item, the node's item, the registration.
+        d.delete("/blocklist/taskmanagers/tm-1").await;
+        assert_eq!(check(tm).await["blocked"], false, "{flags:?}");
+        d.delete("/blocklist/nodes/n1").await;
+        assert_eq!(check("/blocklist/check/nodes/n1").await["blocked"], false);
+        d.delete("/taskmanagers/tm-1").await;
+        assert!(check(tm).await.get("node").is_none(), "{flags:?}");
+    }
+}

@@ -1,6 +1,9 @@
 //! `/blocklist/check`: the effective blocked-or-not answer, one id or a whole slot offer.
 
 use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
@@ -13,7 +16,9 @@ use super::openapi::{
     Unavailable, UnsupportedMediaType,
 };
 use super::AppState;
-use crate::check::{self, Verdict};
+use std::sync::Arc;
+
+use crate::check::{Checked, Verdict};
 use crate::clock::now_ms;
 use crate::validate;
 
@@ -25,6 +30,15 @@ pub fn router() -> Router<AppState> {
             get(check_task_manager),
         )
         .route("/blocklist/check/nodes/{id}", get(check_node))
+}
+
+/// A verdict's response: its JSON, which a kept verdict has ready.
+fn verdict_json(checked: &Checked) -> Response {
+    (
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        checked.json(),
+    )
+        .into_response()
 }
 
 // Single checks are point reads served on the async worker: they are the hottest path, and
@@ -50,8 +64,9 @@ pub fn router() -> Router<AppState> {
 pub(super) async fn check_task_manager(
     State(state): State<AppState>,
     IdPath(id): IdPath,
-) -> Result<Json<Verdict>> {
-    Ok(Json(check::task_manager(&state.store, &id, now_ms())?))
+) -> Result<Response> {
+    let checked = state.checker.task_manager(&id, now_ms())?;
+    Ok(verdict_json(&checked))
 }
 
 /// Is this node blocked?
@@ -72,16 +87,19 @@ pub(super) async fn check_task_manager(
 pub(super) async fn check_node(
     State(state): State<AppState>,
     IdPath(id): IdPath,
-) -> Result<Json<Verdict>> {
-    Ok(Json(check::node(&state.store, &id, now_ms())?))
+) -> Result<Response> {
+    let checked = state.checker.node(&id, now_ms())?;
+    Ok(verdict_json(&checked))
 }
 
 /// One verdict per id, in request order.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Verdicts {
-    task_managers: Vec<Verdict>,
-    nodes: Vec<Verdict>,
+    #[schema(value_type = Vec<Verdict>)]
+    task_managers: Vec<Arc<Checked>>,
+    #[schema(value_type = Vec<Verdict>)]
+    nodes: Vec<Arc<Checked>>,
 }
 
 /// Check many task managers and nodes at once
@@ -109,19 +127,20 @@ pub(super) async fn check_many(
     JsonBody(body): JsonBody,
 ) -> Result<Json<Verdicts>> {
     let request = validate::check_request(&body, state.limits.max_batch)?;
+    let checker = state.checker.clone();
     let verdicts = state
-        .blocking(move |store| {
+        .blocking(move |_| {
             let now = now_ms();
             Ok(Verdicts {
                 task_managers: request
                     .task_managers
                     .iter()
-                    .map(|id| check::task_manager(store, id, now))
+                    .map(|id| checker.task_manager(id, now))
                     .collect::<Result<_, _>>()?,
                 nodes: request
                     .nodes
                     .iter()
-                    .map(|id| check::node(store, id, now))
+                    .map(|id| checker.node(id, now))
                     .collect::<Result<_, _>>()?,
             })
         })

@@ -1,12 +1,11 @@
 //! Extractors that turn every malformed request into an [`ApiError`] naming what is wrong,
 //! instead of axum's plain-text rejections.
 
-use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -32,8 +31,12 @@ impl FromRequest<AppState> for JsonBody {
             )));
         }
         // A client that trickles its body must not hold a connection and a task forever.
+        // The size limit is applied here, the one place that reads bodies, rather than by a
+        // layer that every request (most have no body) would pass through.
         let deadline = state.limits.body_timeout;
-        let bytes = tokio::time::timeout(deadline, Bytes::from_request(req, state))
+        let limit = state.limits.max_body_bytes;
+        let body = Limited::new(req.into_body(), limit);
+        let bytes = tokio::time::timeout(deadline, body.collect())
             .await
             .map_err(|_| {
                 ApiError::RequestTimeout(format!(
@@ -42,12 +45,15 @@ impl FromRequest<AppState> for JsonBody {
                 ))
             })?
             .map_err(|e| {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge(format!("the body is over the size limit: {e}"))
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    ApiError::PayloadTooLarge(format!(
+                        "the body is over the size limit of {limit} bytes"
+                    ))
                 } else {
                     ApiError::bad_request(format!("could not read the body: {e}"))
                 }
-            })?;
+            })?
+            .to_bytes();
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))

@@ -15,7 +15,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{middleware, Router};
@@ -31,6 +30,7 @@ pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
 pub use openapi::ApiDoc;
 
+use crate::check::Checker;
 use crate::metrics::Metrics;
 use crate::store::{self, Store};
 
@@ -67,6 +67,8 @@ impl std::ops::Deref for AppState {
 /// The state behind [`AppState`].
 pub struct Shared {
     pub store: Store,
+    /// Answers checks, keeping recent verdicts.
+    pub checker: Checker,
     pub limits: Limits,
     /// Bearer-token checking; `None` when no `--token-file` was given.
     pub auth: Option<Arc<Auth>>,
@@ -85,8 +87,10 @@ impl AppState {
         auth: Option<Auth>,
         metrics: Arc<Metrics>,
         sweeper: AbortHandle,
+        check_cache_bytes: u64,
     ) -> AppState {
         AppState(Arc::new(Shared {
+            checker: Checker::new(store.clone(), check_cache_bytes),
             store,
             limits,
             auth: auth.map(Arc::new),
@@ -185,8 +189,7 @@ pub fn openapi_document() -> &'static str {
 
 /// The application. Every route is listed in [`ROUTES`] and documented in [`ApiDoc`].
 pub fn router(state: AppState) -> Router {
-    let limit = state.limits.max_body_bytes;
-    Router::new()
+    let mut app = Router::new()
         .route("/openapi.json", axum::routing::get(openapi::openapi_json))
         .merge(blocklist::router())
         .merge(check::router())
@@ -194,13 +197,16 @@ pub fn router(state: AppState) -> Router {
         .merge(taskmanagers::router())
         .merge(ops::router())
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(
+        .method_not_allowed_fallback(method_not_allowed);
+    // Without a token there is nothing to check: no layer, rather than one that passes
+    // every request through (it would cost every request a boxed future).
+    if state.auth.is_some() {
+        app = app.layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
-        ))
-        .layer(middleware::from_fn_with_state(state.clone(), ops::observe))
-        .layer(DefaultBodyLimit::max(limit))
+        ));
+    }
+    app.layer(middleware::from_fn_with_state(state.clone(), ops::observe))
         .with_state(state)
 }
 

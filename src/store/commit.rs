@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::sync::{self, Group, Stage};
 use super::{
     codec, count_slot, encode_counts, keys, open_handles, registration, Counts, Feed, Handles,
-    Opened, StoreConfig, StoreError, SweepSignal, COUNTS_KEY, REVISION_KEY,
+    Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY, REVISION_KEY,
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -260,14 +260,27 @@ impl Committer {
         let ops: Vec<&Op> = batch.iter().filter_map(|c| c.op.as_ref()).collect();
         // Seqlock around the transaction: readers that need a consistent listing retry when
         // the sequence moved (or is odd) while they scanned.
-        self.feed.seq.fetch_add(1, Ordering::SeqCst);
+        let settled = self.feed.seq.fetch_add(1, Ordering::SeqCst) + 2;
         let transacted = self.transact(&ops, now);
-        if let Ok((_, _, revision, counts)) = &transacted {
+        if let Ok((_, events, revision, counts)) = &transacted {
             self.revision = *revision;
             self.counts = *counts;
             self.feed.committed.store(*revision, Ordering::SeqCst);
             for (slot, count) in self.feed.counts.iter().zip(counts) {
                 slot.store(*count, Ordering::Relaxed);
+            }
+            // Every change has its event, so the events name every key this changed.
+            let stamps = &self.feed.stamps;
+            for event in events {
+                match &event.change {
+                    Change::Item { kind, item } => {
+                        stamps.stamp(Watched::Item(*kind, &item.id), settled)
+                    }
+                    Change::Registration { tm, .. } => {
+                        stamps.stamp(Watched::Registration(tm), settled)
+                    }
+                    Change::Json(_) => stamps.stamp_all(settled),
+                }
             }
         }
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
@@ -357,7 +370,11 @@ impl Committer {
         } else {
             None
         };
-        // What the failed batch left in memory is gone; what reached the disk stays.
+        // What the failed batch left in memory is gone; what reached the disk stays. Any
+        // key may differ from what readers last saw.
+        let settled = self.feed.seq.fetch_add(1, Ordering::SeqCst) + 2;
+        self.feed.stamps.stamp_all(settled);
+        self.feed.seq.fetch_add(1, Ordering::SeqCst);
         self.revision = revision;
         self.counts = counts;
         self.feed.committed.store(revision, Ordering::SeqCst);

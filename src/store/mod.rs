@@ -29,6 +29,7 @@ pub mod codec;
 mod commit;
 pub mod keys;
 mod migrate;
+mod stamps;
 mod sync;
 
 use std::ops::Bound;
@@ -44,6 +45,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 pub use codec::CodecError;
 pub use commit::{AddOutcome, Expired, Registered, Retention};
 pub use migrate::CURRENT as SCHEMA_VERSION;
+pub use stamps::{ReadMark, Watched};
 
 use crate::metrics::Metrics;
 use crate::model::{Action, Block, Event, Item, Kind, NewItem};
@@ -163,6 +165,8 @@ pub(crate) struct Feed {
     pub first_retained: AtomicU64,
     /// Stored items per (kind, action), as of the last commit.
     pub counts: [AtomicU64; 4],
+    /// Which keys changed at which `seq`, for readers that cache.
+    pub stamps: stamps::ChangeStamps,
 }
 
 /// An open database and its trees.
@@ -320,6 +324,7 @@ impl Store {
             live: broadcast::channel(config.feed_buffer.max(1)).0,
             first_retained: AtomicU64::new(first_retained),
             counts: counts.map(AtomicU64::new),
+            stamps: stamps::ChangeStamps::new(),
         });
         let log = if config.fsync {
             Some(Arc::new(std::fs::File::open(dir.join("db"))?))
@@ -488,6 +493,19 @@ impl Store {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// Where the commit order stands, taken *before* reads whose result a caller keeps;
+    /// `None` while a transaction is being applied (nothing read then may be kept).
+    pub fn read_mark(&self) -> Option<ReadMark> {
+        let seq = self.shared.feed.seq.load(Ordering::SeqCst);
+        seq.is_multiple_of(2).then_some(ReadMark(seq))
+    }
+
+    /// Whether `key` is certainly unchanged since `mark` (false may also mean that a key
+    /// sharing its stamp changed, or that the database was reopened).
+    pub fn unchanged_since(&self, mark: ReadMark, key: Watched<'_>) -> bool {
+        self.shared.feed.stamps.unchanged_since(mark, key)
     }
 
     // ---- reads: straight from the trees, never trusting the sweeper ----

@@ -85,9 +85,18 @@ pub async fn run_paced<W: Worker>(
                 while ops + errors < per_worker {
                     let t0 = match (next_send, interval) {
                         (Some(at), Some(interval)) => {
-                            tokio::time::sleep_until(at.into()).await;
                             next_send = Some(at + interval);
-                            at
+                            if Instant::now() >= at {
+                                // Late because the previous request took longer than the
+                                // interval: that wait is the server's, so it counts (no
+                                // coordinated omission).
+                                at
+                            } else {
+                                // On time: tokio's timer wakes up to a millisecond late,
+                                // and that delay is the client's own, so time from now.
+                                tokio::time::sleep_until(at.into()).await;
+                                Instant::now()
+                            }
                         }
                         _ => Instant::now(),
                     };

@@ -361,7 +361,9 @@ impl Bench {
         Ok(row)
     }
 
-    async fn http_ceiling_get(&mut self, registered: u64) -> Result<Row, String> {
+    /// The GET ceiling, saturated and then open-loop at `paced_rate` (the rate of ours'
+    /// paced phase), so both p99s at that load sit side by side.
+    async fn http_ceiling_get(&mut self, registered: u64, paced_rate: f64) -> Result<Row, String> {
         if let Some(row) = &self.refs.http_get {
             return Ok(row.clone());
         }
@@ -378,9 +380,19 @@ impl Bench {
             })
         })
         .await?;
-        let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        let (workers, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        let (_, paced) = load::run_paced(
+            workers,
+            self.settings.duration,
+            MAX_OPS_PER_PHASE,
+            Some(paced_rate),
+        )
+        .await;
         let mut row = Row::from_phase("check", Role::Ceiling, &phase, cpu, false);
-        row.add_note("HTTP ceiling: empty axum GET handler (path param, small JSON)");
+        row.extra.insert("paced_ops_s".into(), paced.ops_per_s());
+        row.extra.insert("paced_p50_ms".into(), paced.ms(0.5));
+        row.extra.insert("paced_p99_ms".into(), paced.ms(0.99));
+        row.add_note("HTTP ceiling: empty axum GET handler (path param, small JSON); paced_* = open loop at ours' paced50 rate");
         self.refs.http_get = Some(row.clone());
         Ok(row)
     }
@@ -709,7 +721,7 @@ impl Bench {
         let paced = self.paced_half(workers, &phase).await;
         let mut ours = Row::from_phase("check", Role::Ours, &phase, cpu, false);
         paced.annotate(&mut ours, 2.0);
-        let ceiling = self.http_ceiling_get(registered as u64).await?;
+        let ceiling = self.http_ceiling_get(registered as u64, paced.rate).await?;
         let peer = self
             .redis_check(
                 items,

@@ -1,0 +1,104 @@
+//! Change stamps: for every key, coarsely, the commit that last changed it — so that a
+//! reader can keep what it read and later learn, without asking sled, whether it may have
+//! gone stale.
+//!
+//! Keys hash into a fixed table of slots. A slot holds the commit sequence number (the
+//! [`Feed`](super::Feed) seqlock's value after the transaction) of the last transaction
+//! that changed any key hashing there. Collisions only make readers re-read more often.
+//!
+//! The protocol, and why it is safe:
+//! - the committer bumps `seq` to odd, runs the transaction, stamps the slot of every key
+//!   it changed with `seq + 1`, then bumps `seq` to that even value — all before the
+//!   syncer can acknowledge the change;
+//! - a reader takes a [`ReadMark`] (an even `seq`; none while a transaction is applying)
+//!   *before* it reads the trees;
+//! - what it read is still current while every slot it depends on is `<=` its mark: a
+//!   transaction that committed before the mark was taken is visible to the read (the
+//!   `SeqCst` bump orders it), and one that commits after stamps a larger number.
+//!
+//! Between a transaction and its stamps, a cached answer may still show the state before
+//! it: that change is not acknowledged yet, exactly as a read racing it could miss it.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::model::Kind;
+
+/// Slots in the table: 512 KiB of stamps. Enough that unrelated keys rarely share one.
+const SLOTS: usize = 1 << 16;
+
+/// A key whose changes a reader may depend on.
+#[derive(Debug, Clone, Copy)]
+pub enum Watched<'a> {
+    /// The item `(kind, id)`.
+    Item(Kind, &'a str),
+    /// A task manager's registration.
+    Registration(&'a str),
+}
+
+/// The point in the commit order a read started from; see [`ChangeStamps`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadMark(pub(super) u64);
+
+pub(crate) struct ChangeStamps {
+    slots: Box<[AtomicU64]>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl ChangeStamps {
+    pub fn new() -> ChangeStamps {
+        ChangeStamps {
+            slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed_b10c),
+        }
+    }
+
+    fn slot(&self, key: Watched<'_>) -> &AtomicU64 {
+        // A fast fixed-seed hash: slots are an in-memory detail, nothing persists them, and
+        // a collision costs a re-read, never a wrong answer.
+        let hash = match key {
+            Watched::Item(kind, id) => self.hasher.hash_one((kind as u8, id)),
+            Watched::Registration(tm) => self.hasher.hash_one((u8::MAX, tm)),
+        };
+        &self.slots[hash as usize % SLOTS]
+    }
+
+    /// Records that `key` changed in the transaction ending at `seq`. Only the committer
+    /// stamps, with increasing numbers.
+    pub fn stamp(&self, key: Watched<'_>, seq: u64) {
+        self.slot(key).store(seq, Ordering::Release);
+    }
+
+    /// Records that anything may have changed (a reopen that lost unsynced commits).
+    pub fn stamp_all(&self, seq: u64) {
+        for slot in self.slots.iter() {
+            slot.store(seq, Ordering::Release);
+        }
+    }
+
+    /// Whether no transaction after `mark` changed `key`.
+    pub fn unchanged_since(&self, mark: ReadMark, key: Watched<'_>) -> bool {
+        self.slot(key).load(Ordering::Acquire) <= mark.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamp_after_the_mark_is_a_change_and_other_keys_stay_unchanged() {
+        let stamps = ChangeStamps::new();
+        let mark = ReadMark(2);
+        let tm = Watched::Item(Kind::TaskManager, "tm-1");
+        assert!(stamps.unchanged_since(mark, tm));
+        stamps.stamp(tm, 4);
+        assert!(!stamps.unchanged_since(mark, tm));
+        assert!(stamps.unchanged_since(ReadMark(4), tm));
+        // The same id as another kind, or as a registration, is another key.
+        assert!(stamps.unchanged_since(mark, Watched::Item(Kind::Node, "tm-1")));
+        assert!(stamps.unchanged_since(mark, Watched::Registration("tm-1")));
+        stamps.stamp_all(6);
+        assert!(!stamps.unchanged_since(ReadMark(4), Watched::Registration("tm-1")));
+    }
+}
