@@ -305,6 +305,8 @@ impl Committer {
                 let mut outcomes = outcomes.into_iter();
                 let replies = batch
                     .drain(..)
+                    // The shutdown request has no op (and so no outcome) and no reply.
+                    .filter(|commit| commit.op.is_some())
                     .filter_map(|commit| {
                         let outcome = outcomes.next().expect("one outcome per op");
                         let answer = outcome.map(|a| (a.outcome, a.revision));

@@ -203,7 +203,8 @@ impl Daemon {
         self.child.wait().expect("wait");
     }
 
-    /// SIGTERM, then waits for the exit.
+    /// SIGTERM, then waits for the exit. A graceful stop must not panic in any thread (a
+    /// panic off the main thread would not change the exit status).
     pub fn terminate(mut self) -> ExitStatus {
         let pid = self.child.id().to_string();
         let status = Command::new("kill")
@@ -211,7 +212,10 @@ impl Daemon {
             .status()
             .expect("kill -TERM");
         assert!(status.success());
-        wait_exit(&mut self.child)
+        let exit = wait_exit(&mut self.child);
+        let log = self.log_text();
+        assert!(!log.contains("panicked"), "a thread panicked:\n{log}");
+        exit
     }
 
     pub fn log_text(&self) -> String {
