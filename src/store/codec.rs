@@ -21,8 +21,28 @@ pub const REGISTRATION_V1: u8 = 1;
 /// Format byte of [`EventV1`], an `events` value of schema version 2 (still decoded).
 pub const EVENT_V1: u8 = 1;
 
-/// Format byte of [`EventV2`], the `events` value of schema version 3.
+/// Format byte of [`EventV2`], the `events` value of schema version 3 (still decoded).
 pub const EVENT_V2: u8 = 2;
+
+/// Format byte of [`ChunkV3`], the `events` value of schema version 4: the events of one
+/// transaction, with consecutive revisions from the one in the key.
+pub const EVENTS_V3: u8 = 3;
+
+/// About how many bytes of events one chunk holds before the next starts. sled splits a
+/// leaf past 16 entries and writes a page over 128 KiB as a separate blob file, so 16
+/// chunks must stay well under that.
+pub const CHUNK_BYTES: usize = 4096;
+
+/// Events value, format 3: one key per chunk instead of one per event, because every sled
+/// insert copies a leaf — a third of the inserts of a batch add were its events. Frozen
+/// like [`BlockV1`]. `at` comes first so that retention can read it alone.
+#[derive(Serialize, Deserialize)]
+struct ChunkV3 {
+    /// Commit time, unix ms: one transaction, one time for all its events.
+    at: i64,
+    /// Each event's type (index into [`EventType::ALL`]) and change, in revision order.
+    events: Vec<(u8, ChangeV2)>,
+}
 
 /// Event value, format 2: the change itself in bincode, about a third of format 1's JSON
 /// (the log is a large part of what sled writes). Frozen like [`BlockV1`].
@@ -48,6 +68,9 @@ enum ChangeV2 {
         tm: String,
         node: String,
     },
+    /// An event first stored as format 1 (its finished JSON). Only in format-3 chunks, and
+    /// only if such an event were ever written again; the daemon emits the two above.
+    Json(String),
 }
 
 /// Event value, format 1. Frozen like [`BlockV1`].
@@ -163,14 +186,16 @@ fn block_from_v1(value: BlockV1) -> Result<Block, CodecError> {
     })
 }
 
-/// Encodes an event in the current format (2). An event that came from a format-1 value
-/// (finished JSON) is written back as format 1 — only the import of old data does that.
-pub fn encode_event(event: &Event) -> Vec<u8> {
-    let code = EventType::ALL
+fn event_code(event: EventType) -> u8 {
+    EventType::ALL
         .iter()
-        .position(|t| *t == event.event)
-        .expect("every event type is in ALL") as u8;
-    let change = match &event.change {
+        .position(|t| *t == event)
+        .expect("every event type is in ALL") as u8
+}
+
+/// The format-2/3 form of a change.
+fn change_v2(change: &Change) -> ChangeV2 {
+    match change {
         Change::Item { kind, item } => ChangeV2::Item {
             kind: keys::kind_tag(*kind),
             id: item.id.clone(),
@@ -185,25 +210,137 @@ pub fn encode_event(event: &Event) -> Vec<u8> {
             tm: tm.clone(),
             node: node.clone(),
         },
-        Change::Json(data) => {
-            let value = EventV1 {
+        Change::Json(data) => ChangeV2::Json(data.clone()),
+    }
+}
+
+fn change_from_v2(change: ChangeV2) -> Result<Change, CodecError> {
+    Ok(match change {
+        ChangeV2::Item { kind, id, block } => Change::Item {
+            kind: keys::kind_from_tag(kind).ok_or(CodecError::UnknownKind(kind))?,
+            item: Item::new(id, block_from_v1(block)?),
+        },
+        ChangeV2::Registration { tm, node } => Change::Registration { tm, node },
+        ChangeV2::Json(data) => Change::Json(data),
+    })
+}
+
+fn event_type(code: u8) -> Result<EventType, CodecError> {
+    EventType::ALL
+        .get(usize::from(code))
+        .copied()
+        .ok_or(CodecError::UnknownEvent(code))
+}
+
+/// Encodes one event in format 2 (schema 3), or format 1 for an event that came from a
+/// format-1 value. The daemon writes chunks ([`encode_chunk`]); this stays for the fixtures
+/// of what older versions wrote.
+#[cfg(test)]
+pub fn encode_event(event: &Event) -> Vec<u8> {
+    let code = event_code(event.event);
+    match &event.change {
+        Change::Json(data) => encode_framed(
+            EVENT_V1,
+            &EventV1 {
                 event: code,
                 at: event.at,
                 data: data.clone(),
-            };
-            return encode_framed(EVENT_V1, &value);
-        }
-    };
-    let value = EventV2 {
-        event: code,
-        at: event.at,
-        change,
-    };
-    encode_framed(EVENT_V2, &value)
+            },
+        ),
+        change => encode_framed(
+            EVENT_V2,
+            &EventV2 {
+                event: code,
+                at: event.at,
+                change: change_v2(change),
+            },
+        ),
+    }
 }
 
-/// Decodes an `events` value stored under `revision`, of either format.
-pub fn decode_event(revision: u64, bytes: &[u8]) -> Result<Event, CodecError> {
+/// Splits the events of one transaction (consecutive revisions, one commit time) into
+/// chunks of about [`CHUNK_BYTES`]: each is stored under its first event's revision.
+pub fn chunks(events: &[Event]) -> impl Iterator<Item = &[Event]> {
+    let mut rest = events;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut len = 0;
+        while len < rest.len() && (len == 0 || bytes < CHUNK_BYTES) {
+            bytes += approximate_size(&rest[len]);
+            len += 1;
+        }
+        let (chunk, tail) = rest.split_at(len);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
+fn approximate_size(event: &Event) -> usize {
+    const FIXED: usize = 32;
+    FIXED
+        + match &event.change {
+            Change::Item { item, .. } => item.id.len() + item.cause.len(),
+            Change::Registration { tm, node } => tm.len() + node.len(),
+            Change::Json(data) => data.len(),
+        }
+}
+
+/// Encodes the events of one chunk (see [`chunks`]) in format 3. All are from one
+/// transaction, so they share its commit time.
+pub fn encode_chunk(events: &[Event]) -> Vec<u8> {
+    let at = events.first().map_or(0, |e| e.at);
+    let events = events
+        .iter()
+        .map(|event| (event_code(event.event), change_v2(&event.change)))
+        .collect();
+    encode_framed(EVENTS_V3, &ChunkV3 { at, events })
+}
+
+/// Decodes an `events` value stored under `first`: a chunk (format 3), or one event of an
+/// older format. Revisions count up from `first`.
+pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError> {
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if format != EVENTS_V3 {
+        return Ok(vec![decode_event(first, bytes)?]);
+    }
+    let chunk: ChunkV3 = decode_body(body)?;
+    if chunk.events.is_empty() {
+        return Err(CodecError::Decode("an empty chunk of events".into()));
+    }
+    chunk
+        .events
+        .into_iter()
+        .zip(first..)
+        .map(|((code, change), revision)| {
+            Ok(Event::new(
+                revision,
+                event_type(code)?,
+                chunk.at,
+                change_from_v2(change)?,
+            ))
+        })
+        .collect()
+}
+
+/// The commit time of an `events` value (of a chunk, the time all its events share),
+/// without decoding the rest of a chunk.
+pub fn events_at(bytes: &[u8]) -> Result<i64, CodecError> {
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if format != EVENTS_V3 {
+        return Ok(decode_event(0, bytes)?.at);
+    }
+    // `at` is the chunk's first field: decode it alone and leave the rest.
+    let (at, _): (i64, usize) =
+        bincode::serde::decode_from_slice(body, config().with_limit::<DECODE_LIMIT>())
+            .map_err(|e| CodecError::Decode(e.to_string()))?;
+    Ok(at)
+}
+
+/// Decodes a single-event value (formats 1 and 2) stored under `revision`.
+fn decode_event(revision: u64, bytes: &[u8]) -> Result<Event, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     let (code, at, change) = match format {
         EVENT_V1 => {
@@ -212,21 +349,11 @@ pub fn decode_event(revision: u64, bytes: &[u8]) -> Result<Event, CodecError> {
         }
         EVENT_V2 => {
             let value: EventV2 = decode_body(body)?;
-            let change = match value.change {
-                ChangeV2::Item { kind, id, block } => Change::Item {
-                    kind: keys::kind_from_tag(kind).ok_or(CodecError::UnknownKind(kind))?,
-                    item: Item::new(id, block_from_v1(block)?),
-                },
-                ChangeV2::Registration { tm, node } => Change::Registration { tm, node },
-            };
-            (value.event, value.at, change)
+            (value.event, value.at, change_from_v2(value.change)?)
         }
         other => return Err(CodecError::UnknownFormat(other)),
     };
-    let event = *EventType::ALL
-        .get(usize::from(code))
-        .ok_or(CodecError::UnknownEvent(code))?;
-    Ok(Event::new(revision, event, at, change))
+    Ok(Event::new(revision, event_type(code)?, at, change))
 }
 
 /// Value of a `tm_node` entry: the node the task manager runs on.
@@ -380,5 +507,94 @@ mod tests {
         // A huge length prefix for the cause must not allocate it.
         let huge = [1, 0, 0, 0, 252, 255, 255, 255, 255];
         assert!(decode_block(&huge).is_err());
+    }
+
+    #[test]
+    fn events_format_v3_fixture() {
+        let item = Item::new(
+            "t1".into(),
+            Block {
+                action: Action::MarkBlockedAndEvacuateTasks,
+                start: 5,
+                end: 9,
+                cause: "c".into(),
+            },
+        );
+        let expired = Event::new(
+            7,
+            EventType::Expired,
+            2,
+            Change::Item {
+                kind: Kind::TaskManager,
+                item,
+            },
+        );
+        let registered = Event::new(
+            8,
+            EventType::Registered,
+            2,
+            Change::Registration {
+                tm: "t1".into(),
+                node: "n1".into(),
+            },
+        );
+        let chunk = [expired.clone(), registered.clone()];
+        // format 3, at (zigzag 2), two events; each: event code, then the change as in
+        // format 2 (variant, fields).
+        let bytes = [
+            3, 4, 2, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 4, 1, 2, b't', b'1', 2, b'n',
+            b'1',
+        ];
+        assert_eq!(encode_chunk(&chunk), bytes);
+        assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
+        assert_eq!(events_at(&bytes), Ok(2));
+        // Older single-event values read as chunks of one.
+        assert_eq!(
+            decode_events(7, &encode_event(&expired)),
+            Ok(vec![expired.clone()])
+        );
+        assert_eq!(events_at(&encode_event(&expired)), Ok(2));
+        // An empty chunk, or trailing bytes, are refused.
+        assert!(decode_events(7, &[3, 4, 0]).is_err());
+        let mut trailing = bytes.to_vec();
+        trailing.push(0);
+        assert_eq!(decode_events(7, &trailing), Err(CodecError::Trailing(1)));
+    }
+
+    #[test]
+    fn chunks_cut_by_size_and_never_empty() {
+        let event = |revision: u64, cause_len: usize| {
+            Event::new(
+                revision,
+                EventType::Added,
+                1,
+                Change::Item {
+                    kind: Kind::Node,
+                    item: Item::new("n".into(), {
+                        let mut b = block();
+                        b.cause = "c".repeat(cause_len);
+                        b
+                    }),
+                },
+            )
+        };
+        assert_eq!(chunks(&[]).count(), 0);
+        // One event larger than a chunk still gets one of its own.
+        let big = [event(1, CHUNK_BYTES * 2), event(2, 1)];
+        let lens: Vec<usize> = chunks(&big).map(<[Event]>::len).collect();
+        assert_eq!(lens, [1, 1]);
+        // Many small ones: every chunk but the last holds about CHUNK_BYTES.
+        let small: Vec<Event> = (1..=1000).map(|r| event(r, 60)).collect();
+        let cut: Vec<&[Event]> = chunks(&small).collect();
+        assert!(cut.len() > 1 && cut.len() < 100, "{} chunks", cut.len());
+        assert_eq!(cut.iter().map(|c| c.len()).sum::<usize>(), 1000);
+        for chunk in &cut {
+            let encoded = encode_chunk(chunk);
+            assert!(encoded.len() < 2 * CHUNK_BYTES, "{} bytes", encoded.len());
+            assert_eq!(
+                decode_events(chunk[0].revision, &encoded).unwrap(),
+                chunk.to_vec()
+            );
+        }
     }
 }

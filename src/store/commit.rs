@@ -405,38 +405,45 @@ impl Committer {
         self.handles.as_ref().expect("open unless broken")
     }
 
-    /// Drops events beyond the retention count or age, oldest first, at most [`MAX_PRUNE`]
-    /// per commit. Not flushed on its own: a prune lost to a crash only keeps more history.
+    /// Drops events beyond the retention count or age, oldest first, whole chunks at a
+    /// time (so up to one chunk more than the count stays), at most about [`MAX_PRUNE`]
+    /// events per commit. Not flushed on its own: a prune lost to a crash only keeps more
+    /// history.
     fn prune(&mut self, now: i64) {
         let first = self.feed.first_retained.load(Ordering::SeqCst);
-        let retained = (self.revision + 1).saturating_sub(first);
-        let mut drop_to = first + retained.saturating_sub(self.retention.count).min(MAX_PRUNE);
+        // Revisions before this are beyond the retention count.
+        let keep_from = (self.revision + 1).saturating_sub(self.retention.count);
         let cutoff = now.saturating_sub(self.retention.max_age_ms);
-        while drop_to <= self.revision && drop_to - first < MAX_PRUNE {
-            match self.handles().trees.events.get(keys::event_key(drop_to)) {
-                Ok(Some(bytes)) => match codec::decode_event(drop_to, &bytes) {
-                    Ok(event) if event.at < cutoff => drop_to += 1,
-                    _ => break,
+        let events = &self.handles().trees.events;
+        let mut chunks = events.range(keys::event_key(first)..).peekable();
+        let mut dropped_to = first;
+        while dropped_to - first < MAX_PRUNE {
+            let Some(Ok((key, bytes))) = chunks.next() else {
+                break;
+            };
+            if keys::parse_event_key(&key).is_none() {
+                break;
+            }
+            // A chunk ends where the next begins; the last one at the head of the log.
+            let end = match chunks.peek() {
+                Some(Ok((next, _))) => match keys::parse_event_key(next) {
+                    Some(next) => next,
+                    None => break,
                 },
-                _ => break,
+                Some(Err(_)) => break,
+                None => self.revision + 1,
+            };
+            let expendable =
+                end <= keep_from || codec::events_at(&bytes).is_ok_and(|at| at < cutoff);
+            if !expendable {
+                break;
             }
-        }
-        if drop_to == first {
-            return;
-        }
-        for revision in first..drop_to {
-            if let Err(e) = self
-                .handles()
-                .trees
-                .events
-                .remove(keys::event_key(revision))
-            {
+            if let Err(e) = events.remove(&key) {
                 tracing::warn!(error = %e, "pruning the event log failed");
-                return;
+                break;
             }
-            self.feed
-                .first_retained
-                .store(revision + 1, Ordering::SeqCst);
+            dropped_to = end;
+            self.feed.first_retained.store(end, Ordering::SeqCst);
         }
     }
 
@@ -464,7 +471,6 @@ impl Committer {
                     expiry,
                     tm_node,
                     node_tms,
-                    events,
                     now,
                     revision: Cell::new(self.revision),
                     emitted: RefCell::new(Vec::new()),
@@ -474,6 +480,12 @@ impl Committer {
                     .iter()
                     .map(|op| tx.apply(op))
                     .collect::<TxResult<Vec<_>>>()?;
+                for chunk in codec::chunks(&tx.emitted.borrow()) {
+                    events.insert(
+                        &keys::event_key(chunk[0].revision),
+                        codec::encode_chunk(chunk),
+                    )?;
+                }
                 let revision = tx.revision.get();
                 if revision != self.revision {
                     meta.insert(REVISION_KEY, &revision.to_be_bytes())?;
@@ -547,7 +559,6 @@ struct Tx<'a> {
     expiry: &'a TransactionalTree,
     tm_node: &'a TransactionalTree,
     node_tms: &'a TransactionalTree,
-    events: &'a TransactionalTree,
     /// Commit time: what counts as expired, and the time stamped on events.
     now: i64,
     /// The last revision handed out in this transaction.
@@ -578,13 +589,12 @@ impl Tx<'_> {
         }))
     }
 
-    /// Writes the event of one change under the next revision, in this transaction.
+    /// Records the event of one change under the next revision, for this transaction.
     fn emit(&self, event: EventType, change: Change) -> TxResult<()> {
         let revision = self.revision.get() + 1;
         self.revision.set(revision);
+        // Stored with the transaction's other events, in chunks, once all ops have run.
         let event = Event::new(revision, event, self.now, change);
-        self.events
-            .insert(&keys::event_key(revision), codec::encode_event(&event))?;
         self.emitted.borrow_mut().push(event);
         Ok(())
     }

@@ -96,7 +96,8 @@ pub fn expiry_key_end(key: &[u8]) -> Option<i64> {
     i64::try_from(end).ok()
 }
 
-/// `events` key of a revision: big-endian, so key order is revision order.
+/// `events` key of the chunk starting at a revision: big-endian, so key order is revision
+/// order.
 pub fn event_key(revision: u64) -> [u8; 8] {
     revision.to_be_bytes()
 }

@@ -14,7 +14,7 @@ use super::StoreError;
 /// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
 /// 2: adds `events`, `meta/revision` and `meta/item_counts` (migrations/0002-change-feed.md).
 /// 3: events are written in format 2 (migrations/0003-compact-events.md).
-pub const CURRENT: u32 = 3;
+pub const CURRENT: u32 = 4;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -59,19 +59,23 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     if version < 2 {
         upgrade_1_to_2(db, &meta)?;
     }
-    if version < 3 {
-        upgrade_2_to_3(db, &meta)?;
+    // Version 3 writes events in format 2 (bincode instead of JSON); version 4 writes them
+    // in chunks (format 3, one key per transaction). Older values stay readable, so
+    // nothing is rewritten: the version only goes up, so that an older binary, which
+    // cannot read the new format, refuses the database instead of failing on its log.
+    for to in 3..=CURRENT {
+        if version < to {
+            bump_version(db, &meta, to)?;
+        }
     }
     Ok(())
 }
 
-/// Version 3 writes events in format 2 (bincode instead of JSON). Format-1 events stay
-/// readable, so nothing is rewritten: the version only goes up, so that a version-2 binary,
-/// which cannot read format 2, refuses the database instead of failing on its log.
-fn upgrade_2_to_3(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
-    meta.insert(SCHEMA_VERSION_KEY, &3u32.to_be_bytes())?;
+/// An upgrade step that rewrites nothing (see above).
+fn bump_version(db: &Db, meta: &sled::Tree, to: u32) -> Result<(), StoreError> {
+    meta.insert(SCHEMA_VERSION_KEY, &to.to_be_bytes())?;
     db.flush()?;
-    tracing::info!(from = 2, to = 3, "upgraded the database schema");
+    tracing::info!(from = to - 1, to, "upgraded the database schema");
     Ok(())
 }
 

@@ -5,8 +5,9 @@
 //! - `expiry`: one empty-valued entry per item with a finite end, keyed by big-endian end,
 //!   so the sweeper reads only what is due;
 //! - `meta`: the schema version and the current revision;
-//! - `events`: the change log, one event per change keyed by big-endian revision, written
-//!   in the same transaction as the change;
+//! - `events`: the change log, one event per change, stored in chunks (the events of one
+//!   transaction, cut at ~4 KiB) keyed by the chunk's first revision, big-endian, written in
+//!   the same transaction as the changes;
 //! - `tm_node`: which node each registered task manager runs on, and `node_tms`, its
 //!   inverse index, so "task managers on node n" is a prefix scan, never a full scan.
 //!
@@ -451,17 +452,32 @@ impl Store {
         if after >= upto {
             return Ok(Vec::new());
         }
-        let range = keys::event_key(after + 1)..=keys::event_key(upto);
+        let events = &self.handles()?.trees.events;
+        // Events are stored in chunks under their first revision: start from the chunk
+        // that holds `after + 1`, which may begin before it.
+        let from = keys::event_key(after + 1);
+        let start = match events.range(..=from).next_back() {
+            Some(entry) => entry?.0,
+            None => sled::IVec::from(&from[..]),
+        };
+        let upto_key = sled::IVec::from(&keys::event_key(upto)[..]);
         let mut out = Vec::new();
-        for entry in self.handles()?.trees.events.range(range).take(limit) {
+        for entry in events.range(start..=upto_key) {
             let (key, bytes) = entry?;
-            let revision = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
-            out.push(codec::decode_event(revision, &bytes).map_err(|source| {
-                StoreError::Corrupt {
-                    key: format!("event {revision}"),
+            let first = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
+            let chunk =
+                codec::decode_events(first, &bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!("event {first}"),
                     source,
+                })?;
+            for event in chunk {
+                if event.revision > after && event.revision <= upto {
+                    out.push(event);
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
                 }
-            })?);
+            }
         }
         Ok(out)
     }
@@ -764,13 +780,19 @@ impl Store {
                     "events: revision {rev} follows a gap (expected {expected})"
                 ));
             }
-            expected = Some(rev + 1);
-            if let Err(e) = codec::decode_event(rev, &bytes) {
-                problems.push(format!("events: revision {rev}: {e}"));
-            }
-            if rev > revision {
+            // A chunk holds consecutive revisions from its key's.
+            let len = match codec::decode_events(rev, &bytes) {
+                Ok(chunk) => chunk.len() as u64,
+                Err(e) => {
+                    problems.push(format!("events: revision {rev}: {e}"));
+                    1
+                }
+            };
+            expected = Some(rev + len);
+            if rev + len - 1 > revision {
                 problems.push(format!(
-                    "events: revision {rev} is past meta revision {revision}"
+                    "events: revision {} is past meta revision {revision}",
+                    rev + len - 1
                 ));
             }
         }
