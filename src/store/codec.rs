@@ -421,8 +421,8 @@ mod tests {
         assert!(decode_event(7, &[1, 9, 4, 2, b'{', b'}']).is_err());
     }
 
-    #[test]
-    fn event_format_v2_fixture() {
+    /// Revision 7: task manager t1 expired; revision 8: t1 registered on n1; both at 2.
+    fn fixture_events() -> (Event, Event) {
         let item = Item::new(
             "t1".into(),
             Block {
@@ -438,9 +438,24 @@ mod tests {
             2,
             Change::Item {
                 kind: Kind::TaskManager,
-                item: item.clone(),
+                item,
             },
         );
+        let registered = Event::new(
+            8,
+            EventType::Registered,
+            2,
+            Change::Registration {
+                tm: "t1".into(),
+                node: "n1".into(),
+            },
+        );
+        (expired, registered)
+    }
+
+    #[test]
+    fn event_format_v2_fixture() {
+        let (expired, registered) = fixture_events();
         // format, event code, at (zigzag 2), variant 0, kind 'T', id "t1", then the block as
         // in format 1 of items: action 1, start zigzag 5, end zigzag 9, cause "c".
         let bytes = [2, 3, 4, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c'];
@@ -451,15 +466,6 @@ mod tests {
             serde_json::json!({"kind": "taskmanager", "id": "t1",
                 "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "startTimestamp": 5,
                 "endTimestamp": 9, "cause": "c"})
-        );
-        let registered = Event::new(
-            8,
-            EventType::Registered,
-            2,
-            Change::Registration {
-                tm: "t1".into(),
-                node: "n1".into(),
-            },
         );
         let bytes = [2, 4, 4, 1, 2, b't', b'1', 2, b'n', b'1'];
         assert_eq!(encode_event(&registered), bytes);
@@ -511,33 +517,7 @@ mod tests {
 
     #[test]
     fn events_format_v3_fixture() {
-        let item = Item::new(
-            "t1".into(),
-            Block {
-                action: Action::MarkBlockedAndEvacuateTasks,
-                start: 5,
-                end: 9,
-                cause: "c".into(),
-            },
-        );
-        let expired = Event::new(
-            7,
-            EventType::Expired,
-            2,
-            Change::Item {
-                kind: Kind::TaskManager,
-                item,
-            },
-        );
-        let registered = Event::new(
-            8,
-            EventType::Registered,
-            2,
-            Change::Registration {
-                tm: "t1".into(),
-                node: "n1".into(),
-            },
-        );
+        let (expired, registered) = fixture_events();
         let chunk = [expired.clone(), registered.clone()];
         // format 3, at (zigzag 2), two events; each: event code, then the change as in
         // format 2 (variant, fields).

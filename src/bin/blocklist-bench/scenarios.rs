@@ -294,7 +294,11 @@ impl Bench {
     /// latency a client sees when the daemon is busy but not saturated (at saturation a
     /// closed loop of C connections has a mean latency of C ÷ rate, whatever the server).
     async fn paced_half<W: Worker>(&self, workers: Vec<W>, saturated: &Phase) -> Paced {
-        let rate = saturated.ops_per_s() * 0.5;
+        self.paced(workers, saturated.ops_per_s() * 0.5).await
+    }
+
+    /// An open-loop phase at `rate` requests/s, with the same workers.
+    async fn paced<W: Worker>(&self, workers: Vec<W>, rate: f64) -> Paced {
         let (_, phase) = load::run_paced(
             workers,
             self.settings.duration,
@@ -381,13 +385,7 @@ impl Bench {
         })
         .await?;
         let (workers, phase, cpu) = self.measure(workers, &[server.pid()]).await;
-        let (_, paced) = load::run_paced(
-            workers,
-            self.settings.duration,
-            MAX_OPS_PER_PHASE,
-            Some(paced_rate),
-        )
-        .await;
+        let paced = self.paced(workers, paced_rate).await.phase;
         let mut row = Row::from_phase("check", Role::Ceiling, &phase, cpu, false);
         row.extra.insert("paced_ops_s".into(), paced.ops_per_s());
         row.extra.insert("paced_p50_ms".into(), paced.ms(0.5));
