@@ -159,7 +159,8 @@ impl Weighter<String, KeptVerdict> for BySize {
             .map(|b| b.item.id.len() + b.item.cause.len() + 64)
             .sum();
         let node = verdict.node.as_ref().map_or(0, String::len);
-        (OVERHEAD + 2 * key.len() + node + items) as u64
+        // The key, the verdict's strings, and once more in its JSON.
+        (OVERHEAD + key.len() + 2 * (key.len() + node + items)) as u64
     }
 }
 
