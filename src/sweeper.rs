@@ -56,7 +56,7 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
         let allowed = last_pass.map_or(i64::MIN, |t| t.saturating_add(min_interval));
         match first {
             Some(at) if at <= now && allowed <= now => {
-                match sweep_pass(&store, now, &metrics).await {
+                match sweep_pass(&store, now, min_interval == 0, &metrics).await {
                     Ok(()) => last_pass = Some(now_ms()),
                     Err(e) => {
                         tracing::error!(error = %e, "sweep failed; retrying");
@@ -88,19 +88,38 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
 /// syncs, the next is already scanned and queued, so a mass expiry is not paced by the disk.
 const IN_FLIGHT: usize = 2;
 
-/// Expires what is due at `now`, batch after batch, each scan starting after the last key
-/// handed out, until a scan finds nothing more and every batch is answered. What comes due
-/// meanwhile is the next pass's (so a pass always ends, and `--sweep-interval-ms` spaces
-/// passes even under a steady flow of deadlines).
-async fn sweep_pass(store: &Store, now: i64, metrics: &Metrics) -> crate::store::Result<()> {
+/// How long a continuous pass keeps taking in what comes due before it drains and ends, so
+/// the next pass scans the index from its start again.
+const CONTINUOUS_PASS_MS: i64 = 1_000;
+
+/// Expires what is due, batch after batch, each scan starting after the last key handed
+/// out, until a scan finds nothing more and every batch is answered.
+///
+/// `continuous` (no `--sweep-interval-ms`): each scan takes what is due at the time of the
+/// scan, so what comes due while batches commit joins the pass at once instead of waiting
+/// for the pass to end — an item waits about one commit, not one to two passes. After
+/// [`CONTINUOUS_PASS_MS`] the pass stops taking in more, drains and ends: the next pass
+/// scans from the start of the index, which catches an entry written behind the cursor (an
+/// end computed before the scan but committed after it). Otherwise a pass expires what was
+/// due at `now`, so `--sweep-interval-ms` spaces passes even under a steady flow.
+async fn sweep_pass(
+    store: &Store,
+    now: i64,
+    continuous: bool,
+    metrics: &Metrics,
+) -> crate::store::Result<()> {
     let mut after: Option<Vec<u8>> = None;
+    let mut upto = now;
     let mut in_flight = VecDeque::with_capacity(IN_FLIGHT);
     let (mut scanned, mut expired) = (0, 0);
     loop {
         if in_flight.len() < IN_FLIGHT {
+            if continuous && now_ms() < now + CONTINUOUS_PASS_MS {
+                upto = now_ms();
+            }
             let (scan, from) = (store.clone(), after.clone());
             let due =
-                tokio::task::spawn_blocking(move || scan.due(now, from.as_deref(), SWEEP_BATCH))
+                tokio::task::spawn_blocking(move || scan.due(upto, from.as_deref(), SWEEP_BATCH))
                     .await
                     .expect("the due scan does not panic")?;
             if let Some(last) = due.last() {
