@@ -114,8 +114,9 @@ async fn sweep_pass(
     let (mut scanned, mut expired) = (0, 0);
     loop {
         if in_flight.len() < IN_FLIGHT {
-            if continuous && now_ms() < now + CONTINUOUS_PASS_MS {
-                upto = now_ms();
+            let scan_time = now_ms();
+            if continuous && scan_time < now + CONTINUOUS_PASS_MS {
+                upto = scan_time;
             }
             let (scan, from) = (store.clone(), after.clone());
             let due =

@@ -73,7 +73,8 @@ impl Auth {
     }
 }
 
-/// Middleware: refuses a protected request without a valid token with 401.
+/// Middleware: refuses a protected request without a valid token with 401. Installed only
+/// when a token file was given (`http::router`); without one it lets everything through.
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let Some(auth) = &state.auth else {
         return next.run(req).await;

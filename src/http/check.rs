@@ -1,5 +1,7 @@
 //! `/blocklist/check`: the effective blocked-or-not answer, one id or a whole slot offer.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::HeaderValue;
@@ -16,8 +18,6 @@ use super::openapi::{
     Unavailable, UnsupportedMediaType,
 };
 use super::AppState;
-use std::sync::Arc;
-
 use crate::check::{Checked, Verdict};
 use crate::clock::now_ms;
 use crate::validate;
