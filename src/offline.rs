@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::backup;
 use crate::clock::now_ms;
 use crate::config::{Command, ImportMode};
-use crate::store::{Store, StoreConfig};
+use crate::store::{DiskUsage, Store, StoreConfig};
 
 /// Runs a subcommand; the process exit code is 0 on success, 1 otherwise.
 pub async fn run(command: Command) -> Result<(), String> {
@@ -47,6 +47,8 @@ fn check(dir: &Path) -> Result<(), String> {
         store.revision(),
         store.first_retained()
     );
+    let usage = store.disk_usage().map_err(|e| e.to_string())?;
+    print_disk_usage(&usage);
     close(store)?;
     if problems.is_empty() {
         println!("ok: every invariant holds");
@@ -57,6 +59,31 @@ fn check(dir: &Path) -> Result<(), String> {
         }
         Err(format!("{} problem(s) found", problems.len()))
     }
+}
+
+/// One line per tree that holds anything, then the file against the live bytes.
+fn print_disk_usage(usage: &DiskUsage) {
+    const MIB: f64 = 1024.0 * 1024.0;
+    for tree in usage.trees.iter().filter(|t| t.entries > 0) {
+        println!(
+            "tree {}: {} {}, {:.1} MiB of keys and values",
+            tree.name,
+            tree.entries,
+            if tree.entries == 1 {
+                "entry"
+            } else {
+                "entries"
+            },
+            tree.bytes as f64 / MIB
+        );
+    }
+    let live = usage.live_bytes();
+    println!(
+        "on disk: {:.1} MiB for {:.1} MiB of live keys and values ({:.1}x; sled's log keeps whole leaves and superseded copies)",
+        usage.on_disk as f64 / MIB,
+        live as f64 / MIB,
+        usage.on_disk as f64 / live.max(1) as f64
+    );
 }
 
 fn export(dir: &Path, out: &PathBuf) -> Result<(), String> {

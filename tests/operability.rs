@@ -184,7 +184,12 @@ async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: every invariant holds"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ok: every invariant holds"), "{stdout}");
+    // The usage report names the tree that holds the item, and the file it is in.
+    assert!(stdout.contains("tree items: 1 entry"), "{stdout}");
+    assert!(stdout.contains("tree expiry: 1 entry"), "{stdout}");
+    assert!(stdout.contains("on disk: "), "{stdout}");
 
     // Break the index behind the daemon's back: remove the item's expiry entry.
     {
