@@ -228,7 +228,6 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     })
 }
 
-/// The trees every transaction spans.
 /// Live entries and bytes of one tree; see [`Store::disk_usage`].
 #[derive(Debug, Clone)]
 pub struct TreeUsage {
@@ -252,6 +251,7 @@ impl DiskUsage {
     }
 }
 
+/// The trees every transaction spans.
 #[derive(Clone)]
 pub(crate) struct Trees {
     pub items: Tree,
