@@ -23,16 +23,6 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn assert_consecutive(events: &[FeedEvent], after: u64) {
-    for (i, e) in events.iter().enumerate() {
-        assert_eq!(
-            e.id,
-            after + 1 + i as u64,
-            "revisions are consecutive: {events:?}"
-        );
-    }
-}
-
 #[tokio::test]
 async fn list_then_watch_sees_exactly_the_changes_in_order() {
     let mut ws = Workspace::new();

@@ -190,7 +190,9 @@ pub struct Retention {
     pub max_age_ms: i64,
 }
 
-/// The most old events one commit prunes, so pruning never stalls the writers.
+/// How many old events one commit prunes beyond as many as it wrote: pruning keeps pace
+/// with any stream of commits and catches up by this much per commit, without stalling
+/// the writers on a long backlog (after a retention change, say).
 const MAX_PRUNE: u64 = 10_000;
 
 impl Committer {
@@ -257,6 +259,7 @@ impl Committer {
         }
         let started = Instant::now();
         let now = now_ms();
+        let revision_before = self.revision;
         let ops: Vec<&Op> = batch.iter().filter_map(|c| c.op.as_ref()).collect();
         // Seqlock around the transaction: readers that need a consistent listing retry when
         // the sequence moved (or is odd) while they scanned.
@@ -332,7 +335,9 @@ impl Committer {
                         }
                     }
                 }
-                self.prune(now);
+                // Prune at least what this commit wrote, so a stream of big commits cannot
+                // outgrow the retention; MAX_PRUNE more is the catching up.
+                self.prune(now, MAX_PRUNE + (revision - revision_before));
             }
             Err(e) => {
                 tracing::error!(error = %e, requests = ops.len(), "group commit failed");
@@ -406,10 +411,10 @@ impl Committer {
     }
 
     /// Drops events beyond the retention count or age, oldest first, whole chunks at a
-    /// time (so up to one chunk more than the count stays), at most about [`MAX_PRUNE`]
-    /// events per commit. Not flushed on its own: a prune lost to a crash only keeps more
+    /// time (so up to one chunk more than the count stays), at most about `max_events`.
+    /// Not flushed on its own: a prune lost to a crash only keeps more
     /// history.
-    fn prune(&mut self, now: i64) {
+    fn prune(&mut self, now: i64, max_events: u64) {
         let first = self.feed.first_retained.load(Ordering::SeqCst);
         // Revisions before this are beyond the retention count.
         let keep_from = (self.revision + 1).saturating_sub(self.retention.count);
@@ -417,7 +422,7 @@ impl Committer {
         let events = &self.handles().trees.events;
         let mut chunks = events.range(keys::event_key(first)..).peekable();
         let mut dropped_to = first;
-        while dropped_to - first < MAX_PRUNE {
+        while dropped_to - first < max_events {
             let Some(Ok((key, bytes))) = chunks.next() else {
                 break;
             };

@@ -510,3 +510,14 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
 }
+
+/// Asserts that `events` carry the revisions right after `after`, in order.
+pub fn assert_consecutive(events: &[FeedEvent], after: u64) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            e.id,
+            after + 1 + i as u64,
+            "revisions are consecutive: {events:?}"
+        );
+    }
+}
