@@ -17,8 +17,9 @@ async fn due_items_vanish_for_readers_before_the_sweeper_runs() {
     let mut ws = Workspace::new();
     // The sweeper passes once at start, then not again for an hour.
     let d = ws.start(&["--sweep-interval-ms", "3600000"]);
-    // One absolute end for all, so they come due together.
-    let end = now_ms() + 300;
+    // One absolute end for all, so they come due together; far enough ahead that both
+    // posts land before it on a loaded machine (a past end is refused with 400).
+    let end = now_ms() + 2_000;
     let at =
         |id: &str| json!({"id": id, "action": "MARK_BLOCKED", "cause": id, "endTimestamp": end});
     assert_eq!(
