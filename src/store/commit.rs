@@ -411,9 +411,8 @@ impl Committer {
     }
 
     /// Drops events beyond the retention count or age, oldest first, whole chunks at a
-    /// time (so up to one chunk more than the count stays), at most about `max_events`.
-    /// Not flushed on its own: a prune lost to a crash only keeps more
-    /// history.
+    /// time (so up to one chunk more than the count stays), at most about `max_events`. Not
+    /// flushed on its own: a prune lost to a crash only keeps more history.
     fn prune(&mut self, now: i64, max_events: u64) {
         let first = self.feed.first_retained.load(Ordering::SeqCst);
         // Revisions before this are beyond the retention count.
