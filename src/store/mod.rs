@@ -231,7 +231,8 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
 /// Live entries and bytes of one tree; see [`Store::disk_usage`].
 #[derive(Debug, Clone)]
 pub struct TreeUsage {
-    pub name: &'static str,
+    /// The sled tree's name.
+    pub name: String,
     pub entries: u64,
     /// Bytes of keys and values, without sled's own overhead.
     pub bytes: u64,
@@ -853,18 +854,18 @@ impl Store {
     pub fn disk_usage(&self) -> Result<DiskUsage> {
         let handles = self.handles()?;
         let t = &handles.trees;
-        let named = [
-            ("items", &t.items),
-            ("expiry", &t.expiry),
-            ("tm_node", &t.tm_node),
-            ("node_tms", &t.node_tms),
-            ("events", &t.events),
-            ("meta", &t.meta),
+        let all = [
+            &t.items,
+            &t.expiry,
+            &t.tm_node,
+            &t.node_tms,
+            &t.events,
+            &t.meta,
         ];
-        let mut trees = Vec::with_capacity(named.len());
-        for (name, tree) in named {
+        let mut trees = Vec::with_capacity(all.len());
+        for tree in all {
             let mut usage = TreeUsage {
-                name,
+                name: String::from_utf8_lossy(&tree.name()).into_owned(),
                 entries: 0,
                 bytes: 0,
             };
