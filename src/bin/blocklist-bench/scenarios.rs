@@ -61,6 +61,10 @@ const BATCH_ITEMS: u64 = 100;
 /// The concurrent listers of the `list` scenario's memory measurement.
 const LISTERS: usize = 4;
 
+/// How long `footprint` lets the loaded daemon sit idle before it reads RSS a second time
+/// (`rss_settled_mb`): what an operator sees, once memory freed late is handed back.
+const SETTLE: Duration = Duration::from_secs(3);
+
 /// One request a worker is about to send, and the statuses that count as success.
 struct Req {
     method: Method,
@@ -1019,9 +1023,12 @@ impl Bench {
         let rss = procstat::rss_bytes(pid).unwrap_or(0);
         let peak = procstat::peak_rss_bytes(pid).unwrap_or(0);
         let (apparent, allocated) = procstat::disk_usage(&fixture.data_dir);
+        tokio::time::sleep(SETTLE).await;
+        let settled = procstat::rss_bytes(pid).unwrap_or(0);
         let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
         let mut ours = Row::new("footprint", Role::Ours);
         ours.extra.insert("rss_mb".into(), mb(rss));
+        ours.extra.insert("rss_settled_mb".into(), mb(settled));
         ours.extra.insert("peak_rss_mb".into(), mb(peak));
         ours.extra.insert("disk_mb".into(), mb(allocated));
         ours.extra.insert("disk_apparent_mb".into(), mb(apparent));
