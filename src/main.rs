@@ -1,5 +1,6 @@
 //! The daemon binary: flags, logging, signals; everything else is in the library.
 
+use std::future::Future;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -63,7 +64,14 @@ fn main() -> ExitCode {
             }
         };
     }
-    match runtime.block_on(blocklistd::run(cli.serve, shutdown_signal())) {
+    let shutdown = match runtime.block_on(async { shutdown_signal() }) {
+        Ok(shutdown) => shutdown,
+        Err(e) => {
+            eprintln!("blocklistd: cannot install the signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(blocklistd::run(cli.serve, shutdown)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "blocklistd failed");
@@ -73,30 +81,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that resolves on
+/// either. They must be in place before `run` prints its address: supervisors and tests
+/// may signal as soon as they read it, and a signal that arrives before a handler exists
+/// kills the process with the default action instead of shutting it down cleanly.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
-    }
-    tracing::info!("signal received");
+        tracing::info!("signal received");
+    })
 }
 
 #[cfg(test)]

@@ -205,6 +205,17 @@ async fn acknowledged_writes_survive_kill_9_under_concurrent_writers() {
     assert!(problems.is_empty(), "{problems:?}");
 }
 
+/// A supervisor may signal the moment it reads the address line; the handlers must already
+/// be installed then (before they were, about 4 in 10 such starts died of the signal).
+#[tokio::test]
+async fn sigterm_right_after_the_address_line_still_exits_0() {
+    let mut ws = Workspace::new();
+    for run in 0..10 {
+        let exit = ws.start(&[]).terminate();
+        assert!(exit.success(), "run {run}: {exit:?}");
+    }
+}
+
 #[tokio::test]
 async fn sigterm_exits_0_and_a_restart_keeps_everything() {
     let mut ws = Workspace::new();
