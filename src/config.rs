@@ -109,6 +109,17 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_SWEEP_INTERVAL_MS", default_value_t = 0)]
     pub sweep_interval_ms: u64,
 
+    /// Expired items are announced on time, but their storage is deleted only once no
+    /// client write has committed for this long (ms), so a mass expiry does not slow the
+    /// writers down.
+    #[arg(long, env = "BLOCKLISTD_RECLAIM_IDLE_MS", default_value_t = 250)]
+    pub reclaim_idle_ms: u64,
+
+    /// Under continuous writes, still delete the storage of at least this many expired
+    /// items per second (0: only when writers pause).
+    #[arg(long, env = "BLOCKLISTD_RECLAIM_MIN_RATE", default_value_t = 1_000)]
+    pub reclaim_min_rate: u32,
+
     /// The change log keeps at most this many events; a watch from an older revision gets
     /// 410 Gone and must list again.
     #[arg(long, env = "BLOCKLISTD_EVENTS_RETENTION_COUNT", default_value_t = 100_000,
@@ -192,6 +203,13 @@ impl Config {
 
     pub fn sweep_interval(&self) -> Duration {
         Duration::from_millis(self.sweep_interval_ms)
+    }
+
+    pub fn reclaim(&self) -> crate::sweeper::Reclaim {
+        crate::sweeper::Reclaim {
+            idle: Duration::from_millis(self.reclaim_idle_ms),
+            min_rate: self.reclaim_min_rate,
+        }
     }
 
     pub fn events_heartbeat(&self) -> Duration {

@@ -92,6 +92,7 @@ pub async fn run(
     let sweeper = tokio::spawn(sweeper::run(
         store.clone(),
         config.sweep_interval(),
+        config.reclaim(),
         metrics.clone(),
     ));
     // Tests and supervisors read this line from stdout to learn the bound port.

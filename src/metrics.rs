@@ -54,8 +54,10 @@ pub struct Metrics {
     /// Requests answered 4xx or 5xx, by status.
     pub rejected: Family<RejectLabels, Counter>,
     pub request_seconds: Family<RequestLabels, Histogram>,
-    /// now − endTimestamp of each item the sweeper removed.
+    /// now − endTimestamp of each item, when the sweeper announced it expired.
     pub sweeper_lag_seconds: Histogram,
+    /// Expiry entries (with their items) deleted after being announced expired.
+    pub reclaimed_entries: Counter,
     /// Requests per group commit.
     pub commit_batch_requests: Histogram,
     /// Transaction + flush + fsync of one group commit.
@@ -105,8 +107,14 @@ impl Metrics {
         let sweeper_lag_seconds = Histogram::new(LAG_BUCKETS.iter().copied());
         registry.register(
             "sweeper_lag_seconds",
-            "now - endTimestamp of each item the sweeper removed",
+            "now - endTimestamp of each item, when the sweeper announced it expired",
             sweeper_lag_seconds.clone(),
+        );
+        let reclaimed_entries = Counter::default();
+        registry.register(
+            "reclaimed_entries",
+            "Expired items whose storage was deleted after their expiry was announced",
+            reclaimed_entries.clone(),
         );
         let commit_batch_requests = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         registry.register(
@@ -123,7 +131,7 @@ impl Metrics {
         let items = Family::<ItemLabels, Gauge>::default();
         registry.register(
             "items",
-            "Stored items by kind and action (expired ones until swept)",
+            "Items by kind and action (expired ones until the sweeper announces them)",
             items.clone(),
         );
         let revision = Gauge::default();
@@ -145,6 +153,7 @@ impl Metrics {
             rejected,
             request_seconds,
             sweeper_lag_seconds,
+            reclaimed_entries,
             commit_batch_requests,
             commit_seconds,
             items,

@@ -1,18 +1,24 @@
-//! The expiry loop: deletes due items, waking exactly when the earliest deadline arrives.
+//! The expiry loop: announces due items expired, waking exactly when the earliest deadline
+//! arrives, and reclaims their storage when writers let it.
 //!
 //! ```text
 //! loop {
 //!     arm the wake-up (before reading the index: no lost wake-up)
-//!     due now?      expire ..=now in bounded batches through the committer, loop
-//!     next at `at`  sleep until min(at, now + 60 s) or a wake-up
-//!     nothing       wait for a wake-up
+//!     due now?          announce ..=now in bounded batches through the committer, loop
+//!     reclaim due?      delete one batch of announced entries, loop
+//!     otherwise         sleep until the next deadline or reclaim time, or a wake-up
 //! }
 //! ```
-//! A writer that stores an end earlier than the one we sleep on wakes us
+//! Expiry has two phases (`docs/architecture.md`, "Expiry in two phases"): announcing
+//! (the `expired` event, the counts, the watermark) is on time; deleting the entries waits
+//! until writers pause for [`Reclaim::idle`], with a trickle of at least
+//! [`Reclaim::min_rate`] entries/s under continuous writes, so a mass expiry does not halve
+//! the write rate. A writer that stores an end earlier than the one we sleep on wakes us
 //! ([`SweepSignal::deadline_added`]). The 60 s cap covers wall-clock jumps. Readers never
 //! depend on us: they filter `end <= now` themselves, so a late sweep is never visible.
+//!
+//! [`SweepSignal::deadline_added`]: crate::store::SweepSignal::deadline_added
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +27,16 @@ use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::store::{Expired, Store};
 
-/// The most items expired in one commit, so a mass expiry does not hold up other writers.
+/// The most items announced in one commit, so a mass expiry does not hold up other
+/// writers.
 const SWEEP_BATCH: usize = 1_000;
+
+/// The most announced entries deleted in one commit once writers have paused.
+const RECLAIM_BATCH: usize = 1_000;
+
+/// The entries deleted in one commit of the trickle under continuous writes: small, so a
+/// writer sharing that commit barely waits for it.
+const TRICKLE_BATCH: usize = 100;
 
 /// The longest sleep, in case the wall clock jumps while we sleep on a monotonic timer.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
@@ -30,14 +44,44 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// How long to back off after a storage error before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// When announced items' storage is deleted.
+#[derive(Debug, Clone, Copy)]
+pub struct Reclaim {
+    /// Reclaim at full speed once no client write has committed for this long.
+    pub idle: Duration,
+    /// Under continuous writes, still delete at least this many entries per second (0:
+    /// only when writers pause).
+    pub min_rate: u32,
+}
+
+impl Reclaim {
+    /// When the next reclaim batch may run, and how big it is, given when clients last
+    /// wrote and when the last trickle batch ran (unix ms).
+    fn next(&self, last_write: i64, last_trickle: i64) -> (i64, usize) {
+        let idle_ms = i64::try_from(self.idle.as_millis()).unwrap_or(i64::MAX);
+        let quiet_at = last_write.saturating_add(idle_ms);
+        if self.min_rate == 0 {
+            return (quiet_at, RECLAIM_BATCH);
+        }
+        let every_ms = (TRICKLE_BATCH as i64 * 1000 / i64::from(self.min_rate)).max(1);
+        let trickle_at = last_trickle.saturating_add(every_ms);
+        if quiet_at <= trickle_at {
+            (quiet_at, RECLAIM_BATCH)
+        } else {
+            (trickle_at, TRICKLE_BATCH)
+        }
+    }
+}
+
 /// Runs until the task is aborted. `min_interval` is the least time between the end of one
 /// sweep pass and the start of the next (zero: sweep each deadline as it comes).
-pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
+pub async fn run(store: Store, min_interval: Duration, reclaim: Reclaim, metrics: Arc<Metrics>) {
     let signal = store.sweep_signal();
     let min_interval = i64::try_from(min_interval.as_millis()).unwrap_or(i64::MAX);
     // When the last complete pass ended; the first pass runs at start, for items that came
     // due while the daemon was down.
     let mut last_pass: Option<i64> = None;
+    let mut last_trickle = i64::MIN;
     loop {
         let notified = signal.wake.notified();
         tokio::pin!(notified);
@@ -54,97 +98,89 @@ pub async fn run(store: Store, min_interval: Duration, metrics: Arc<Metrics>) {
             }
         };
         let allowed = last_pass.map_or(i64::MIN, |t| t.saturating_add(min_interval));
-        match first {
-            Some(at) if at <= now && allowed <= now => {
-                match sweep_pass(&store, now, min_interval == 0, &metrics).await {
-                    Ok(()) => last_pass = Some(now_ms()),
-                    Err(e) => {
-                        tracing::error!(error = %e, "sweep failed; retrying");
-                        tokio::time::sleep(RETRY_AFTER).await;
-                    }
+        if first.is_some_and(|at| at <= now) && allowed <= now {
+            // Continuous: each batch takes what is due when it commits.
+            let upto = if min_interval == 0 { i64::MAX } else { now };
+            match announce_pass(&store, upto, &metrics).await {
+                Ok(()) => last_pass = Some(now_ms()),
+                Err(e) => {
+                    tracing::error!(error = %e, "sweep failed; retrying");
+                    tokio::time::sleep(RETRY_AFTER).await;
                 }
             }
+            continue;
+        }
+        // The start-up pass found nothing due: it counts as the first pass.
+        last_pass.get_or_insert(now);
+        let deadline = first.map(|at| at.max(allowed));
+        let (reclaim_at, batch) =
+            reclaim.next(signal.last_write.load(Ordering::Relaxed), last_trickle);
+        let reclaim_at = match store.reclaimable(1) {
+            Ok(backlog) if !backlog.is_empty() => Some(reclaim_at),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!(error = %e, "sweeper cannot read the expiry index");
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+        };
+        if reclaim_at.is_some_and(|at| at <= now) {
+            if batch == TRICKLE_BATCH {
+                last_trickle = now;
+            }
+            if let Err(e) = reclaim_batch(&store, batch, &metrics).await {
+                tracing::error!(error = %e, "reclaiming expired items failed; retrying");
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            continue;
+        }
+        signal
+            .next_deadline
+            .store(deadline.unwrap_or(i64::MAX), Ordering::SeqCst);
+        match deadline.into_iter().chain(reclaim_at).min() {
             Some(at) => {
-                // The start-up pass found nothing due: it counts as the first pass.
-                last_pass.get_or_insert(now);
-                let at = at.max(allowed);
-                signal.next_deadline.store(at, Ordering::SeqCst);
-                let wait = Duration::from_millis((at - now) as u64).min(MAX_SLEEP);
+                let wait = Duration::from_millis(at.saturating_sub(now) as u64).min(MAX_SLEEP);
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = notified => {}
                 }
             }
-            None => {
-                last_pass.get_or_insert(now);
-                signal.next_deadline.store(i64::MAX, Ordering::SeqCst);
-                notified.await;
-            }
+            None => notified.await,
         }
     }
 }
 
-/// How many expiry batches may be in the committer's hands at once: while one commits and
-/// syncs, the next is already scanned and queued, so a mass expiry is not paced by the disk.
-const IN_FLIGHT: usize = 2;
-
-/// How long a continuous pass keeps taking in what comes due before it drains and ends, so
-/// the next pass scans the index from its start again.
-const CONTINUOUS_PASS_MS: i64 = 1_000;
-
-/// Expires what is due, batch after batch, each scan starting after the last key handed
-/// out, until a scan finds nothing more and every batch is answered.
+/// Announces what is due, batch after batch, until a batch comes back short.
 ///
-/// `continuous` (no `--sweep-interval-ms`): each scan takes what is due at the time of the
-/// scan, so what comes due while batches commit joins the pass at once instead of waiting
-/// for the pass to end — an item waits about one commit, not one to two passes. After
-/// [`CONTINUOUS_PASS_MS`] the pass stops taking in more, drains and ends: the next pass
-/// scans from the start of the index, which catches an entry written behind the cursor (an
-/// end computed before the scan but committed after it). Otherwise a pass expires what was
-/// due at `now`, so `--sweep-interval-ms` spaces passes even under a steady flow.
-async fn sweep_pass(
-    store: &Store,
-    now: i64,
-    continuous: bool,
-    metrics: &Metrics,
-) -> crate::store::Result<()> {
-    let mut after: Option<Vec<u8>> = None;
-    let mut upto = now;
-    let mut in_flight = VecDeque::with_capacity(IN_FLIGHT);
-    let (mut scanned, mut expired) = (0, 0);
+/// `upto` is `i64::MAX` without `--sweep-interval-ms`: each batch takes what is due when it
+/// commits, so what comes due while batches commit joins the pass at once. Otherwise a
+/// pass announces what was due at its start, so the interval spaces passes even under a
+/// steady flow.
+async fn announce_pass(store: &Store, upto: i64, metrics: &Metrics) -> crate::store::Result<()> {
     loop {
-        if in_flight.len() < IN_FLIGHT {
-            let scan_time = now_ms();
-            if continuous && scan_time < now + CONTINUOUS_PASS_MS {
-                upto = scan_time;
-            }
-            let (scan, from) = (store.clone(), after.clone());
-            let due =
-                tokio::task::spawn_blocking(move || scan.due(upto, from.as_deref(), SWEEP_BATCH))
-                    .await
-                    .expect("the due scan does not panic")?;
-            if let Some(last) = due.last() {
-                after = Some(last.clone());
-                scanned += due.len();
-                let store = store.clone();
-                in_flight.push_back(tokio::spawn(async move { store.expire(due).await }));
-                continue;
-            }
-        }
-        let Some(oldest) = in_flight.pop_front() else {
-            break;
-        };
-        let (items, _) = oldest.await.expect("expiring does not panic")?;
-        expired += items.len();
+        let watermark = store.sweep_signal().watermark.load_full();
+        let (items, _) = store.announce(upto, SWEEP_BATCH).await?;
         record(&items, metrics);
+        if items.len() < SWEEP_BATCH {
+            if items.is_empty() && store.sweep_signal().watermark.load_full() == watermark {
+                // Due entries that cannot be announced (the clock went back): do not spin.
+                tracing::warn!("due expiry entries could not be announced; backing off");
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            return Ok(());
+        }
     }
-    if expired == 0 && scanned > 0 {
-        // Due entries that cannot be expired (a corrupt item): do not spin on them.
-        tracing::error!(
-            entries = scanned,
-            "due expiry entries could not be expired; backing off"
-        );
-        tokio::time::sleep(RETRY_AFTER).await;
+}
+
+/// Deletes up to `limit` announced entries and their items.
+async fn reclaim_batch(store: &Store, limit: usize, metrics: &Metrics) -> crate::store::Result<()> {
+    let scan = store.clone();
+    let keys = tokio::task::spawn_blocking(move || scan.reclaimable(limit))
+        .await
+        .expect("the reclaim scan does not panic")?;
+    if !keys.is_empty() {
+        let deleted = store.reclaim(keys).await?;
+        metrics.reclaimed_entries.inc_by(deleted as u64);
     }
     Ok(())
 }

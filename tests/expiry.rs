@@ -1,6 +1,7 @@
-//! Expiry: due items vanish for every reader at once, the sweeper deletes them (item and
-//! index entry together) when their deadline comes, including those that came due while
-//! the daemon was down.
+//! Expiry: due items vanish for every reader at once, the sweeper announces them expired
+//! when their deadline comes (including those that came due while the daemon was down) and
+//! deletes their storage (item and index entry together) once writers let it; an announced
+//! item is never announced again, by a restart or a write.
 
 mod common;
 
@@ -101,7 +102,10 @@ async fn the_sweeper_deletes_due_items_and_keeps_extended_ones() {
         StatusCode::ACCEPTED
     );
 
-    eventually("48 items to be swept", || async { d.swept().await == 48 }).await;
+    eventually("48 items to be swept and reclaimed", || async {
+        d.swept().await == 48 && d.reclaimed().await == 48
+    })
+    .await;
     assert_eq!(
         ids(&d.get("/blocklist/taskmanagers").await.1),
         ["tm-7", "tm-8"]
@@ -161,12 +165,181 @@ async fn items_that_came_due_while_down_are_swept_after_start() {
         d.get("/blocklist/nodes/gone").await.0,
         StatusCode::NOT_FOUND
     );
-    eventually("the due item to be swept after start", || async {
-        d.swept().await == 1
-    })
+    eventually(
+        "the due item to be swept and reclaimed after start",
+        || async { d.swept().await == 1 && d.reclaimed().await == 1 },
+    )
     .await;
     assert!(d.terminate().success());
     let (problems, sizes) = ws.inspect();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(sizes, (1, 0));
+}
+
+/// Holds reclaiming off, so announced items stay on disk.
+const NO_RECLAIM: [&str; 4] = ["--reclaim-idle-ms", "3600000", "--reclaim-min-rate", "0"];
+
+#[tokio::test]
+async fn announced_items_stay_expired_across_writes_and_restarts_until_reclaimed() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&NO_RECLAIM);
+    assert_eq!(
+        d.post(
+            "/blocklist/nodes",
+            json!([item("keep", "MARK_BLOCKED", "c")])
+        )
+        .await
+        .0,
+        StatusCode::CREATED
+    );
+    let batch: Vec<Value> = (0..20)
+        .map(|i| timed(&format!("a{i}"), 300, "short"))
+        .collect();
+    assert_eq!(
+        d.post("/blocklist/nodes", Value::Array(batch)).await.0,
+        StatusCode::CREATED
+    );
+    eventually("20 items to be announced", || async {
+        d.swept().await == 20
+    })
+    .await;
+    let mb = r#"blocklist_items{kind="node",action="MARK_BLOCKED"}"#;
+    assert_eq!(d.metric(mb).await, 1.0, "announced items leave the counts");
+    assert_eq!(d.reclaimed().await, 0);
+    // An announced item is gone for writers too: a delete finds nothing, a re-add is new.
+    assert_eq!(
+        d.delete("/blocklist/nodes/a0").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        d.post(
+            "/blocklist/nodes",
+            json!([item("a1", "MARK_BLOCKED", "again")])
+        )
+        .await
+        .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(d.metric(mb).await, 2.0);
+    d.kill9();
+
+    // On disk: the 18 untouched announced items and their entries, a1's new item, keep.
+    let (problems, sizes) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(sizes, (20, 18));
+
+    let d = ws.start(&NO_RECLAIM);
+    assert_eq!(
+        d.post(
+            "/blocklist/nodes",
+            json!([item("after", "MARK_BLOCKED", "c")])
+        )
+        .await
+        .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(d.metric(mb).await, 3.0, "the counts survived the restart");
+    assert_eq!(d.swept().await, 0, "nothing is announced twice");
+    let events = Watch::open(&d, Some(0), None).await.unwrap().take(43).await;
+    assert_consecutive(&events, 0);
+    let expired: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter(|e| e.event == "expired")
+        .map(|e| e.data["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(expired.len(), 20, "one expired event per item");
+    assert_eq!(
+        events.iter().filter(|e| e.event == "expired").count(),
+        20,
+        "{events:?}"
+    );
+    let last: Vec<(&str, &str)> = events[41..]
+        .iter()
+        .map(|e| (e.event.as_str(), e.data["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(last, [("added", "a1"), ("added", "after")]);
+    d.kill9();
+
+    // Reclaiming at its defaults: the daemon is idle, so all of it goes at once.
+    let d = ws.start(&[]);
+    eventually("the announced items to be reclaimed", || async {
+        d.reclaimed().await == 18
+    })
+    .await;
+    assert_eq!(d.swept().await, 0);
+    assert!(d.terminate().success());
+    let (problems, sizes) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(sizes, (3, 0), "keep, a1 and after, all permanent");
+}
+
+/// The store itself, without HTTP: a write can commit after its end has come (validation
+/// saw it in the future) and after the watermark passed its expiry key. Nothing would ever
+/// announce it then, so the write does.
+#[test]
+fn a_write_whose_end_the_watermark_passed_announces_itself() {
+    use blocklistd::model::{Action, EventType, Kind, NewItem};
+    use blocklistd::store::{Store, StoreConfig};
+
+    let ws = Workspace::new();
+    let store = Store::open(&StoreConfig::new(ws.data_dir())).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let end = now_ms() + 50;
+    let new = |id: &str, end: i64| NewItem {
+        id: id.to_owned(),
+        action: Action::MarkBlocked,
+        end,
+        cause: "c".to_owned(),
+        allow_merge: false,
+    };
+    let events = runtime.block_on(async {
+        store
+            .add(Kind::Node, vec![new("a", end), new("c", end)], end - 50)
+            .await
+            .unwrap();
+        while now_ms() <= end {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let (announced, _) = store.announce(i64::MAX, 100).await.unwrap();
+        assert_eq!(announced.len(), 2);
+        // "b" sorts between the two announced keys: behind the watermark.
+        let (_, before) = store
+            .add(Kind::Node, vec![new("b", end)], end - 50)
+            .await
+            .unwrap();
+        assert_eq!(store.item_counts(), [0; 4], "b came and went");
+        let (announced, _) = store.announce(i64::MAX, 100).await.unwrap();
+        assert!(
+            announced.is_empty(),
+            "b is not announced twice: {announced:?}"
+        );
+        // Over an announced item, a write is a plain add.
+        let forever = blocklistd::model::PERMANENT;
+        let (_, after) = store
+            .add(Kind::Node, vec![new("b", forever)], now_ms())
+            .await
+            .unwrap();
+        assert_eq!(store.item_counts()[2], 1);
+        store.events_between(before - 2, after, 100).unwrap()
+    });
+    let summary: Vec<(EventType, String)> = events
+        .iter()
+        .map(|e| match &e.change {
+            blocklistd::model::Change::Item { item, .. } => (e.event, item.id.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (EventType::Added, "b".to_owned()),
+            (EventType::Expired, "b".to_owned()),
+            (EventType::Added, "b".to_owned()),
+        ]
+    );
+    assert_eq!(store.verify().unwrap(), Vec::<String>::new());
+    store.shutdown().unwrap();
 }

@@ -14,6 +14,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -27,8 +28,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::sync::{self, Group, Stage};
 use super::{
-    codec, count_slot, encode_counts, keys, open_handles, registration, Counts, Feed, Handles,
-    Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY, REVISION_KEY,
+    announced, codec, count_slot, encode_counts, keys, open_handles, registration, Counts, Feed,
+    Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY, REVISION_KEY,
+    WATERMARK_KEY,
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -74,7 +76,15 @@ pub(crate) enum Op {
         kind: Kind,
         id: String,
     },
-    Expire {
+    /// Announces up to `limit` due items expired, from the watermark on; see
+    /// [`Tx::announce`].
+    Announce {
+        /// Nothing ending after this (or after the commit time) is announced.
+        upto: i64,
+        limit: usize,
+    },
+    /// Deletes announced items' entries; see [`Tx::reclaim`].
+    Reclaim {
         expiry_keys: Vec<Vec<u8>>,
     },
     Register {
@@ -98,12 +108,18 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// Whether a client asked for this (rather than the sweeper).
+    fn is_client_write(&self) -> bool {
+        !matches!(self, Op::Announce { .. } | Op::Reclaim { .. })
+    }
+
     /// How many items this request writes at most, to bound a batch's transaction.
     fn weight(&self) -> usize {
         match self {
             Op::Add { items, .. } => items.len(),
             Op::Remove { .. } => 1,
-            Op::Expire { expiry_keys } => expiry_keys.len(),
+            Op::Announce { limit, .. } => *limit,
+            Op::Reclaim { expiry_keys } => expiry_keys.len(),
             Op::Register { registrations } => registrations.len(),
             Op::Unregister { .. } => 1,
             Op::Import { items, .. } => items.len(),
@@ -143,7 +159,7 @@ pub enum AddOutcome {
     Conflict(Vec<(usize, String)>),
 }
 
-/// An item the sweeper removed.
+/// An item the sweeper announced expired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expired {
     pub kind: Kind,
@@ -174,8 +190,12 @@ pub(crate) struct Committer {
     pub feed: Arc<Feed>,
     /// The revision of the last committed transaction.
     pub revision: u64,
-    /// Stored items per (kind, action) after the last committed transaction.
+    /// Stored items per (kind, action) after the last committed transaction, leaving out
+    /// those announced expired.
     pub counts: Counts,
+    /// The expiry watermark after the last committed transaction (see
+    /// [`super::WATERMARK_KEY`]).
+    pub watermark: Vec<u8>,
     /// Events committed but not known durable (a flush failed after their transaction),
     /// held across a reopen: those whose revision survived it are published then.
     pub unpublished: Vec<Event>,
@@ -258,16 +278,44 @@ impl Committer {
             }
         }
         let started = Instant::now();
-        let now = now_ms();
+        // Never before the watermark's end, even if the wall clock went back: an item
+        // announced expired must stay expired for the committer.
+        let now = now_ms().max(keys::expiry_key_end(&self.watermark).unwrap_or(i64::MIN));
         let revision_before = self.revision;
+        // Announcing runs first in the transaction, so that the entries it scanned for are
+        // all there is up to its bound: nothing else in the batch has written yet.
+        batch.sort_by_key(|c| !matches!(c.op, Some(Op::Announce { .. })));
         let ops: Vec<&Op> = batch.iter().filter_map(|c| c.op.as_ref()).collect();
+        if ops.iter().any(|op| op.is_client_write()) {
+            self.sweep.last_write.store(now, Ordering::Relaxed);
+        }
+        let due = match self.scan_due(&ops, now) {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the expiry index failed");
+                self.broken = true;
+                fail_all(batch, &e.to_string());
+                return;
+            }
+        };
         // Seqlock around the transaction: readers that need a consistent listing retry when
         // the sequence moved (or is odd) while they scanned.
         let settled = self.feed.seq.fetch_add(1, Ordering::SeqCst) + 2;
-        let transacted = self.transact(&ops, now);
-        if let Ok((_, events, revision, counts)) = &transacted {
+        let transacted = self.transact(&ops, &due, now);
+        if let Ok(Transacted {
+            events,
+            revision,
+            counts,
+            watermark,
+            ..
+        }) = &transacted
+        {
             self.revision = *revision;
             self.counts = *counts;
+            if *watermark != self.watermark {
+                self.watermark.clone_from(watermark);
+                self.sweep.watermark.store(Arc::new(watermark.clone()));
+            }
             self.feed.committed.store(*revision, Ordering::SeqCst);
             for (slot, count) in self.feed.counts.iter().zip(counts) {
                 slot.store(*count, Ordering::Relaxed);
@@ -289,7 +337,12 @@ impl Committer {
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
         self.metrics.commit_batch_requests.observe(ops.len() as f64);
         match transacted {
-            Ok((outcomes, events, revision, _)) => {
+            Ok(Transacted {
+                outcomes,
+                events,
+                revision,
+                ..
+            }) => {
                 for outcome in outcomes.iter().flatten() {
                     if let Outcome::Added(AddOutcome::Conflict(_)) = outcome.outcome {
                         self.metrics.conflicts.inc();
@@ -369,6 +422,7 @@ impl Committer {
             revision,
             counts,
             first_retained,
+            watermark,
         } = open_handles(&self.config).map_err(|e| format!("reopening failed: {e}"))?;
         self.log = if self.config.fsync {
             Some(Arc::new(
@@ -384,6 +438,8 @@ impl Committer {
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
         self.revision = revision;
         self.counts = counts;
+        self.sweep.watermark.store(Arc::new(watermark.clone()));
+        self.watermark = watermark;
         self.feed.committed.store(revision, Ordering::SeqCst);
         self.feed
             .first_retained
@@ -451,13 +507,50 @@ impl Committer {
         }
     }
 
-    /// Applies every op in one transaction. The closure may be re-run, so it only computes.
-    #[allow(clippy::type_complexity)]
+    /// The expiry keys each announce op of the batch takes (empty for other ops), read
+    /// before the transaction, which cannot scan. The committer is the only writer and
+    /// announcing runs first in the transaction, so this is exactly what is due between the
+    /// watermark and each op's bound: an entry committed after an outside scan could have
+    /// been passed over for good.
+    fn scan_due(&self, ops: &[&Op], now: i64) -> Result<Vec<Vec<Vec<u8>>>, StoreError> {
+        let expiry = &self.handles().trees.expiry;
+        let mut after = self.watermark.clone();
+        ops.iter()
+            .map(|op| {
+                let Op::Announce { upto, limit } = op else {
+                    return Ok(Vec::new());
+                };
+                let bound = keys::due_bound((*upto).min(now));
+                if after.as_slice() >= &bound[..] {
+                    return Ok(Vec::new()); // an empty range; sled would panic on a reversed one
+                }
+                let from = if after.is_empty() {
+                    Bound::Unbounded
+                } else {
+                    Bound::Excluded(after.clone())
+                };
+                let due = expiry
+                    .range::<Vec<u8>, _>((from, Bound::Excluded(bound.to_vec())))
+                    .keys()
+                    .take(*limit)
+                    .map(|key| Ok(key?.to_vec()))
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                if let Some(last) = due.last() {
+                    after.clone_from(last);
+                }
+                Ok(due)
+            })
+            .collect()
+    }
+
+    /// Applies every op in one transaction (`due[i]`: what op `i` announces). The closure
+    /// may be re-run, so it only computes.
     fn transact(
         &self,
         ops: &[&Op],
+        due: &[Vec<Vec<u8>>],
         now: i64,
-    ) -> Result<(Vec<Result<Applied, StoreError>>, Vec<Event>, u64, Counts), StoreError> {
+    ) -> Result<Transacted, StoreError> {
         let t = &self.handles().trees;
         let trees = (
             &t.items,
@@ -479,10 +572,13 @@ impl Committer {
                     revision: Cell::new(self.revision),
                     emitted: RefCell::new(Vec::new()),
                     counts: Cell::new(self.counts.map(|c| c as i64)),
+                    watermark: RefCell::new(self.watermark.clone()),
+                    announcing_stopped: Cell::new(false),
                 };
                 let outcomes = ops
                     .iter()
-                    .map(|op| tx.apply(op))
+                    .zip(due)
+                    .map(|(op, due)| tx.apply(op, due))
                     .collect::<TxResult<Vec<_>>>()?;
                 for chunk in codec::chunks(&tx.emitted.borrow()) {
                     events.insert(
@@ -498,13 +594,33 @@ impl Committer {
                 if counts != self.counts {
                     meta.insert(COUNTS_KEY, encode_counts(&counts))?;
                 }
-                Ok((outcomes, tx.emitted.into_inner(), revision, counts))
+                let watermark = tx.watermark.into_inner();
+                if watermark != self.watermark {
+                    meta.insert(WATERMARK_KEY, watermark.as_slice())?;
+                }
+                Ok(Transacted {
+                    outcomes,
+                    events: tx.emitted.into_inner(),
+                    revision,
+                    counts,
+                    watermark,
+                })
             })
             .map_err(|e| match e {
                 sled::transaction::TransactionError::Abort(e) => e,
                 sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
             })
     }
+}
+
+/// What a committed transaction did: one outcome per op, the events in revision order,
+/// and the revision, counts and watermark after it.
+struct Transacted {
+    outcomes: Vec<Result<Applied, StoreError>>,
+    events: Vec<Event>,
+    revision: u64,
+    counts: Counts,
+    watermark: Vec<u8>,
 }
 
 /// Answers every request of a batch with the same failure.
@@ -571,16 +687,22 @@ struct Tx<'a> {
     emitted: RefCell<Vec<Event>>,
     /// Stored items per (kind, action) as this transaction goes.
     counts: Cell<[i64; 4]>,
+    /// The expiry watermark as this transaction goes.
+    watermark: RefCell<Vec<u8>>,
+    /// An announce op met an item not due yet: later ones in this transaction announce
+    /// nothing, since their keys were scanned past it and the watermark must not skip it.
+    announcing_stopped: Cell<bool>,
 }
 
 impl Tx<'_> {
     /// Applies one op. The outer `Result` aborts the whole transaction (storage errors);
     /// the inner one fails only this request (a corrupt stored value).
-    fn apply(&self, op: &Op) -> TxResult<Result<Applied, StoreError>> {
+    fn apply(&self, op: &Op, due: &[Vec<u8>]) -> TxResult<Result<Applied, StoreError>> {
         let applied = match op {
             Op::Add { kind, items, now } => self.add(*kind, items, *now),
             Op::Remove { kind, id } => self.remove(*kind, id),
-            Op::Expire { expiry_keys } => self.expire(expiry_keys),
+            Op::Announce { .. } => self.announce(due),
+            Op::Reclaim { expiry_keys } => self.reclaim(expiry_keys),
             Op::Register { registrations } => self.register(registrations),
             Op::Unregister { tm } => self.unregister(tm),
             Op::Import { items, merge } => self.import(items, *merge),
@@ -674,15 +796,7 @@ impl Tx<'_> {
                 }
                 _ => item.block(),
             };
-            self.write(kind, id, old.as_ref(), &block)?;
-            match &old {
-                Some(old) if !old.is_active(self.now) => {
-                    self.emit_item(EventType::Expired, kind, id, old)?;
-                    self.emit_item(EventType::Added, kind, id, &block)?;
-                }
-                Some(_) => self.emit_item(EventType::Merged, kind, id, &block)?,
-                None => self.emit_item(EventType::Added, kind, id, &block)?,
-            }
+            self.store(kind, id, old.as_ref(), &block)?;
             if !block.is_permanent() {
                 earliest_end = earliest_end.min(block.end);
             }
@@ -781,18 +895,7 @@ impl Tx<'_> {
             let block = state[id]
                 .as_ref()
                 .expect("every touched id ends with a block");
-            let old = stored[id].as_ref();
-            self.write(kind, id, old, block)?;
-            match old {
-                // An expired item the sweeper has not reached yet ends before the new one
-                // starts, so a subscriber sees the old block end first.
-                Some(old) if !old.is_active(self.now) => {
-                    self.emit_item(EventType::Expired, kind, id, old)?;
-                    self.emit_item(EventType::Added, kind, id, block)?;
-                }
-                Some(_) => self.emit_item(EventType::Merged, kind, id, block)?,
-                None => self.emit_item(EventType::Added, kind, id, block)?,
-            }
+            self.store(kind, id, stored[id].as_ref(), block)?;
             if !block.is_permanent() {
                 earliest_end = earliest_end.min(block.end);
             }
@@ -820,7 +923,12 @@ impl Tx<'_> {
         let Some(old) = old else {
             return Ok(Ok((Outcome::Removed(None), i64::MAX)));
         };
+        let was_announced = self.is_announced(kind, id, &old);
         self.delete(kind, id, &old)?;
+        if was_announced {
+            // Already expired for everyone; only its storage was left.
+            return Ok(Ok((Outcome::Removed(None), i64::MAX)));
+        }
         // An expired item the sweeper has not reached is gone for the caller too (404), but
         // deleting it here is still right: it saves the sweeper the work. Subscribers learn
         // that it expired.
@@ -836,25 +944,32 @@ impl Tx<'_> {
         Ok(Ok((Outcome::Removed(removed), i64::MAX)))
     }
 
-    fn expire(&self, expiry_keys: &[Vec<u8>]) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    /// Announces the items behind `due` (scanned by [`Committer::scan_due`], in key
+    /// order) expired: an `expired` event each, out of the counts, and the watermark moved
+    /// past their keys. Their entries stay for [`Tx::reclaim`]: deleting them here doubled
+    /// the cost of a mass expiry to the writers sharing the committer.
+    fn announce(&self, due: &[Vec<u8>]) -> TxResult<Result<(Outcome, i64), StoreError>> {
         let mut expired = Vec::new();
-        for key in expiry_keys {
+        for key in due {
+            if self.announcing_stopped.get() {
+                break;
+            }
             let Some((end, kind, id)) = keys::parse_expiry_key(key) else {
                 // Not ours to interpret; drop it so it cannot block the sweeper forever.
                 self.expiry.remove(key.as_slice())?;
                 continue;
             };
-            // A corrupt item is left alone for `blocklistd check` to report; the sweeper backs
-            // off when a pass removes nothing.
-            let Ok(block) = self.read(kind, id)? else {
-                continue;
-            };
-            match block {
-                Some(block) if block.end == end => {
+            match self.read(kind, id)? {
+                // A corrupt item is passed over (never announced) for `blocklistd check` to
+                // report: holding the watermark on it would stop all expiry.
+                Err(e) => tracing::error!(error = %e, "a due item cannot be read; not announced"),
+                Ok(Some(block)) if block.end == end => {
                     if block.is_active(self.now) {
-                        continue; // not due (the scan and the commit disagree on now)
+                        // The scan and the commit disagree on now (the clock went back).
+                        self.announcing_stopped.set(true);
+                        break;
                     }
-                    self.delete(kind, id, &block)?;
+                    self.count(kind, &block, -1);
                     self.emit_item(EventType::Expired, kind, id, &block)?;
                     expired.push(Expired {
                         kind,
@@ -867,8 +982,42 @@ impl Tx<'_> {
                     self.expiry.remove(key.as_slice())?;
                 }
             }
+            self.watermark.borrow_mut().clone_from(key);
         }
         Ok(Ok((Outcome::Expired(expired), i64::MAX)))
+    }
+
+    /// Deletes the entries behind `expiry_keys` (from [`super::Store::reclaimable`]) that
+    /// are still there and at or before the watermark, and each one's item where it is
+    /// still the announced one (same end). No event and no count: both happened when it
+    /// was announced.
+    fn reclaim(&self, expiry_keys: &[Vec<u8>]) -> TxResult<Result<(Outcome, i64), StoreError>> {
+        let mut deleted = 0;
+        for key in expiry_keys {
+            if key.as_slice() > self.watermark.borrow().as_slice() {
+                continue; // never handed out so; not announced
+            }
+            if self.expiry.remove(key.as_slice())?.is_none() {
+                continue; // gone since the scan (a write replaced the item)
+            }
+            deleted += 1;
+            let Some((end, kind, id)) = keys::parse_expiry_key(key) else {
+                continue;
+            };
+            // A corrupt item stays for `blocklistd check` to report.
+            if let Ok(Some(block)) = self.read(kind, id)? {
+                if block.end == end {
+                    self.items.remove(keys::item_key(kind, id))?;
+                }
+            }
+        }
+        Ok(Ok((Outcome::Count(deleted), i64::MAX)))
+    }
+
+    /// Whether `(kind, id)`'s `block` has been announced expired (see
+    /// [`super::WATERMARK_KEY`]).
+    fn is_announced(&self, kind: Kind, id: &str, block: &Block) -> bool {
+        announced(&self.watermark.borrow(), block.end, kind, id)
     }
 
     /// The stored block (active or not) of `(kind, id)`.
@@ -893,7 +1042,7 @@ impl Tx<'_> {
 
     /// Stores `new` for `(kind, id)`, moving its expiry entry from `old`'s end to `new`'s.
     fn write(&self, kind: Kind, id: &str, old: Option<&Block>, new: &Block) -> TxResult<()> {
-        if let Some(old) = old {
+        if let Some(old) = old.filter(|old| !self.is_announced(kind, id, old)) {
             self.count(kind, old, -1);
         }
         self.count(kind, new, 1);
@@ -911,8 +1060,36 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// [`Tx::write`]s `block` over `old` and emits what a subscriber must see.
+    fn store(&self, kind: Kind, id: &str, old: Option<&Block>, block: &Block) -> TxResult<()> {
+        self.write(kind, id, old, block)?;
+        match old {
+            // Its `expired` event is out already; the new item is simply added.
+            Some(old) if self.is_announced(kind, id, old) => {
+                self.emit_item(EventType::Added, kind, id, block)?
+            }
+            // An expired item the sweeper has not reached yet ends before the new one
+            // starts, so a subscriber sees the old block end first.
+            Some(old) if !old.is_active(self.now) => {
+                self.emit_item(EventType::Expired, kind, id, old)?;
+                self.emit_item(EventType::Added, kind, id, block)?;
+            }
+            Some(_) => self.emit_item(EventType::Merged, kind, id, block)?,
+            None => self.emit_item(EventType::Added, kind, id, block)?,
+        }
+        // An end that came (the request was validated before it) and that the watermark
+        // has already passed: the sweeper will never announce it, so this write does.
+        if self.is_announced(kind, id, block) {
+            self.count(kind, block, -1);
+            self.emit_item(EventType::Expired, kind, id, block)?;
+        }
+        Ok(())
+    }
+
     fn delete(&self, kind: Kind, id: &str, old: &Block) -> TxResult<()> {
-        self.count(kind, old, -1);
+        if !self.is_announced(kind, id, old) {
+            self.count(kind, old, -1);
+        }
         if !old.is_permanent() {
             self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
         }

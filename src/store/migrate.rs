@@ -14,7 +14,9 @@ use super::StoreError;
 /// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
 /// 2: adds `events`, `meta/revision` and `meta/item_counts` (migrations/0002-change-feed.md).
 /// 3: events are written in format 2 (migrations/0003-compact-events.md).
-pub const CURRENT: u32 = 4;
+/// 4: events are written in chunks (migrations/0004-event-chunks.md).
+/// 5: adds `meta/expiry_watermark`, expiry in two phases (migrations/0005-expiry-watermark.md).
+pub const CURRENT: u32 = 5;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -60,9 +62,10 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
         upgrade_1_to_2(db, &meta)?;
     }
     // Version 3 writes events in format 2 (bincode instead of JSON); version 4 writes them
-    // in chunks (format 3, one key per transaction). Older values stay readable, so
-    // nothing is rewritten: the version only goes up, so that an older binary, which
-    // cannot read the new format, refuses the database instead of failing on its log.
+    // in chunks (format 3, one key per transaction); version 5 adds the expiry watermark,
+    // whose absence means nothing announced. Older values stay readable, so nothing is
+    // rewritten: the version only goes up, so that an older binary, which cannot read the
+    // new format (or would announce expired items twice), refuses the database.
     for to in 3..=CURRENT {
         if version < to {
             bump_version(db, &meta, to)?;
@@ -84,7 +87,7 @@ fn bump_version(db: &Db, meta: &sled::Tree, to: u32) -> Result<(), StoreError> {
 fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
     db.open_tree("events")?;
     // Nothing writes while we upgrade, so a scan outside the transaction is exact.
-    let counts = super::encode_counts(&super::scan_counts(&db.open_tree("items")?)?);
+    let counts = super::encode_counts(&super::scan_counts(&db.open_tree("items")?, &[])?);
     meta.transaction(|meta| {
         if meta.get(super::REVISION_KEY)?.is_none() {
             meta.insert(super::REVISION_KEY, &0u64.to_be_bytes())?;

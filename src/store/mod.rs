@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use sled::{Db, Tree};
 use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 
@@ -182,6 +182,7 @@ pub(crate) struct Opened {
     pub revision: u64,
     pub counts: Counts,
     pub first_retained: u64,
+    pub watermark: Vec<u8>,
 }
 
 /// Opens the sled database in `config.data_dir`, upgrades its schema, and reads the
@@ -211,10 +212,11 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
             })?),
             None => 0,
         };
+    let watermark = read_watermark(&trees.meta)?;
     let counts = match trees.meta.get(COUNTS_KEY)? {
         Some(bytes) => decode_counts(&bytes)
             .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
-        None => scan_counts(&trees.items)?,
+        None => scan_counts(&trees.items, &watermark)?,
     };
     let first_retained = match trees.events.first()? {
         Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
@@ -225,7 +227,32 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         revision,
         counts,
         first_retained,
+        watermark,
     })
+}
+
+/// The stored expiry watermark; empty (nothing announced) when there is none yet.
+fn read_watermark(meta: &Tree) -> Result<Vec<u8>> {
+    match meta.get(WATERMARK_KEY)? {
+        Some(bytes) if keys::parse_expiry_key(&bytes).is_some() => Ok(bytes.to_vec()),
+        Some(_) => Err(StoreError::Foreign(
+            "its expiry watermark is malformed".into(),
+        )),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Whether the item `(kind, id)` ending at `end` has been announced expired: its expiry
+/// key is at or before the watermark (an empty watermark announces nothing).
+pub(crate) fn announced(watermark: &[u8], end: i64, kind: Kind, id: &str) -> bool {
+    if end == crate::model::PERMANENT || watermark.is_empty() {
+        return false;
+    }
+    // The end decides unless it equals the watermark's; then the whole key does.
+    match keys::expiry_key_end(watermark) {
+        Some(w) if end != w => end < w,
+        _ => keys::expiry_key(end, kind, id).as_slice() <= watermark,
+    }
 }
 
 /// Live entries and bytes of one tree; see [`Store::disk_usage`].
@@ -270,6 +297,12 @@ pub(crate) const REVISION_KEY: &[u8] = b"revision";
 /// [`count_slot`] order. Kept in the same transaction as the items, so metrics never scan.
 pub(crate) const COUNTS_KEY: &[u8] = b"item_counts";
 
+/// `meta` key of the expiry watermark (schema 5): the last expiry key announced expired.
+/// Every item whose expiry key is at or before it has had its `expired` event and left the
+/// counts; its entries may still be in `items` and `expiry` until reclaimed. See
+/// `docs/architecture.md`, "Expiry in two phases".
+pub(crate) const WATERMARK_KEY: &[u8] = b"expiry_watermark";
+
 /// Item counts per (kind, action), indexed by [`count_slot`].
 pub type Counts = [u64; 4];
 
@@ -300,23 +333,32 @@ pub(crate) fn decode_counts(bytes: &[u8]) -> Option<Counts> {
     Some(counts)
 }
 
-/// Counts the stored items by scanning (for upgrades and `verify`).
-pub(crate) fn scan_counts(items: &Tree) -> Result<Counts> {
+/// Counts the stored items not yet announced expired, by scanning (for upgrades and
+/// `verify`).
+pub(crate) fn scan_counts(items: &Tree, watermark: &[u8]) -> Result<Counts> {
     let mut counts = [0u64; 4];
     for entry in items.iter() {
         let (key, bytes) = entry?;
-        let (kind, _) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
-        counts[count_slot(kind, decode(&key, &bytes)?.action)] += 1;
+        let (kind, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+        let block = decode(&key, &bytes)?;
+        if !announced(watermark, block.end, kind, id) {
+            counts[count_slot(kind, block.action)] += 1;
+        }
     }
     Ok(counts)
 }
 
-/// How writers tell the sweeper that a deadline earlier than the one it sleeps on exists.
-#[derive(Default)]
+/// What the committer tells the sweeper: a deadline earlier than the one it sleeps on,
+/// how far expiry has been announced, and when clients last wrote.
 pub struct SweepSignal {
     /// The deadline the sweeper currently sleeps until (unix ms), `i64::MAX` when none.
     pub next_deadline: AtomicI64,
     pub wake: Notify,
+    /// The expiry watermark as of the last commit (see [`WATERMARK_KEY`]).
+    pub watermark: ArcSwap<Vec<u8>>,
+    /// When the last commit with a client's write in it ran (unix ms); reclaiming expired
+    /// items waits for writers to pause.
+    pub last_write: AtomicI64,
 }
 
 impl SweepSignal {
@@ -341,6 +383,7 @@ impl Store {
             revision,
             counts,
             first_retained,
+            watermark,
         } = open_handles(config)?;
         let feed = Arc::new(Feed {
             committed: AtomicU64::new(revision),
@@ -359,6 +402,9 @@ impl Store {
         let sweep = Arc::new(SweepSignal {
             next_deadline: AtomicI64::new(i64::MAX),
             wake: Notify::new(),
+            watermark: ArcSwap::from_pointee(watermark.clone()),
+            // Start-up counts as a write: clients reconnect and write then.
+            last_write: AtomicI64::new(crate::clock::now_ms()),
         });
         let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
         let handles = Arc::new(handles);
@@ -381,6 +427,7 @@ impl Store {
             feed: feed.clone(),
             revision,
             counts,
+            watermark,
             unpublished: Vec::new(),
             retention: config.retention,
             metrics: config.metrics.clone(),
@@ -667,30 +714,43 @@ impl Store {
         Ok(out)
     }
 
-    /// The earliest end in the expiry index, if any.
+    /// The earliest end in the expiry index not yet announced expired, if any.
     pub fn first_deadline(&self) -> Result<Option<i64>> {
-        match self.handles()?.trees.expiry.first()? {
-            Some((key, _)) => Ok(Some(
-                keys::expiry_key_end(&key).ok_or_else(|| bad_key(&key))?,
-            )),
+        let watermark = self.shared.sweep.watermark.load();
+        let from = if watermark.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(watermark.to_vec())
+        };
+        let first = self
+            .handles()?
+            .trees
+            .expiry
+            .range::<Vec<u8>, _>((from, Bound::Unbounded))
+            .keys()
+            .next();
+        match first {
+            Some(key) => {
+                let key = key?;
+                Ok(Some(
+                    keys::expiry_key_end(&key).ok_or_else(|| bad_key(&key))?,
+                ))
+            }
             None => Ok(None),
         }
     }
 
-    /// Up to `limit` expiry keys due at `now` and after the key `after`, earliest first.
-    /// Its cost is proportional to the number of due items, not to the size of the
-    /// blocklist.
-    pub fn due(&self, now: i64, after: Option<&[u8]>, limit: usize) -> Result<Vec<Vec<u8>>> {
-        let bound = keys::due_bound(now);
-        if after.is_some_and(|key| key >= &bound[..]) {
-            return Ok(Vec::new()); // an empty range; sled would panic on a reversed one
+    /// Up to `limit` expiry keys of items announced expired but still stored (at or before
+    /// the watermark), earliest first: what reclaiming has left to delete.
+    pub fn reclaimable(&self, limit: usize) -> Result<Vec<Vec<u8>>> {
+        let watermark = self.shared.sweep.watermark.load_full();
+        if watermark.is_empty() {
+            return Ok(Vec::new());
         }
-        let from = after.map_or(Bound::Unbounded, |key| Bound::Excluded(key.to_vec()));
-        let to = Bound::Excluded(bound.to_vec());
         self.handles()?
             .trees
             .expiry
-            .range::<Vec<u8>, _>((from, to))
+            .range::<Vec<u8>, _>((Bound::Unbounded, Bound::Included(watermark.to_vec())))
             .keys()
             .take(limit)
             .map(|k| Ok(k?.to_vec()))
@@ -827,7 +887,14 @@ impl Store {
             ));
         }
         let stored = trees.meta.get(COUNTS_KEY)?.and_then(|b| decode_counts(&b));
-        if let Ok(scanned) = scan_counts(&trees.items) {
+        let watermark = match read_watermark(&trees.meta) {
+            Ok(watermark) => watermark,
+            Err(e) => {
+                problems.push(format!("meta: {e}"));
+                Vec::new()
+            }
+        };
+        if let Ok(scanned) = scan_counts(&trees.items, &watermark) {
             if stored != Some(scanned) {
                 problems.push(format!(
                     "meta: item counts {stored:?} disagree with the items ({scanned:?})"
@@ -941,12 +1008,23 @@ impl Store {
         }
     }
 
-    /// Removes the items behind these due expiry keys (from [`Store::due`]) whose end has
-    /// really come; an item extended since the scan stays.
-    pub async fn expire(&self, expiry_keys: Vec<Vec<u8>>) -> Result<(Vec<Expired>, u64)> {
-        match self.submit(Op::Expire { expiry_keys }).await? {
+    /// Announces up to `limit` items due by `upto` (and by the commit time) expired, in
+    /// expiry-key order from the watermark: their `expired` events, the counts, the
+    /// watermark, in one commit. Their entries stay until [`Store::reclaim`].
+    pub async fn announce(&self, upto: i64, limit: usize) -> Result<(Vec<Expired>, u64)> {
+        match self.submit(Op::Announce { upto, limit }).await? {
             (Outcome::Expired(expired), revision) => Ok((expired, revision)),
-            other => unreachable!("expire answered with {other:?}"),
+            other => unreachable!("announce answered with {other:?}"),
+        }
+    }
+
+    /// Deletes the entries behind these expiry keys (from [`Store::reclaimable`]) and
+    /// their items, where the item is still the announced one. Returns how many entries
+    /// it deleted.
+    pub async fn reclaim(&self, expiry_keys: Vec<Vec<u8>>) -> Result<usize> {
+        match self.submit(Op::Reclaim { expiry_keys }).await? {
+            (Outcome::Count(n), _) => Ok(n),
+            other => unreachable!("reclaim answered with {other:?}"),
         }
     }
 

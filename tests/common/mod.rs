@@ -82,9 +82,14 @@ impl Daemon {
         metric(&self.scrape().await, name_and_labels)
     }
 
-    /// How many items the sweeper has expired (its lag histogram counts each one).
+    /// How many items the sweeper has announced expired (its lag histogram counts each one).
     pub async fn swept(&self) -> usize {
         self.metric("blocklist_sweeper_lag_seconds_count").await as usize
+    }
+
+    /// How many announced items the sweeper has deleted from storage.
+    pub async fn reclaimed(&self) -> usize {
+        self.metric("blocklist_reclaimed_entries_total").await as usize
     }
 
     pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
