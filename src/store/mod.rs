@@ -496,7 +496,7 @@ impl Store {
         let _ = durable.wait_for(|d| *d >= revision).await;
     }
 
-    /// Stored items per (kind, action) (expired ones count until swept); see [`count_slot`].
+    /// Stored items per (kind, action) (expired ones count until announced); see [`count_slot`].
     pub fn item_counts(&self) -> Counts {
         let c = &self.shared.feed.counts;
         [0, 1, 2, 3].map(|i| c[i].load(Ordering::Relaxed))

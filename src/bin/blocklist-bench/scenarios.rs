@@ -864,8 +864,10 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(wait as u64)).await;
         }
         let (phase, cpu) = self.add_phase_no_warmup(&server, window).await?;
-        // Wait (bounded) for the sweeper to finish, following its lag histogram.
-        let give_up = Instant::now() + Duration::from_secs(30);
+        // Wait (bounded) for the sweeper to finish, following its lag histogram; then for
+        // the storage of what it announced to be reclaimed, now that the writers stopped.
+        let window_end = Instant::now();
+        let give_up = window_end + Duration::from_secs(30);
         let log = loop {
             let lag = SweeperLag::scrape(server.addr).await?;
             if lag.expired >= loaded.items || Instant::now() > give_up {
@@ -873,6 +875,15 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
+        let give_up = Instant::now() + Duration::from_secs(120);
+        let reclaimed = loop {
+            let lag = SweeperLag::scrape(server.addr).await?;
+            if lag.reclaimed >= log.expired || Instant::now() > give_up {
+                break lag.reclaimed;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let reclaimed_after_s = window_end.elapsed().as_secs_f64();
         let mut server = server;
         let mut ours = Row::from_phase("expire", Role::Ours, &phase, cpu, false);
         if let Some(status) = server.exited() {
@@ -891,6 +902,9 @@ impl Bench {
         ours.p99_ms = Some(log.quantile_ms(0.99));
         ours.p999_ms = Some(log.quantile_ms(0.999));
         ours.extra.insert("expired".into(), log.expired as f64);
+        ours.extra.insert("reclaimed".into(), reclaimed as f64);
+        ours.extra
+            .insert("reclaimed_after_s".into(), reclaimed_after_s);
         ours.extra.insert("loaded".into(), loaded.items as f64);
         ours.extra
             .insert("load_items_s".into(), loaded.items_per_s());
@@ -908,7 +922,8 @@ impl Bench {
         ours.target("add drop ≤20%", drop.map(|d| d <= 0.20));
         ours.add_note(&format!(
             "{} items due over {:.0} s while add runs; p50/p99/p999 = sweeper lag (upper bounds of \
-             the daemon's `sweeper_lag_seconds` buckets), ops/s = add during the window",
+             the daemon's `sweeper_lag_seconds` buckets), ops/s = add during the window; \
+             reclaimed_after_s: from the window's end until their storage was reclaimed",
             loaded.items,
             window.as_secs_f64()
         ));
@@ -1082,9 +1097,11 @@ async fn wait_ready(addr: SocketAddr, path: &str, since: Instant) -> Result<Dura
 }
 
 /// The daemon's `blocklist_sweeper_lag_seconds` histogram (commit time − endTimestamp of
-/// each item the sweeper removed), read from `/metrics`.
+/// each item the sweeper announced expired) and reclaim counter, read from `/metrics`.
 struct SweeperLag {
     expired: usize,
+    /// `blocklist_reclaimed_entries_total`: announced items whose storage is deleted.
+    reclaimed: usize,
     /// Cumulative counts by bucket upper bound (seconds), ascending.
     buckets: Vec<(f64, u64)>,
 }
@@ -1096,6 +1113,7 @@ impl SweeperLag {
         let text = String::from_utf8_lossy(&body);
         let mut lag = SweeperLag {
             expired: 0,
+            reclaimed: 0,
             buckets: Vec::new(),
         };
         for line in text.lines() {
@@ -1107,6 +1125,8 @@ impl SweeperLag {
             };
             if name == "blocklist_sweeper_lag_seconds_count" {
                 lag.expired = value as usize;
+            } else if name == "blocklist_reclaimed_entries_total" {
+                lag.reclaimed = value as usize;
             } else if let Some(le) = name
                 .strip_prefix("blocklist_sweeper_lag_seconds_bucket{le=\"")
                 .and_then(|rest| rest.strip_suffix("\"}"))
