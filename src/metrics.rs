@@ -58,6 +58,8 @@ pub struct Metrics {
     pub sweeper_lag_seconds: Histogram,
     /// Expiry entries (with their items) deleted after being announced expired.
     pub reclaimed_entries: Counter,
+    /// Items announced expired whose storage is still to be reclaimed.
+    pub unreclaimed: Gauge,
     /// Requests per group commit.
     pub commit_batch_requests: Histogram,
     /// Transaction + flush + fsync of one group commit.
@@ -116,6 +118,12 @@ impl Metrics {
             "Expired items whose storage was deleted after their expiry was announced",
             reclaimed_entries.clone(),
         );
+        let unreclaimed = Gauge::default();
+        registry.register(
+            "unreclaimed_items",
+            "Items announced expired whose storage is still to be reclaimed",
+            unreclaimed.clone(),
+        );
         let commit_batch_requests = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         registry.register(
             "commit_batch_requests",
@@ -154,6 +162,7 @@ impl Metrics {
             request_seconds,
             sweeper_lag_seconds,
             reclaimed_entries,
+            unreclaimed,
             commit_batch_requests,
             commit_seconds,
             items,
@@ -186,6 +195,7 @@ impl Metrics {
             }
         }
         self.revision.set(store.revision() as i64);
+        self.unreclaimed.set(store.unreclaimed() as i64);
         if let Ok(bytes) = store.size_on_disk() {
             self.disk_bytes.set(bytes as i64);
         }

@@ -206,6 +206,8 @@ async fn announced_items_stay_expired_across_writes_and_restarts_until_reclaimed
     let mb = r#"blocklist_items{kind="node",action="MARK_BLOCKED"}"#;
     assert_eq!(d.metric(mb).await, 1.0, "announced items leave the counts");
     assert_eq!(d.reclaimed().await, 0);
+    let unreclaimed = "blocklist_unreclaimed_items";
+    assert_eq!(d.metric(unreclaimed).await, 20.0);
     // An announced item is gone for writers too: a delete finds nothing, a re-add is new.
     assert_eq!(
         d.delete("/blocklist/nodes/a0").await.0,
@@ -221,6 +223,11 @@ async fn announced_items_stay_expired_across_writes_and_restarts_until_reclaimed
         StatusCode::CREATED
     );
     assert_eq!(d.metric(mb).await, 2.0);
+    assert_eq!(
+        d.metric(unreclaimed).await,
+        18.0,
+        "a0 and a1's old storage went"
+    );
     d.kill9();
 
     // On disk: the 18 untouched announced items and their entries, a1's new item, keep.
@@ -239,6 +246,7 @@ async fn announced_items_stay_expired_across_writes_and_restarts_until_reclaimed
         StatusCode::CREATED
     );
     assert_eq!(d.metric(mb).await, 3.0, "the counts survived the restart");
+    assert_eq!(d.metric(unreclaimed).await, 18.0, "counted again at start");
     assert_eq!(d.swept().await, 0, "nothing is announced twice");
     let events = Watch::open(&d, Some(0), None).await.unwrap().take(43).await;
     assert_consecutive(&events, 0);
@@ -267,6 +275,7 @@ async fn announced_items_stay_expired_across_writes_and_restarts_until_reclaimed
     })
     .await;
     assert_eq!(d.swept().await, 0);
+    assert_eq!(d.metric(unreclaimed).await, 0.0);
     assert!(d.terminate().success());
     let (problems, sizes) = ws.inspect();
     assert!(problems.is_empty(), "{problems:?}");
@@ -311,6 +320,7 @@ fn a_write_whose_end_the_watermark_passed_announces_itself() {
             .await
             .unwrap();
         assert_eq!(store.item_counts(), [0; 4], "b came and went");
+        assert_eq!(store.unreclaimed(), 3);
         let (announced, _) = store.announce(i64::MAX, 100).await.unwrap();
         assert!(
             announced.is_empty(),
@@ -323,6 +333,11 @@ fn a_write_whose_end_the_watermark_passed_announces_itself() {
             .await
             .unwrap();
         assert_eq!(store.item_counts()[2], 1);
+        assert_eq!(
+            store.unreclaimed(),
+            2,
+            "b's announced storage went with the write"
+        );
         store.events_between(before - 2, after, 100).unwrap()
     });
     let summary: Vec<(EventType, String)> = events

@@ -196,6 +196,9 @@ pub(crate) struct Committer {
     /// The expiry watermark after the last committed transaction (see
     /// [`super::WATERMARK_KEY`]).
     pub watermark: Vec<u8>,
+    /// Items announced expired whose storage is not reclaimed yet, after the last committed
+    /// transaction.
+    pub unreclaimed: u64,
     /// Events committed but not known durable (a flush failed after their transaction),
     /// held across a reopen: those whose revision survived it are published then.
     pub unpublished: Vec<Event>,
@@ -307,11 +310,14 @@ impl Committer {
             revision,
             counts,
             watermark,
+            unreclaimed,
             ..
         }) = &transacted
         {
             self.revision = *revision;
             self.counts = *counts;
+            self.unreclaimed = *unreclaimed;
+            self.feed.unreclaimed.store(*unreclaimed, Ordering::Relaxed);
             if *watermark != self.watermark {
                 self.watermark.clone_from(watermark);
                 self.sweep.watermark.store(Arc::new(watermark.clone()));
@@ -423,6 +429,7 @@ impl Committer {
             counts,
             first_retained,
             watermark,
+            unreclaimed,
         } = open_handles(&self.config).map_err(|e| format!("reopening failed: {e}"))?;
         self.log = if self.config.fsync {
             Some(Arc::new(
@@ -440,6 +447,8 @@ impl Committer {
         self.counts = counts;
         self.sweep.watermark.store(Arc::new(watermark.clone()));
         self.watermark = watermark;
+        self.unreclaimed = unreclaimed;
+        self.feed.unreclaimed.store(unreclaimed, Ordering::Relaxed);
         self.feed.committed.store(revision, Ordering::SeqCst);
         self.feed
             .first_retained
@@ -573,6 +582,7 @@ impl Committer {
                     emitted: RefCell::new(Vec::new()),
                     counts: Cell::new(self.counts.map(|c| c as i64)),
                     watermark: RefCell::new(self.watermark.clone()),
+                    unreclaimed: Cell::new(self.unreclaimed as i64),
                     announcing_stopped: Cell::new(false),
                 };
                 let outcomes = ops
@@ -604,6 +614,7 @@ impl Committer {
                     revision,
                     counts,
                     watermark,
+                    unreclaimed: tx.unreclaimed.get().max(0) as u64,
                 })
             })
             .map_err(|e| match e {
@@ -614,13 +625,14 @@ impl Committer {
 }
 
 /// What a committed transaction did: one outcome per op, the events in revision order,
-/// and the revision, counts and watermark after it.
+/// and the revision, counts, watermark and unreclaimed count after it.
 struct Transacted {
     outcomes: Vec<Result<Applied, StoreError>>,
     events: Vec<Event>,
     revision: u64,
     counts: Counts,
     watermark: Vec<u8>,
+    unreclaimed: u64,
 }
 
 /// Answers every request of a batch with the same failure.
@@ -689,6 +701,8 @@ struct Tx<'a> {
     counts: Cell<[i64; 4]>,
     /// The expiry watermark as this transaction goes.
     watermark: RefCell<Vec<u8>>,
+    /// Expiry entries at or before the watermark, as this transaction goes.
+    unreclaimed: Cell<i64>,
     /// An announce op met an item not due yet: later ones in this transaction announce
     /// nothing, since their keys were scanned past it and the watermark must not skip it.
     announcing_stopped: Cell<bool>,
@@ -962,7 +976,10 @@ impl Tx<'_> {
             match self.read(kind, id)? {
                 // A corrupt item is passed over (never announced) for `blocklistd check` to
                 // report: holding the watermark on it would stop all expiry.
-                Err(e) => tracing::error!(error = %e, "a due item cannot be read; not announced"),
+                Err(e) => {
+                    tracing::error!(error = %e, "a due item cannot be read; not announced");
+                    self.add_unreclaimed(1); // its entry is left behind the watermark
+                }
                 Ok(Some(block)) if block.end == end => {
                     if block.is_active(self.now) {
                         // The scan and the commit disagree on now (the clock went back).
@@ -970,6 +987,7 @@ impl Tx<'_> {
                         break;
                     }
                     self.count(kind, &block, -1);
+                    self.add_unreclaimed(1);
                     self.emit_item(EventType::Expired, kind, id, &block)?;
                     expired.push(Expired {
                         kind,
@@ -1011,7 +1029,12 @@ impl Tx<'_> {
                 }
             }
         }
+        self.add_unreclaimed(-(deleted as i64));
         Ok(Ok((Outcome::Count(deleted), i64::MAX)))
+    }
+
+    fn add_unreclaimed(&self, delta: i64) {
+        self.unreclaimed.set(self.unreclaimed.get() + delta);
     }
 
     /// Whether `(kind, id)`'s `block` has been announced expired (see
@@ -1042,8 +1065,11 @@ impl Tx<'_> {
 
     /// Stores `new` for `(kind, id)`, moving its expiry entry from `old`'s end to `new`'s.
     fn write(&self, kind: Kind, id: &str, old: Option<&Block>, new: &Block) -> TxResult<()> {
-        if let Some(old) = old.filter(|old| !self.is_announced(kind, id, old)) {
-            self.count(kind, old, -1);
+        match old {
+            // Announced: out of the counts already, and its entry goes below.
+            Some(old) if self.is_announced(kind, id, old) => self.add_unreclaimed(-1),
+            Some(old) => self.count(kind, old, -1),
+            None => {}
         }
         self.count(kind, new, 1);
         // Remove the old index entry first: when both ends are equal, the insert below puts
@@ -1081,13 +1107,16 @@ impl Tx<'_> {
         // has already passed: the sweeper will never announce it, so this write does.
         if self.is_announced(kind, id, block) {
             self.count(kind, block, -1);
+            self.add_unreclaimed(1);
             self.emit_item(EventType::Expired, kind, id, block)?;
         }
         Ok(())
     }
 
     fn delete(&self, kind: Kind, id: &str, old: &Block) -> TxResult<()> {
-        if !self.is_announced(kind, id, old) {
+        if self.is_announced(kind, id, old) {
+            self.add_unreclaimed(-1);
+        } else {
             self.count(kind, old, -1);
         }
         if !old.is_permanent() {

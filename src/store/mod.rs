@@ -166,6 +166,8 @@ pub(crate) struct Feed {
     pub first_retained: AtomicU64,
     /// Stored items per (kind, action), as of the last commit.
     pub counts: [AtomicU64; 4],
+    /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
+    pub unreclaimed: AtomicU64,
     /// Which keys changed at which `seq`, for readers that cache.
     pub stamps: stamps::ChangeStamps,
 }
@@ -183,6 +185,8 @@ pub(crate) struct Opened {
     pub counts: Counts,
     pub first_retained: u64,
     pub watermark: Vec<u8>,
+    /// Expiry entries at or before the watermark (announced, not reclaimed).
+    pub unreclaimed: u64,
 }
 
 /// Opens the sled database in `config.data_dir`, upgrades its schema, and reads the
@@ -213,6 +217,7 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
             None => 0,
         };
     let watermark = read_watermark(&trees.meta)?;
+    let unreclaimed = count_unreclaimed(&trees.expiry, &watermark)?;
     let counts = match trees.meta.get(COUNTS_KEY)? {
         Some(bytes) => decode_counts(&bytes)
             .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
@@ -228,7 +233,25 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         counts,
         first_retained,
         watermark,
+        unreclaimed,
     })
+}
+
+/// How many expiry entries are at or before the watermark: a scan of that backlog only,
+/// which reclaiming keeps short (none at all on a store that was idle before it stopped).
+fn count_unreclaimed(expiry: &Tree, watermark: &[u8]) -> Result<u64> {
+    if watermark.is_empty() {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for key in expiry
+        .range::<&[u8], _>((Bound::Unbounded, Bound::Included(watermark)))
+        .keys()
+    {
+        key?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// The stored expiry watermark; empty (nothing announced) when there is none yet.
@@ -384,6 +407,7 @@ impl Store {
             counts,
             first_retained,
             watermark,
+            unreclaimed,
         } = open_handles(config)?;
         let feed = Arc::new(Feed {
             committed: AtomicU64::new(revision),
@@ -392,6 +416,7 @@ impl Store {
             live: broadcast::channel(config.feed_buffer.max(1)).0,
             first_retained: AtomicU64::new(first_retained),
             counts: counts.map(AtomicU64::new),
+            unreclaimed: AtomicU64::new(unreclaimed),
             stamps: stamps::ChangeStamps::new(),
         });
         let log = if config.fsync {
@@ -428,6 +453,7 @@ impl Store {
             revision,
             counts,
             watermark,
+            unreclaimed,
             unpublished: Vec::new(),
             retention: config.retention,
             metrics: config.metrics.clone(),
@@ -496,7 +522,12 @@ impl Store {
         let _ = durable.wait_for(|d| *d >= revision).await;
     }
 
-    /// Stored items per (kind, action) (expired ones count until announced); see [`count_slot`].
+    pub fn unreclaimed(&self) -> u64 {
+        self.shared.feed.unreclaimed.load(Ordering::Relaxed)
+    }
+
+    /// Stored items per (kind, action) (expired ones count until announced); see
+    /// [`count_slot`].
     pub fn item_counts(&self) -> Counts {
         let c = &self.shared.feed.counts;
         [0, 1, 2, 3].map(|i| c[i].load(Ordering::Relaxed))
