@@ -286,6 +286,7 @@ async fn a_newer_schema_is_refused() {
             .unwrap();
         db.flush().unwrap();
     }
+    wait_until_unlocked(&dir);
     let stderr = refused_start(&dir);
     assert!(stderr.contains("schema version 99"), "{stderr}");
 }

@@ -247,8 +247,20 @@ async fn a_slow_watcher_is_disconnected_while_writers_go_on_and_can_resume() {
     // About 20 MB of events: more than socket buffers and queues can hold.
     let total = 20_000u64;
     // A watcher that keeps reading gets every event, bursts of 1,000 per commit included.
+    // "Keeps reading" is made exact: the next burst is written only once it has read the
+    // last one (on a loaded machine a reader task can otherwise fall a burst behind).
     let mut fast = Watch::open(&d, None, None).await.unwrap();
-    let fast = tokio::spawn(async move { fast.take(total as usize).await });
+    let read_up_to = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let progress = read_up_to.clone();
+    let fast = tokio::spawn(async move {
+        let mut got = Vec::with_capacity(total as usize);
+        while got.len() < total as usize {
+            let event = fast.next().await.expect("the fast watcher is not cut off");
+            progress.store(event.id, std::sync::atomic::Ordering::SeqCst);
+            got.push(event);
+        }
+        got
+    });
     let cause = "c".repeat(1000);
     for batch in 0..20 {
         let items: Vec<Value> = (0..1000)
@@ -260,6 +272,12 @@ async fn a_slow_watcher_is_disconnected_while_writers_go_on_and_can_resume() {
                 .0,
             StatusCode::CREATED
         );
+        let written = (batch + 1) * 1000;
+        eventually("the fast watcher to read the burst", || {
+            let read = read_up_to.load(std::sync::atomic::Ordering::SeqCst);
+            async move { read >= written }
+        })
+        .await;
     }
     // Now read: a prefix in order, then the end of the stream.
     let mut got = Vec::new();
@@ -347,6 +365,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_data() {
             .unwrap();
         db.flush().unwrap();
     }
+    wait_until_unlocked(&dir);
     let mut ws = ws;
     let d = start_upgrading(&mut ws);
     let (_, node) = d.get("/blocklist/nodes/n1").await;
@@ -428,6 +447,7 @@ async fn a_version_2_log_is_still_served_after_the_upgrade() {
             .unwrap();
         db.flush().unwrap();
     }
+    wait_until_unlocked(&dir);
     let mut ws = ws;
     let d = start_upgrading(&mut ws);
     assert_eq!(d.listing().await["revision"], 1);

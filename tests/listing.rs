@@ -306,6 +306,8 @@ fn corrupt(ws: &Workspace, key: &[u8]) {
         .insert(key, &[0xFF][..])
         .unwrap();
     db.flush().unwrap();
+    drop(db);
+    wait_until_unlocked(&ws.data_dir());
 }
 
 #[tokio::test]

@@ -199,6 +199,7 @@ async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant
         expiry.remove(key).unwrap();
         db.flush().unwrap();
     }
+    wait_until_unlocked(&dir);
     let out = blocklistd(&["check".as_ref(), "--data-dir".as_ref(), dir.as_os_str()]);
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -169,6 +169,7 @@ async fn a_corrupted_data_dir_is_refused_and_left_as_it_was() {
             .unwrap();
         db.flush().unwrap();
     }
+    wait_until_unlocked(&dir);
     // The log and the config are the data; sled may rewrite its snapshot (a cache of the
     // log) when it opens a directory, before our own checks can run.
     let data_files = || -> Vec<(String, Vec<u8>)> {

@@ -57,7 +57,7 @@ impl Workspace {
     pub fn inspect(&self) -> (Vec<String>, (usize, usize)) {
         let dir = self.data_dir();
         // On a plain thread: the store's shutdown blocks, which a tokio worker may not do.
-        std::thread::spawn(move || {
+        let result = std::thread::spawn(move || {
             let store = Store::open(&StoreConfig::new(dir)).expect("open the store offline");
             let problems = store.verify().expect("verify");
             let sizes = store.tree_sizes().expect("tree sizes");
@@ -65,8 +65,29 @@ impl Workspace {
             (problems, sizes)
         })
         .join()
-        .expect("inspect thread")
+        .expect("inspect thread");
+        wait_until_unlocked(&self.data_dir());
+        result
     }
+}
+
+/// Waits until no sled instance in this process holds the database in `dir` any more.
+///
+/// Dropping a `sled::Db` (or closing a `Store`) does not release the database's file lock
+/// at once: sled's I/O threads finish their last writes holding it. A daemon started in
+/// that window refuses the dir as in use, so a test that opened the database in-process
+/// calls this before starting one.
+pub fn wait_until_unlocked(dir: &Path) {
+    use rustix::fs::{flock, FlockOperation};
+    let Ok(file) = std::fs::File::open(dir.join("db")) else {
+        return; // no database yet
+    };
+    let deadline = Instant::now() + DEADLINE;
+    while flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        assert!(Instant::now() < deadline, "{} stays locked", dir.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Closing the file releases the lock we took.
 }
 
 impl Daemon {
