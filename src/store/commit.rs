@@ -28,9 +28,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::sync::{self, Group, Stage};
 use super::{
-    announced, codec, count_slot, encode_counts, keys, open_handles, registration, Counts, Feed,
-    Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY, REVISION_KEY,
-    WATERMARK_KEY,
+    after_watermark, announced, codec, count_slot, encode_counts, keys, open_handles, registration,
+    Counts, Feed, Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY,
+    REVISION_KEY, WATERMARK_KEY,
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -533,13 +533,8 @@ impl Committer {
                 if after.as_slice() >= &bound[..] {
                     return Ok(Vec::new()); // an empty range; sled would panic on a reversed one
                 }
-                let from = if after.is_empty() {
-                    Bound::Unbounded
-                } else {
-                    Bound::Excluded(after.clone())
-                };
                 let due = expiry
-                    .range::<Vec<u8>, _>((from, Bound::Excluded(bound.to_vec())))
+                    .range::<Vec<u8>, _>((after_watermark(&after), Bound::Excluded(bound.to_vec())))
                     .keys()
                     .take(*limit)
                     .map(|key| Ok(key?.to_vec()))

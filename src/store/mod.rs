@@ -254,6 +254,15 @@ fn count_unreclaimed(expiry: &Tree, watermark: &[u8]) -> Result<u64> {
     Ok(n)
 }
 
+/// Where the expiry keys not yet announced begin.
+pub(crate) fn after_watermark(watermark: &[u8]) -> Bound<Vec<u8>> {
+    if watermark.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(watermark.to_vec())
+    }
+}
+
 /// The stored expiry watermark; empty (nothing announced) when there is none yet.
 fn read_watermark(meta: &Tree) -> Result<Vec<u8>> {
     match meta.get(WATERMARK_KEY)? {
@@ -522,6 +531,7 @@ impl Store {
         let _ = durable.wait_for(|d| *d >= revision).await;
     }
 
+    /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
     pub fn unreclaimed(&self) -> u64 {
         self.shared.feed.unreclaimed.load(Ordering::Relaxed)
     }
@@ -747,12 +757,7 @@ impl Store {
 
     /// The earliest end in the expiry index not yet announced expired, if any.
     pub fn first_deadline(&self) -> Result<Option<i64>> {
-        let watermark = self.shared.sweep.watermark.load();
-        let from = if watermark.is_empty() {
-            Bound::Unbounded
-        } else {
-            Bound::Excluded(watermark.to_vec())
-        };
+        let from = after_watermark(&self.shared.sweep.watermark.load());
         let first = self
             .handles()?
             .trees
