@@ -262,8 +262,15 @@ impl Bench {
         (self.settings.duration / 5).min(Duration::from_secs(1))
     }
 
-    /// With `--wait-quiet S`, waits up to S seconds for other processes to go quiet.
+    /// Before a measured phase: writes the machine's dirty pages back (`sync(2)`), then,
+    /// with `--wait-quiet S`, waits up to S seconds for other processes to go quiet.
+    ///
+    /// The sync is for the daemon's fsyncs, which otherwise queue behind whatever else is
+    /// waiting for the disk: right after `cargo build --release` (~100 MB of fresh
+    /// binaries) the kernel's writeback stalled them for 40–75 ms, which was the whole of
+    /// `add`'s p99 at half load (5.8–7.2 ms after a sync).
     async fn wait_quiet(&self, pids: &[u32]) {
+        let _ = tokio::task::spawn_blocking(rustix::fs::sync).await;
         if self.settings.wait_quiet.is_zero() {
             return;
         }
