@@ -42,8 +42,10 @@ fn check(dir: &Path) -> Result<(), String> {
     let problems = store.verify().map_err(|e| e.to_string())?;
     let (items, expiry) = store.tree_sizes().map_err(|e| e.to_string())?;
     println!(
-        "{}: {items} items, {expiry} expiry entries, revision {}, events from {}",
+        "{}: {items} items ({} expired, storage not reclaimed yet), {expiry} expiry entries, \
+         revision {}, events from {}",
         dir.display(),
+        store.unreclaimed(),
         store.revision(),
         store.first_retained()
     );

@@ -234,6 +234,17 @@ async fn announced_items_stay_expired_across_writes_and_restarts_until_reclaimed
     let (problems, sizes) = ws.inspect();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(sizes, (20, 18));
+    let out = blocklistd(&[
+        "check".as_ref(),
+        "--data-dir".as_ref(),
+        ws.data_dir().as_os_str(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("20 items (18 expired, storage not reclaimed yet)"),
+        "{stdout}"
+    );
 
     let d = ws.start(&NO_RECLAIM);
     assert_eq!(

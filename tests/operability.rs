@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::process::Command;
 
 use common::*;
 use reqwest::StatusCode;
@@ -160,13 +159,6 @@ async fn sigterm_completes_requests_in_flight_and_exits_0() {
             "{id} was acknowledged before shutdown but is gone"
         );
     }
-}
-
-fn blocklistd(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run blocklistd")
 }
 
 #[tokio::test]

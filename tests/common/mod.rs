@@ -299,6 +299,14 @@ where
     }
 }
 
+/// Runs the binary (an offline subcommand) to completion and returns what it printed.
+pub fn blocklistd(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run blocklistd")
+}
+
 /// Runs the binary to completion with these arguments; returns status and stderr.
 pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
     let mut child = Command::new(BIN)
