@@ -150,3 +150,131 @@ async fn adds_racing_the_sweeper_keep_the_index_whole_and_never_resurrect() {
     let (problems, _) = ws.inspect();
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+/// Writers racing both phases of expiry — announcing, and reclaiming with no pause
+/// required — on a small pool of ids: the change feed replayed from the start never
+/// contradicts itself (no `added` over a present item, no `merged`, `removed` or `expired`
+/// of an absent one, so no item is announced twice or resurrected), ends where the listing
+/// is, and the store is whole and fully reclaimed afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_racing_announce_and_reclaim_keep_the_feed_consistent() {
+    race_the_sweeper(
+        &["--reclaim-idle-ms", "0", "--reclaim-min-rate", "100000"],
+        true,
+    )
+    .await;
+}
+
+/// The same with reclaiming held off, so writes keep meeting announced items still stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_over_announced_unreclaimed_items_keep_the_feed_consistent() {
+    race_the_sweeper(
+        &["--reclaim-idle-ms", "3600000", "--reclaim-min-rate", "0"],
+        false,
+    )
+    .await;
+}
+
+async fn race_the_sweeper(flags: &[&str], reclaims: bool) {
+    let mut ws = Workspace::new();
+    let d = ws.start(flags);
+    let client = reqwest::Client::new();
+    let until = now_ms() + 2_500;
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let (client, base) = (client.clone(), d.url("/blocklist/nodes"));
+        tasks.push(tokio::spawn(async move {
+            let mut seed = w * 7919 + 1;
+            let mut next = move |n: u64| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 33) % n
+            };
+            while now_ms() < until {
+                let id = format!("n{}", next(40));
+                let status = match next(10) {
+                    0 => client.delete(format!("{base}/{id}")).send().await,
+                    k => {
+                        let mut body = json!({"id": id, "action": "MARK_BLOCKED",
+                            "cause": format!("w{w}"), "allowMerge": k % 2 == 0});
+                        // Mostly short, so they come due all the time; some permanent.
+                        if k != 9 {
+                            body["timeout"] = json!(20 + next(200));
+                        }
+                        client.post(&base).json(&json!([body])).send().await
+                    }
+                }
+                .unwrap()
+                .status();
+                assert!(
+                    [200, 201, 202, 204, 404, 409].contains(&status.as_u16()),
+                    "{status}"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Quiet: every short item is due; wait for the sweeper to announce (and reclaim) them.
+    let listed = |v: &Value| -> BTreeSet<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    eventually(
+        "the sweeper to announce (and reclaim) everything due",
+        || async {
+            let counted = d
+                .metric(r#"blocklist_items{kind="node",action="MARK_BLOCKED"}"#)
+                .await;
+            let listing = listed(&d.get("/blocklist/nodes").await.1);
+            let unreclaimed = d.metric("blocklist_unreclaimed_items").await;
+            counted as usize == listing.len() && (unreclaimed == 0.0 || !reclaims)
+        },
+    )
+    .await;
+    let (_, revision) = revision_of(&d, reqwest::Method::GET, "/blocklist/nodes", None).await;
+    let listing = listed(&d.get("/blocklist/nodes").await.1);
+    let events = Watch::open(&d, Some(0), None)
+        .await
+        .unwrap()
+        .take(revision as usize)
+        .await;
+    assert_consecutive(&events, 0);
+    let mut present = BTreeSet::new();
+    for e in &events {
+        let id = e.data["id"].as_str().unwrap().to_owned();
+        let ok = match e.event.as_str() {
+            "added" => present.insert(id.clone()),
+            "merged" => present.contains(&id),
+            "removed" | "expired" => present.remove(&id),
+            other => panic!("unexpected event {other}"),
+        };
+        assert!(
+            ok,
+            "revision {}: {} {id} contradicts the feed so far",
+            e.id, e.event
+        );
+    }
+    assert_eq!(present, listing, "the feed replayed is the listing");
+    assert!(d.terminate().success());
+    let (problems, (items, expiry)) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+    if reclaims {
+        assert_eq!(
+            (items, expiry),
+            (listing.len(), 0),
+            "only permanent items are left"
+        );
+    } else {
+        assert!(
+            items > listing.len() && expiry > 0,
+            "announced items are still stored"
+        );
+    }
+}

@@ -2,7 +2,6 @@
 
 mod common;
 
-
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
