@@ -1,5 +1,6 @@
-//! Concurrency: merges are linearizable, add-without-merge races have one winner, and adds
-//! racing the sweeper never break the index or resurrect an expired item.
+//! Concurrency: merges are linearizable, add-without-merge races have one winner, adds
+//! racing the sweeper never break the index or resurrect an expired item, and writers
+//! racing both phases of expiry keep the change feed consistent with the store.
 
 mod common;
 
