@@ -30,7 +30,7 @@ use super::sync::{self, Group, Stage};
 use super::{
     after_watermark, announced, codec, count_slot, encode_counts, keys, open_handles, registration,
     Counts, Feed, Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY,
-    REVISION_KEY, WATERMARK_KEY,
+    REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
 };
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -603,13 +603,17 @@ impl Committer {
                 if watermark != self.watermark {
                     meta.insert(WATERMARK_KEY, watermark.as_slice())?;
                 }
+                let unreclaimed = tx.unreclaimed.get().max(0) as u64;
+                if unreclaimed != self.unreclaimed {
+                    meta.insert(UNRECLAIMED_KEY, &unreclaimed.to_be_bytes())?;
+                }
                 Ok(Transacted {
                     outcomes,
                     events: tx.emitted.into_inner(),
                     revision,
                     counts,
                     watermark,
-                    unreclaimed: tx.unreclaimed.get().max(0) as u64,
+                    unreclaimed,
                 })
             })
             .map_err(|e| match e {

@@ -5,6 +5,9 @@
 //! expiry  key: end(8, big-endian u64) ++ kind(1) ++ id   value: empty
 //! meta    key: b"schema_version"                      value: u32 big-endian
 //!         key: b"revision"                            value: u64 big-endian (schema 2)
+//!         key: b"item_counts"                         value: 4 × u64 big-endian (schema 2)
+//!         key: b"expiry_watermark"                    value: an expiry key (schema 5)
+//!         key: b"unreclaimed"                         value: u64 big-endian (schema 5)
 //! events  key: revision (8, big-endian u64)           value: codec event (schema 2)
 //! tm_node   key: task manager id                      value: codec registration (its node)
 //! node_tms  key: node id ++ 0x00 ++ task manager id   value: empty
