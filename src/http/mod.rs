@@ -6,6 +6,7 @@ mod check;
 mod error;
 mod events;
 mod extract;
+mod observe;
 mod openapi;
 mod ops;
 mod stream;
@@ -206,7 +207,7 @@ pub fn router(state: AppState) -> Router {
             auth::require_token,
         ));
     }
-    app.layer(middleware::from_fn_with_state(state.clone(), ops::observe))
+    app.layer(observe::ObserveLayer::new(state.metrics.clone()))
         .with_state(state)
 }
 

@@ -1,12 +1,9 @@
-//! What the cluster's machinery asks: probes, metrics, and the per-request measurements
-//! behind them.
+//! What the cluster's machinery asks: probes and metrics (the per-request measurements
+//! behind them are [`super::observe`]).
 
-use std::time::Instant;
-
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -15,7 +12,6 @@ use serde_json::json;
 use super::error::Result;
 use super::openapi::{Health, Readiness, Unavailable};
 use super::AppState;
-use crate::metrics::{RejectLabels, RequestLabels};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -89,57 +85,4 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response> {
         text,
     )
         .into_response())
-}
-
-/// The metric label of a method: the methods we serve by name, the rest as one.
-fn method_label(method: &Method) -> &'static str {
-    match *method {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        _ => "other",
-    }
-}
-
-/// Middleware: times every request by route and status, counts refusals, and logs one line
-/// per request at debug (never headers: they may hold a token).
-pub async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = method_label(req.method());
-    // The route template, not the raw path: ids must not explode the label space.
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .and_then(|m| {
-            super::ROUTES
-                .iter()
-                .find(|(_, path)| *path == m.as_str())
-                .map(|(_, path)| *path)
-        })
-        .unwrap_or("unmatched");
-    let response = next.run(req).await;
-    let status = response.status().as_u16();
-    let elapsed = started.elapsed();
-    tracing::debug!(%method, %route, status, ?elapsed, "request");
-    if status >= 400 {
-        state
-            .metrics
-            .rejected
-            .get_or_create(&RejectLabels { status })
-            .inc();
-    }
-    state
-        .metrics
-        .request_seconds
-        .get_or_create(&RequestLabels {
-            method,
-            route,
-            status,
-        })
-        .observe(elapsed.as_secs_f64());
-    response
 }
