@@ -14,8 +14,9 @@
 //! until writers pause for [`Reclaim::idle`], with a trickle of at least
 //! [`Reclaim::min_rate`] entries/s under continuous writes, so a mass expiry does not halve
 //! the write rate. A writer that stores an end earlier than the one we sleep on wakes us
-//! ([`SweepSignal::deadline_added`]). The 60 s cap covers wall-clock jumps. Readers never
-//! depend on us: they filter `end <= now` themselves, so a late sweep is never visible.
+//! ([`SweepSignal::deadline_added`]). The 60 s cap covers wall-clock jumps and bounds every
+//! sleep, even with nothing due. Readers never depend on us: they filter `end <= now`
+//! themselves, so a late sweep is never visible.
 //!
 //! [`SweepSignal::deadline_added`]: crate::store::SweepSignal::deadline_added
 
@@ -86,8 +87,7 @@ pub async fn run(store: Store, min_interval: Duration, reclaim: Reclaim, metrics
         let notified = signal.wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // While we look, any writer's new deadline counts as earlier than ours.
-        signal.next_deadline.store(i64::MIN, Ordering::SeqCst);
+        signal.looking();
         let now = now_ms();
         let first = match store.first_deadline() {
             Ok(first) => first,
@@ -139,18 +139,19 @@ pub async fn run(store: Store, min_interval: Duration, reclaim: Reclaim, metrics
             }
             continue;
         }
-        signal
-            .next_deadline
-            .store(deadline.unwrap_or(i64::MAX), Ordering::SeqCst);
-        match deadline.into_iter().chain(reclaim_at).min() {
-            Some(at) => {
-                let wait = Duration::from_millis(at.saturating_sub(now) as u64).min(MAX_SLEEP);
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = notified => {}
-                }
-            }
-            None => notified.await,
+        signal.sleeping_until(deadline);
+        // Nothing to wait for still sleeps at most MAX_SLEEP: a cheap look a minute keeps a
+        // lost wake-up, were there one, from lasting.
+        let wait = deadline
+            .into_iter()
+            .chain(reclaim_at)
+            .min()
+            .map_or(MAX_SLEEP, |at| {
+                Duration::from_millis(at.saturating_sub(now) as u64).min(MAX_SLEEP)
+            });
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = notified => {}
         }
     }
 }

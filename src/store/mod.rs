@@ -394,8 +394,9 @@ pub(crate) fn scan_counts(items: &Tree, watermark: &[u8]) -> Result<Counts> {
 /// What the committer tells the sweeper: a deadline earlier than the one it sleeps on,
 /// how far expiry has been announced, and when clients last wrote.
 pub struct SweepSignal {
-    /// The deadline the sweeper currently sleeps until (unix ms), `i64::MAX` when none.
-    pub next_deadline: AtomicI64,
+    /// What a writer's new deadline must come before to wake the sweeper (unix ms): the
+    /// deadline it sleeps until, or [`LOOKING`] while it reads the index.
+    next_deadline: AtomicI64,
     pub wake: Notify,
     /// The expiry watermark as of the last commit (see [`WATERMARK_KEY`]).
     pub watermark: ArcSwap<Vec<u8>>,
@@ -404,13 +405,41 @@ pub struct SweepSignal {
     pub last_write: AtomicI64,
 }
 
+/// [`SweepSignal::next_deadline`] while the sweeper reads the index: every deadline a
+/// writer adds then may be one its read missed, so every one wakes it. (Any finite end is
+/// below it; a permanent item has no deadline and is never added.)
+const LOOKING: i64 = i64::MAX;
+
 impl SweepSignal {
+    fn new(watermark: Vec<u8>) -> SweepSignal {
+        SweepSignal {
+            next_deadline: AtomicI64::new(i64::MAX),
+            wake: Notify::new(),
+            watermark: ArcSwap::from_pointee(watermark),
+            // Start-up counts as a write: clients reconnect and write then.
+            last_write: AtomicI64::new(crate::clock::now_ms()),
+        }
+    }
+
     /// Wakes the sweeper if `end` comes before what it sleeps on. `Notify` keeps a permit
     /// when nobody waits, so a wake-up between its scan and its sleep is not lost.
     pub fn deadline_added(&self, end: i64) {
         if end < self.next_deadline.load(Ordering::Acquire) {
             self.wake.notify_one();
         }
+    }
+
+    /// The sweeper is about to read the index (its wake-up already armed): until it sleeps
+    /// again, any new deadline wakes it.
+    pub fn looking(&self) {
+        self.next_deadline.store(LOOKING, Ordering::SeqCst);
+    }
+
+    /// The sweeper will sleep until `deadline` (`None`: no deadline in the index); from now
+    /// on only an earlier one wakes it.
+    pub fn sleeping_until(&self, deadline: Option<i64>) {
+        self.next_deadline
+            .store(deadline.unwrap_or(i64::MAX), Ordering::SeqCst);
     }
 }
 
@@ -444,13 +473,7 @@ impl Store {
         } else {
             None
         };
-        let sweep = Arc::new(SweepSignal {
-            next_deadline: AtomicI64::new(i64::MAX),
-            wake: Notify::new(),
-            watermark: ArcSwap::from_pointee(watermark.clone()),
-            // Start-up counts as a write: clients reconnect and write then.
-            last_write: AtomicI64::new(crate::clock::now_ms()),
-        });
+        let sweep = Arc::new(SweepSignal::new(watermark.clone()));
         let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
         let handles = Arc::new(handles);
         let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
@@ -1155,5 +1178,71 @@ fn bad_key(key: &[u8]) -> StoreError {
     StoreError::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
         source: CodecError::Decode("malformed key".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::SweepSignal;
+
+    /// Whether the sweeper, having armed its wake-up before `between` ran, would be woken.
+    async fn wakes(signal: &SweepSignal, between: impl FnOnce(&SweepSignal)) -> bool {
+        let notified = signal.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        between(signal);
+        // A permit makes it ready at once; the wait only bounds the negative case.
+        tokio::time::timeout(Duration::from_millis(20), notified)
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_deadline_added_while_the_sweeper_looks_wakes_it() {
+        let signal = SweepSignal::new(Vec::new());
+        // The index read found nothing, or a later deadline: the write landed after it.
+        assert!(
+            wakes(&signal, |s| {
+                s.looking();
+                s.deadline_added(4_102_444_800_000);
+            })
+            .await
+        );
+        assert!(
+            wakes(&signal, |s| {
+                s.looking();
+                s.deadline_added(i64::MIN + 1);
+            })
+            .await
+        );
+    }
+
+    #[tokio::test]
+    async fn while_it_sleeps_only_an_earlier_deadline_wakes_it() {
+        let signal = SweepSignal::new(Vec::new());
+        assert!(
+            !wakes(&signal, |s| {
+                s.sleeping_until(Some(1_000));
+                s.deadline_added(2_000);
+                s.deadline_added(1_000);
+            })
+            .await
+        );
+        assert!(
+            wakes(&signal, |s| {
+                s.sleeping_until(Some(1_000));
+                s.deadline_added(999);
+            })
+            .await
+        );
+        assert!(
+            wakes(&signal, |s| {
+                s.sleeping_until(None);
+                s.deadline_added(4_102_444_800_000);
+            })
+            .await
+        );
     }
 }
