@@ -26,14 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Verify the store's invariants (items vs. expiry index, membership index, event log,
     /// every value decodes); prints what is wrong. Exit 0 when sound, 1 when not.
-    Check {
-        #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
-        data_dir: PathBuf,
-    },
+    Check,
     /// Write every active item and registration as JSON lines.
     Export {
-        #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
-        data_dir: PathBuf,
         /// Where to write; `-` for stdout.
         #[arg(long, default_value = "-")]
         out: PathBuf,
@@ -41,8 +36,6 @@ pub enum Command {
     /// Load JSON lines written by `export` (or GET /blocklist/export). Expired items are
     /// skipped.
     Import {
-        #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
-        data_dir: PathBuf,
         /// The file to read; `-` for stdin.
         file: PathBuf,
         /// `merge`: merge into what is there (FLIP-224 rules); `replace`: empty the store
@@ -71,8 +64,16 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_LISTEN", default_value = "127.0.0.1:7224")]
     pub listen: SocketAddr,
 
-    /// Directory of the sled database; created if missing.
-    #[arg(long, env = "BLOCKLISTD_DATA_DIR", default_value = "./blocklistd-data")]
+    /// Directory of the sled database; created if missing (by the daemon and `import`).
+    // Global: one flag for the daemon and the subcommands, before or after the subcommand's
+    // name. (Each subcommand had its own: `blocklistd --data-dir D import F` then imported
+    // into ./blocklistd-data and left D untouched.)
+    #[arg(
+        long,
+        env = "BLOCKLISTD_DATA_DIR",
+        default_value = "./blocklistd-data",
+        global = true
+    )]
     pub data_dir: PathBuf,
 
     /// sled page cache, in MiB. sled counts nodes at their encoded size, so the memory it

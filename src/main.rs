@@ -56,7 +56,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(command) = cli.command {
-        return match runtime.block_on(blocklistd::offline::run(command)) {
+        return match runtime.block_on(blocklistd::offline::run(command, &cli.serve.data_dir)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("blocklistd: {e}");

@@ -9,15 +9,11 @@ use crate::config::{Command, ImportMode};
 use crate::store::{DiskUsage, Store, StoreConfig};
 
 /// Runs a subcommand; the process exit code is 0 on success, 1 otherwise.
-pub async fn run(command: Command) -> Result<(), String> {
+pub async fn run(command: Command, data_dir: &Path) -> Result<(), String> {
     match command {
-        Command::Check { data_dir } => check(&data_dir),
-        Command::Export { data_dir, out } => export(&data_dir, &out),
-        Command::Import {
-            data_dir,
-            file,
-            mode,
-        } => import(&data_dir, &file, mode).await,
+        Command::Check => check(data_dir),
+        Command::Export { out } => export(data_dir, &out),
+        Command::Import { file, mode } => import(data_dir, &file, mode).await,
     }
 }
 

@@ -181,6 +181,12 @@ async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant
     assert!(stdout.contains("tree items: 1 entry"), "{stdout}");
     assert!(stdout.contains("tree expiry: 1 entry"), "{stdout}");
     assert!(stdout.contains("on disk: "), "{stdout}");
+    // The flag may come before the subcommand's name too (it used to be ignored there, and
+    // the subcommand worked on ./blocklistd-data instead).
+    let before = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+    let before_out = String::from_utf8_lossy(&before.stdout);
+    assert!(before.status.success(), "{before_out}");
+    assert!(before_out.contains("tree items: 1 entry"), "{before_out}");
 
     // Break the index behind the daemon's back: remove the item's expiry entry.
     {
