@@ -66,8 +66,13 @@ impl ApiError {
             | ApiError::PayloadTooLarge(m)
             | ApiError::UnsupportedMediaType(m) => vec![m],
             // Details of internal failures go to the log, not to the client.
+            // A write answered this may still have been applied: its transaction committed
+            // and only the flush failed, and the reopen found it on disk.
             ApiError::Store(e) if e.is_unavailable() => vec![
-                "the store is unavailable (storage error); nothing was changed, retry later".into(),
+                "the store is unavailable (storage error); retry later. A write answered this \
+                 was not acknowledged and may or may not have been applied: re-read before \
+                 retrying, or retry an add with allowMerge"
+                    .into(),
             ],
             ApiError::Store(_) => {
                 vec!["internal error; the daemon's log has the details".into()]

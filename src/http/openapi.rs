@@ -185,7 +185,8 @@ pub struct UnsupportedMediaType(ErrorBody);
 pub struct Internal(ErrorBody);
 
 /// The store is unavailable (disk full, I/O error, reopening after a storage fault, shutting
-/// down); nothing was changed. Retry later.
+/// down). Retry later. A write answered 503 was not acknowledged, and may or may not have
+/// been applied: re-read before retrying, or retry an add with allowMerge.
 #[derive(ToResponse)]
 #[allow(dead_code)]
 pub struct Unavailable(ErrorBody);
