@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::{validate_id, Action, NewItem, MAX_CAUSE_BYTES, PERMANENT};
+use crate::model::{validate_id, Action, NewItem, CAUSE_SEPARATOR, MAX_CAUSE_BYTES, PERMANENT};
 
 /// Why a request was refused before it reached the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,8 +121,12 @@ fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
     };
     let cause = match map.get("cause") {
         None => missing("cause", &mut errors),
-        Some(Value::String(s)) if s.is_empty() => {
-            errors.push(".cause: must not be empty".into());
+        Some(Value::String(s)) if s.split(CAUSE_SEPARATOR).all(str::is_empty) => {
+            // Causes are a set joined by the separator: one made of separators only would
+            // be stored as an empty cause.
+            errors.push(format!(
+                ".cause: must not be empty (nor only {CAUSE_SEPARATOR:?} separators)"
+            ));
             None
         }
         Some(Value::String(s)) if s.len() > MAX_CAUSE_BYTES => {
@@ -376,16 +380,29 @@ pub(crate) fn required_id(
     }
 }
 
-/// An integer given as a JSON number or as a decimal string.
+/// The largest whole number a double holds exactly, and every smaller one: 2^53.
+const MAX_EXACT_DOUBLE: f64 = 9_007_199_254_740_992.0;
+
+/// 2^63: doubles at or beyond it are out of an `i64`'s range.
+const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
+
+/// An integer given as a JSON number (whole, even if written `3600000.0`) or as a decimal
+/// string.
 fn integer(field: &str, v: &Value, errors: &mut Vec<String>) -> Option<i64> {
     let parsed = match v {
-        Value::Number(n) => n.as_i64().ok_or_else(|| {
-            if n.is_f64() && n.as_f64().is_some_and(|f| f.fract() != 0.0) {
-                format!("must be a whole number of milliseconds, got {n}")
-            } else {
-                format!("{n} is out of range (a signed 64-bit integer)")
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(i),
+            // Clients that serialise doubles write `3600000.0`: a whole number all the
+            // same, taken while a double holds it exactly.
+            (None, Some(f)) if n.is_f64() && f.fract() != 0.0 => {
+                Err(format!("must be a whole number of milliseconds, got {n}"))
             }
-        }),
+            (None, Some(f)) if n.is_f64() && f.abs() <= MAX_EXACT_DOUBLE => Ok(f as i64),
+            (None, Some(f)) if n.is_f64() && f.abs() < I64_BOUND => Err(format!(
+                "{n} is a floating-point number too large to be exact; write it as an integer"
+            )),
+            _ => Err(format!("{n} is out of range (a signed 64-bit integer)")),
+        },
         Value::String(s) => s.parse::<i64>().map_err(|_| {
             format!("must be an integer (a JSON number or a decimal string), got {s:?}")
         }),
@@ -454,6 +471,31 @@ mod tests {
             Err(Invalid::BadRequest(errors)) => errors,
             other => panic!("expected a 400, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_cause_of_separators_only_is_empty() {
+        for cause in [",", ",,,"] {
+            let errors = errors(json!([{"id": "x", "action": "MARK_BLOCKED", "cause": cause}]));
+            assert!(
+                errors[0].contains(".cause: must not be empty"),
+                "{errors:?}"
+            );
+        }
+        // A stray separator next to text is fine: the set of causes is {"oom"}.
+        parse(json!([{"id": "x", "action": "MARK_BLOCKED", "cause": "oom,"}])).unwrap();
+    }
+
+    #[test]
+    fn whole_numbers_written_as_doubles_are_taken_exactly() {
+        let item = |timeout: Value| json!([{"id": "x", "action": "MARK_BLOCKED", "cause": "c", "timeout": timeout}]);
+        let end = |v: Value| parse(item(v)).unwrap()[0].end;
+        assert_eq!(end(json!(3_600_000.0)), NOW + 3_600_000);
+        assert_eq!(end(json!(1e3)), NOW + 1_000);
+        assert!(errors(item(json!(1.5)))[0].contains("whole number"));
+        assert!(errors(item(json!(1e17)))[0].contains("too large to be exact"));
+        assert!(errors(item(json!(1e300)))[0].contains("out of range"));
+        assert!(errors(item(json!(-2.0)))[0].contains("must be a positive"));
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub fn router() -> Router<AppState> {
         (status = 200, description = "The stream, `id:`/`event:`/`data:` blocks as above, until the daemon shuts down",
             body = String, content_type = "text/event-stream",
             headers(("X-Blocklist-Revision" = u64, description = "The revision the stream starts after"))),
-        (status = 400, description = "`since` or `Last-Event-ID` is not a non-negative integer, or an unknown query parameter", body = ErrorBody),
+        (status = 400, description = "`since` or `Last-Event-ID` is not a non-negative integer, `since` given twice, or an unknown query parameter", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 410, description = "`since` is older than the retained log, or ahead of the daemon's revision: list again and watch from the listing's revision", body = ErrorBody),
     ),
@@ -78,14 +78,21 @@ pub fn router() -> Router<AppState> {
 pub(super) async fn watch(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
-    if let Some(field) = query.keys().find(|k| *k != "since") {
+    if let Some((field, _)) = query.iter().find(|(k, _)| k != "since") {
         return Err(ApiError::bad_request(format!(
             "{field}: unknown query parameter (only since=REVISION)"
         )));
     }
+    // Given twice, which one is meant is a guess: refuse rather than pick one.
+    if query.len() > 1 {
+        return Err(ApiError::bad_request(
+            "since: given more than once (give one since=REVISION)",
+        ));
+    }
+    let query: HashMap<String, String> = query.into_iter().collect();
     // Last-Event-ID wins over ?since=: a browser EventSource re-sends its original URL with
     // the header on every reconnect, and the header is the newer position.
     let since = match headers.get("last-event-id") {

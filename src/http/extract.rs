@@ -6,7 +6,8 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
 
 use super::error::ApiError;
 use super::AppState;
@@ -54,9 +55,83 @@ impl FromRequest<AppState> for JsonBody {
                 }
             })?
             .to_bytes();
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
+        serde_json::from_slice::<UniqueKeys>(&bytes)
+            .map(|UniqueKeys(value)| JsonBody(value))
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+    }
+}
+
+/// A JSON value parsed like `serde_json::Value`, except that an object that repeats a key is
+/// refused instead of keeping the last one: `"endTimestamp": 1, "endTimestamp": null` would
+/// otherwise silently make a permanent block (the issue's rule for mistyped fields).
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<UniqueKeys, D::Error> {
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // JSON has no NaN or infinity: serde_json never hands one over.
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(UniqueKeys(value)) = seq.next_element()? {
+            values.push(value);
+        }
+        Ok(Value::Array(values))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} appears twice in one object"
+                )));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -90,7 +165,33 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
 
 #[cfg(test)]
 mod tests {
-    use super::is_json;
+    use super::{is_json, UniqueKeys};
+    use serde_json::Value;
+
+    #[test]
+    fn bodies_parse_like_values_but_refuse_a_repeated_key() {
+        let parse = |text: &str| serde_json::from_str::<UniqueKeys>(text).map(|u| u.0);
+        for text in [
+            r#"[{"id": "a", "timeout": 5, "n": -3, "f": 1.5, "z": null, "b": [true, {"x": {}}]}]"#,
+            r#"{"taskManagers": ["a", "b"], "nodes": []}"#,
+            r#""just a string""#,
+            "18446744073709551615",
+        ] {
+            let want: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(parse(text).unwrap(), want, "{text}");
+        }
+        let err = parse(r#"[{"id": "d1", "endTimestamp": 4102444800000, "endTimestamp": null}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the key \"endTimestamp\" appears twice"),
+            "{err}"
+        );
+        // The same key in two different objects is fine.
+        assert!(parse(r#"[{"id": "a"}, {"id": "b", "x": {"id": "c"}}]"#).is_ok());
+        // serde_json's nesting limit still applies.
+        assert!(parse(&format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))).is_err());
+    }
 
     #[test]
     fn json_content_types() {
