@@ -15,7 +15,6 @@ use super::openapi::{
     Unavailable, UnsupportedMediaType,
 };
 use super::{with_revision, AppState};
-use crate::clock::now_ms;
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::store::{self, AddOutcome, Store};
@@ -130,7 +129,7 @@ pub(super) struct Blocklist {
 pub(super) async fn list_all(State(state): State<AppState>) -> Result<Response> {
     state
         .streamed("/blocklist", JSON, |revision| {
-            blocklist_listing(revision, now_ms())
+            blocklist_listing(revision, state.store.now())
         })
         .await
 }
@@ -141,7 +140,7 @@ async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
         Kind::Node => "/blocklist/nodes",
     };
     state
-        .streamed(route, JSON, |_| kind_listing(kind, now_ms()))
+        .streamed(route, JSON, |_| kind_listing(kind, state.store.now()))
         .await
 }
 
@@ -165,7 +164,7 @@ async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
 pub(super) async fn export(State(state): State<AppState>) -> Result<Response> {
     state
         .streamed("/blocklist/export", "application/x-ndjson", |_| {
-            backup::export_listing(now_ms())
+            backup::export_listing(state.store.now())
         })
         .await
 }
@@ -175,7 +174,7 @@ async fn get_one(
     kind: Kind,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let Some(block) = state.store.get(kind, &id, now_ms())? else {
+    let Some(block) = state.store.get(kind, &id, state.store.now())? else {
         return Err(not_blocked(kind, &id));
     };
     let item = Item::new(id, block);
@@ -190,7 +189,7 @@ async fn add(
     kind: Kind,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
-    let now = now_ms();
+    let now = state.store.now();
     let items = validate::add_batch(&body, now, state.limits.max_batch)?;
     let (outcome, revision) = state.store.add(kind, items, now).await?;
     match outcome {
@@ -404,7 +403,7 @@ mod tests {
     async fn streamed_listings_are_the_documented_shapes() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&StoreConfig::new(dir.path().join("data"))).unwrap();
-        let now = now_ms();
+        let now = crate::clock::now_ms();
         let n = 2 * CHUNK_ELEMENTS + 100;
         let short_end = now + 60_000;
         store

@@ -19,7 +19,6 @@ use super::openapi::{
 };
 use super::AppState;
 use crate::check::{Checked, Verdict};
-use crate::clock::now_ms;
 use crate::validate;
 
 pub fn router() -> Router<AppState> {
@@ -65,7 +64,7 @@ pub(super) async fn check_task_manager(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let checked = state.checker.task_manager(&id, now_ms())?;
+    let checked = state.checker.task_manager(&id, state.store.now())?;
     Ok(verdict_json(&checked))
 }
 
@@ -88,7 +87,7 @@ pub(super) async fn check_node(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let checked = state.checker.node(&id, now_ms())?;
+    let checked = state.checker.node(&id, state.store.now())?;
     Ok(verdict_json(&checked))
 }
 
@@ -128,9 +127,9 @@ pub(super) async fn check_many(
 ) -> Result<Json<Verdicts>> {
     let request = validate::check_request(&body, state.limits.max_batch)?;
     let checker = state.checker.clone();
+    let now = state.store.now();
     let verdicts = state
         .blocking(move |_| {
-            let now = now_ms();
             Ok(Verdicts {
                 task_managers: request
                     .task_managers

@@ -32,7 +32,6 @@ use super::{
     Counts, Feed, Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY,
     REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
 };
-use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::model::{Block, Change, Event, EventType, Item, Kind, NewItem};
 
@@ -282,8 +281,8 @@ impl Committer {
         }
         let started = Instant::now();
         // Never before the watermark's end, even if the wall clock went back: an item
-        // announced expired must stay expired for the committer.
-        let now = now_ms().max(keys::expiry_key_end(&self.watermark).unwrap_or(i64::MIN));
+        // announced expired must stay expired (readers go by the same time).
+        let now = self.sweep.now();
         let revision_before = self.revision;
         // Announcing runs first in the transaction, so that the entries it scanned for are
         // all there is up to its bound: nothing else in the batch has written yet.
@@ -320,7 +319,7 @@ impl Committer {
             self.feed.unreclaimed.store(*unreclaimed, Ordering::Relaxed);
             if *watermark != self.watermark {
                 self.watermark.clone_from(watermark);
-                self.sweep.watermark.store(Arc::new(watermark.clone()));
+                self.sweep.set_watermark(watermark);
             }
             self.feed.committed.store(*revision, Ordering::SeqCst);
             for (slot, count) in self.feed.counts.iter().zip(counts) {
@@ -445,7 +444,7 @@ impl Committer {
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
         self.revision = revision;
         self.counts = counts;
-        self.sweep.watermark.store(Arc::new(watermark.clone()));
+        self.sweep.set_watermark(&watermark);
         self.watermark = watermark;
         self.unreclaimed = unreclaimed;
         self.feed.unreclaimed.store(unreclaimed, Ordering::Relaxed);

@@ -398,11 +398,20 @@ pub struct SweepSignal {
     /// deadline it sleeps until, or [`LOOKING`] while it reads the index.
     next_deadline: AtomicI64,
     pub wake: Notify,
-    /// The expiry watermark as of the last commit (see [`WATERMARK_KEY`]).
+    /// The expiry watermark as of the last commit (see [`WATERMARK_KEY`]); set through
+    /// [`SweepSignal::set_watermark`].
     pub watermark: ArcSwap<Vec<u8>>,
+    /// The end of the watermark's entry (unix ms; `i64::MIN` when none): everything ending
+    /// by then is announced expired, so no one may take a `now` before it.
+    announced_until: AtomicI64,
     /// When the last commit with a client's write in it ran (unix ms); reclaiming expired
     /// items waits for writers to pause.
     pub last_write: AtomicI64,
+}
+
+/// The end of a watermark's entry; `i64::MIN` for none (nothing announced yet).
+fn announced_until(watermark: &[u8]) -> i64 {
+    keys::expiry_key_end(watermark).unwrap_or(i64::MIN)
 }
 
 /// [`SweepSignal::next_deadline`] while the sweeper reads the index: every deadline a
@@ -415,10 +424,26 @@ impl SweepSignal {
         SweepSignal {
             next_deadline: AtomicI64::new(i64::MAX),
             wake: Notify::new(),
+            announced_until: AtomicI64::new(announced_until(&watermark)),
             watermark: ArcSwap::from_pointee(watermark),
             // Start-up counts as a write: clients reconnect and write then.
             last_write: AtomicI64::new(crate::clock::now_ms()),
         }
+    }
+
+    /// Publishes the committer's new watermark.
+    pub(crate) fn set_watermark(&self, watermark: &[u8]) {
+        self.announced_until
+            .store(announced_until(watermark), Ordering::SeqCst);
+        self.watermark.store(Arc::new(watermark.to_vec()));
+    }
+
+    /// The current time (unix ms) as every part of the daemon must see it: the wall clock,
+    /// but never before the end of an item already announced expired. After the clock
+    /// steps back (NTP, a restored VM) an item whose `expired` event went out stays expired
+    /// for readers too, not only for the committer.
+    pub fn now(&self) -> i64 {
+        crate::clock::now_ms().max(self.announced_until.load(Ordering::SeqCst))
     }
 
     /// Wakes the sweeper if `end` comes before what it sleeps on. `Notify` keeps a permit
@@ -545,6 +570,11 @@ impl Store {
 
     pub fn sweep_signal(&self) -> &SweepSignal {
         &self.shared.sweep
+    }
+
+    /// The time readers and validation go by: see [`SweepSignal::now`].
+    pub fn now(&self) -> i64 {
+        self.shared.sweep.now()
     }
 
     // ---- the change feed ----
@@ -1217,6 +1247,23 @@ mod tests {
             })
             .await
         );
+    }
+
+    #[test]
+    fn time_never_goes_back_before_what_was_announced_expired() {
+        let signal = SweepSignal::new(Vec::new());
+        let wall = crate::clock::now_ms();
+        assert!(signal.now() >= wall, "no watermark: the wall clock");
+        // The watermark's end is ahead of the wall clock, as after a step back of the clock.
+        let ahead = wall + 3_600_000;
+        signal.set_watermark(&super::keys::expiry_key(
+            ahead,
+            crate::model::Kind::Node,
+            "n1",
+        ));
+        assert!(signal.now() >= ahead, "{} < {ahead}", signal.now());
+        let key = signal.watermark.load_full();
+        assert_eq!(super::keys::expiry_key_end(&key), Some(ahead));
     }
 
     #[tokio::test]
