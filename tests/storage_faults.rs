@@ -186,3 +186,62 @@ async fn a_corrupted_data_dir_is_refused_and_left_as_it_was() {
         "the log and config were left as they were"
     );
 }
+
+/// A clear that meets a value it cannot decode fails whole: it reads every item before it
+/// removes any, since the group's transaction commits anyway (for the other requests in it).
+#[test]
+fn a_clear_that_meets_a_corrupt_item_removes_nothing() {
+    use blocklistd::model::{Action, Kind, NewItem};
+    use blocklistd::store::{Store, StoreConfig};
+
+    let ws = Workspace::new();
+    let dir = ws.data_dir();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ids = ["a", "b", "c"];
+    {
+        let store = Store::open(&StoreConfig::new(&dir)).unwrap();
+        let items = ids
+            .iter()
+            .map(|id| NewItem {
+                id: (*id).to_owned(),
+                action: Action::MarkBlocked,
+                end: i64::MAX,
+                cause: "c".to_owned(),
+                allow_merge: false,
+            })
+            .collect();
+        runtime
+            .block_on(store.add(Kind::Node, items, now_ms()))
+            .unwrap();
+        store.shutdown().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    {
+        let db = sled::open(&dir).unwrap();
+        db.open_tree("items")
+            .unwrap()
+            .insert(b"Nb", &[0xFF][..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let store = Store::open(&StoreConfig::new(&dir)).unwrap();
+    let revision = store.revision();
+    let all = ids
+        .iter()
+        .map(|id| (Kind::Node, (*id).to_owned()))
+        .collect();
+    let cleared = runtime.block_on(store.clear(all, Vec::new()));
+    assert!(cleared.is_err(), "{cleared:?}");
+    assert_eq!(store.revision(), revision, "no event, no change");
+    for id in ["a", "c"] {
+        assert!(
+            store.get(Kind::Node, id, now_ms()).unwrap().is_some(),
+            "{id} was removed"
+        );
+    }
+    store.shutdown().unwrap();
+}

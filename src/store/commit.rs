@@ -822,6 +822,18 @@ impl Tx<'_> {
         items: &[(Kind, String)],
         tms: &[String],
     ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+        // Read everything first, so a corrupt value fails the request before any removal:
+        // the transaction commits the group's other ops, and half a clear would go with it.
+        for (kind, id) in items {
+            if let Err(e) = self.read(*kind, id)? {
+                return Ok(Err(e));
+            }
+        }
+        for tm in tms {
+            if let Err(e) = self.node_of(tm)? {
+                return Ok(Err(e));
+            }
+        }
         let mut removed = 0;
         for (kind, id) in items {
             match self.remove(*kind, id)? {
