@@ -168,6 +168,12 @@ pub struct Expired {
 /// The most items one group commit writes; bigger batches wait for the next round.
 const MAX_BATCH_WEIGHT: usize = 20_000;
 
+/// How often a failed reopen is retried with no write to trigger it.
+const REOPEN_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the committer looks for requests while the database is closed.
+const REOPEN_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 pub(crate) struct Committer {
     /// The open database; `None` only while a reopen has failed and will be retried.
     pub handles: Option<Arc<Handles>>,
@@ -221,7 +227,12 @@ impl Committer {
     pub fn run(mut self) {
         let mut batch: Vec<Commit> = Vec::with_capacity(self.max_batch);
         loop {
-            let Some(first) = self.requests.blocking_recv() else {
+            let next = if self.handles.is_none() {
+                self.wait_reopening()
+            } else {
+                self.requests.blocking_recv()
+            };
+            let Some(first) = next else {
                 return;
             };
             let mut stop = first.op.is_none();
@@ -248,6 +259,27 @@ impl Committer {
             let _ = syncer.join();
         }
         tracing::debug!("committer stopped");
+    }
+
+    /// While a reopen has failed, readers get 503: retries it every [`REOPEN_RETRY`] rather
+    /// than only when a write arrives (which retries it itself, so one is returned at once).
+    fn wait_reopening(&mut self) -> Option<Commit> {
+        let mut last_try = Instant::now();
+        loop {
+            match self.requests.try_recv() {
+                Ok(commit) => return Some(commit),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            std::thread::sleep(REOPEN_POLL);
+            if last_try.elapsed() >= REOPEN_RETRY {
+                last_try = Instant::now();
+                match self.recover() {
+                    Ok(()) => return self.requests.blocking_recv(),
+                    Err(e) => tracing::debug!(error = %e, "reopening still fails"),
+                }
+            }
+        }
     }
 
     /// Waits until the durability thread has answered every group sent so far; keeps the
