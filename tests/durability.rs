@@ -231,8 +231,10 @@ async fn sigterm_exits_0_and_a_restart_keeps_everything() {
     assert_eq!(status.code(), Some(0));
     let started = Instant::now();
     let d = ws.start(&[]);
+    // "Well under a second" is the bench's `restart` to measure; here only a start that
+    // grew out of all proportion fails (generous for a loaded 2-core CI).
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "start took {:?}",
         started.elapsed()
     );

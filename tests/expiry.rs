@@ -82,7 +82,8 @@ async fn the_sweeper_deletes_due_items_and_keeps_extended_ones() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     let batch: Vec<Value> = (0..50)
-        .map(|i| timed(&format!("tm-{i}"), 400, "short"))
+        // Long enough that the merge below surely lands before they are due (a 202).
+        .map(|i| timed(&format!("tm-{i}"), 2_000, "short"))
         .collect();
     assert_eq!(
         d.post("/blocklist/taskmanagers", Value::Array(batch))

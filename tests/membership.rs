@@ -227,7 +227,8 @@ async fn expiry_of_the_node_item_clears_its_task_managers() {
     let d = ws.start(&["--sweep-interval-ms", "3600000"]);
     put(&d, "/taskmanagers/tm-1", json!({"node": "n1"})).await;
     let mut node_item = item("n1", EVAC, "flaky");
-    node_item["timeout"] = json!(300);
+    // Long enough for the first check to land before it ends, even on a loaded machine.
+    node_item["timeout"] = json!(2_000);
     d.post("/blocklist/nodes", json!([node_item])).await;
     assert_eq!(
         d.get("/blocklist/check/taskmanagers/tm-1").await.1["blocked"],

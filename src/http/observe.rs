@@ -117,8 +117,8 @@ impl Shared {
             status,
         };
         tracing::debug!(
-            method = labels.method,
-            route = labels.route,
+            method = %labels.method,
+            route = %labels.route,
             status,
             ?elapsed,
             "request"

@@ -118,11 +118,16 @@ impl Daemon {
         if !extra.contains(&"--listen") {
             command.arg("--listen").arg("127.0.0.1:0");
         }
+        // Logs at info, unless the test asks for a level (RUST_LOG would override the flag).
+        if extra.contains(&"--log-level") {
+            command.env_remove("RUST_LOG");
+        } else {
+            command.env("RUST_LOG", "info");
+        }
         let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)
-            .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log).expect("log file"))
             .spawn()
