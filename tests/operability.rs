@@ -141,16 +141,19 @@ async fn sigterm_completes_requests_in_flight_and_exits_0() {
     .await;
     let status = d.terminate();
     assert_eq!(status.code(), Some(0));
-    let mut acknowledged = Vec::new();
+    let (mut acknowledged, mut unanswered) = (Vec::new(), Vec::new());
     for (i, r) in requests.into_iter().enumerate() {
         // An error means the request was not yet accepted when the listener closed.
-        if let Ok(status) = r.await.unwrap() {
-            assert_eq!(
-                status,
-                StatusCode::CREATED,
-                "a request in flight was answered, and well"
-            );
-            acknowledged.push(format!("tm-{i}"));
+        match r.await.unwrap() {
+            Ok(status) => {
+                assert_eq!(
+                    status,
+                    StatusCode::CREATED,
+                    "a request in flight was answered, and well"
+                );
+                acknowledged.push(format!("tm-{i}"));
+            }
+            Err(_) => unanswered.push(format!("tm-{i}")),
         }
     }
     assert!(!acknowledged.is_empty());
@@ -160,6 +163,14 @@ async fn sigterm_completes_requests_in_flight_and_exits_0() {
         assert!(
             present.contains(id),
             "{id} was acknowledged before shutdown but is gone"
+        );
+    }
+    // A graceful stop answers every request it took in: one without an answer was never
+    // applied.
+    for id in &unanswered {
+        assert!(
+            !present.contains(id),
+            "{id} was applied but its client got no answer"
         );
     }
 }
