@@ -48,6 +48,9 @@ fn main() -> ExitCode {
         LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => logs.json().with_current_span(false).init(),
     }
+    if cli.command.is_none() {
+        raise_open_files_limit(cli.serve.max_connections);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -77,6 +80,39 @@ fn main() -> ExitCode {
             tracing::error!(error = %e, "blocklistd failed");
             eprintln!("blocklistd: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// File descriptors besides connections: the database's files, the listener, the runtime's.
+const RESERVED_FILES: u64 = 64;
+
+/// Every connection is a file descriptor. With a soft limit under `--max-connections`,
+/// `accept` fails (logged, retried) before the cap's documented 503 can apply, and the
+/// common default soft limit is 1,024 against our 4,096. So, as servers do, raise the soft
+/// limit to the hard one, and warn when even that is short.
+fn raise_open_files_limit(max_connections: u32) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let wanted = u64::from(max_connections) + RESERVED_FILES;
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_some_and(|current| current < wanted) {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "cannot raise the open-files limit");
+        }
+    }
+    if let Some(current) = getrlimit(Resource::Nofile).current {
+        if current < wanted {
+            tracing::warn!(
+                limit = current,
+                max_connections,
+                "the open-files limit is below --max-connections plus {RESERVED_FILES}: \
+                 connections over it are refused by accept() rather than answered 503; \
+                 raise the hard limit (LimitNOFILE=) or lower --max-connections"
+            );
         }
     }
 }
