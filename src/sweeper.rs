@@ -88,7 +88,8 @@ pub async fn run(store: Store, min_interval: Duration, reclaim: Reclaim, metrics
         tokio::pin!(notified);
         notified.as_mut().enable();
         signal.looking();
-        let now = now_ms();
+        // The committer's time (never before what was announced), as every reader's.
+        let now = store.now();
         let first = match store.first_deadline() {
             Ok(first) => first,
             Err(e) => {
@@ -102,7 +103,7 @@ pub async fn run(store: Store, min_interval: Duration, reclaim: Reclaim, metrics
             // Continuous: each batch takes what is due when it commits.
             let upto = if min_interval == 0 { i64::MAX } else { now };
             match announce_pass(&store, upto, &metrics).await {
-                Ok(()) => last_pass = Some(now_ms()),
+                Ok(()) => last_pass = Some(store.now()),
                 Err(e) => {
                     tracing::error!(error = %e, "sweep failed; retrying");
                     tokio::time::sleep(RETRY_AFTER).await;

@@ -34,8 +34,8 @@ const KEPT_STATUSES: [u16; 16] = [
     200, 201, 202, 204, 304, 400, 401, 404, 405, 408, 409, 413, 415, 422, 500, 503,
 ];
 
-/// The label of a route: its template in [`super::ROUTES`], never the raw path (ids must not
-/// explode the label space).
+/// The route label of a request no route matched. The others are the templates of
+/// [`super::ROUTES`], never raw paths: ids must not explode the label space.
 const UNMATCHED: &str = "unmatched";
 
 /// The index of a method's label in [`METHODS`].
