@@ -154,7 +154,19 @@ impl Syncer {
 fn make_durable(handles: &Handles, log: Option<&File>) -> Result<(), StoreError> {
     handles.db.flush()?;
     if let Some(log) = log {
-        log.sync_data()?;
+        if let Err(e) = log.sync_data() {
+            // Linux may mark the pages of a failed writeback clean: they stay readable
+            // from the page cache (the reopen finds them) yet may never reach the disk, and
+            // a later fsync says nothing about them. The daemon goes on like after any
+            // storage fault, but the operator must learn of it.
+            tracing::error!(
+                error = %e,
+                "fsync of the database log failed: the disk may have lost writes the \
+                 daemon can still read back; treat the disk as failing (export the data, \
+                 import it on healthy storage; docs/operations.md)"
+            );
+            return Err(e.into());
+        }
     }
     Ok(())
 }
