@@ -4,6 +4,8 @@
 //! scrape time — they are kept up to date by the committer (item counts live in `meta`), so
 //! a scrape never scans the blocklist.
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -60,6 +62,8 @@ pub struct Metrics {
     pub reclaimed_entries: Counter,
     /// Items announced expired whose storage is still to be reclaimed.
     pub unreclaimed: Gauge,
+    /// The deadline the sweeper sleeps until, unix seconds (0: it works, or nothing is due).
+    sweeper_next_deadline: Gauge<f64, AtomicU64>,
     /// Requests per group commit.
     pub commit_batch_requests: Histogram,
     /// Transaction + flush + fsync of one group commit.
@@ -124,6 +128,12 @@ impl Metrics {
             "Items announced expired whose storage is still to be reclaimed",
             unreclaimed.clone(),
         );
+        let sweeper_next_deadline = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "sweeper_next_deadline_timestamp_seconds",
+            "The endTimestamp the sweeper sleeps until, unix seconds (0 while it works or when nothing is due)",
+            sweeper_next_deadline.clone(),
+        );
         let commit_batch_requests = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         registry.register(
             "commit_batch_requests",
@@ -163,6 +173,7 @@ impl Metrics {
             sweeper_lag_seconds,
             reclaimed_entries,
             unreclaimed,
+            sweeper_next_deadline,
             commit_batch_requests,
             commit_seconds,
             items,
@@ -196,6 +207,12 @@ impl Metrics {
         }
         self.revision.set(store.revision() as i64);
         self.unreclaimed.set(store.unreclaimed() as i64);
+        self.sweeper_next_deadline.set(
+            store
+                .sweep_signal()
+                .sleeping_on()
+                .map_or(0.0, |ms| ms as f64 / 1000.0),
+        );
         if let Ok(bytes) = store.size_on_disk() {
             self.disk_bytes.set(bytes as i64);
         }

@@ -125,14 +125,21 @@ async fn the_sweeper_deletes_due_items_and_keeps_extended_ones() {
 async fn an_earlier_deadline_wakes_the_sweeper() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    // The sweeper now sleeps towards an hour away (capped at 60 s, longer than DEADLINE).
+    // The sweeper then sleeps towards an hour away (capped at 60 s, longer than DEADLINE).
+    let late_end = now_ms() + 3_600_000;
+    let late =
+        json!({"id": "late", "action": "MARK_BLOCKED", "cause": "c", "endTimestamp": late_end});
     assert_eq!(
-        d.post("/blocklist/nodes", json!([timed("late", 3_600_000, "c")]))
-            .await
-            .0,
+        d.post("/blocklist/nodes", json!([late])).await.0,
         StatusCode::CREATED
     );
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    eventually("the sweeper to sleep on the late deadline", || async {
+        let at = d
+            .metric("blocklist_sweeper_next_deadline_timestamp_seconds")
+            .await;
+        (at - late_end as f64 / 1000.0).abs() < 0.001
+    })
+    .await;
     assert_eq!(
         d.post("/blocklist/nodes", json!([timed("soon", 200, "c")]))
             .await

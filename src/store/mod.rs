@@ -460,6 +460,13 @@ impl SweepSignal {
         self.next_deadline.store(LOOKING, Ordering::SeqCst);
     }
 
+    /// The deadline the sweeper sleeps until (unix ms); `None` while it works, or when
+    /// nothing is due.
+    pub fn sleeping_on(&self) -> Option<i64> {
+        let deadline = self.next_deadline.load(Ordering::SeqCst);
+        (deadline != LOOKING && deadline != i64::MAX).then_some(deadline)
+    }
+
     /// The sweeper will sleep until `deadline` (`None`: no deadline in the index); from now
     /// on only an earlier one wakes it.
     pub fn sleeping_until(&self, deadline: Option<i64>) {
