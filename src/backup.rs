@@ -47,12 +47,12 @@ pub fn export(store: &Store, now: i64) -> store::Result<String> {
 }
 
 fn item_line(_: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
-    line(out, &Record::Item { kind, item });
+    write_record(out, &Record::Item { kind, item });
     Ok(())
 }
 
 fn registration_line(id: &str, node: &str, out: &mut Vec<u8>) {
-    line(
+    write_record(
         out,
         &Record::Registration {
             id: id.to_owned(),
@@ -61,7 +61,8 @@ fn registration_line(id: &str, node: &str, out: &mut Vec<u8>) {
     );
 }
 
-fn line(out: &mut Vec<u8>, record: &Record) {
+/// Appends `record` as one line.
+pub fn write_record(out: &mut Vec<u8>, record: &Record) {
     serde_json::to_writer(&mut *out, record).expect("records serialize");
     out.push(b'\n');
 }

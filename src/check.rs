@@ -2,11 +2,13 @@
 //! manager is blocked if it is blocked itself or its node is.
 //!
 //! A check is at most three point reads (the task manager's item, its registration, its
-//! node's item); it never scans and never waits for the committer. A [`Checker`] keeps
+//! node's item); it never scans, and it waits only when a key it read is being changed by
+//! a group commit not yet durable — until that group is (see `store::durable`): a verdict
+//! is never one a crash could take back. A [`Checker`] keeps
 //! recent verdicts, so a scheduler asking about the same task managers over and over is
 //! answered from memory: a kept verdict is served only while none of the keys it was read
 //! from has changed since (the store's change stamps say so) and none of the items it
-//! shows has ended.
+//! shows has ended; it is kept only once durable, so a hit never waits.
 
 use std::sync::{Arc, OnceLock};
 
@@ -17,7 +19,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::model::{Action, Item, Kind};
-use crate::store::{ReadMark, Result, Store, Watched};
+use crate::store::{ReadMark, Result, Seen, Store, Watched};
 
 /// The answer for one id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -96,28 +98,37 @@ impl Serialize for Checked {
     }
 }
 
-fn active(store: &Store, kind: Kind, id: &str, now: i64) -> Result<Option<BlockedBy>> {
-    Ok(store.get(kind, id, now)?.map(|block| BlockedBy {
+fn active(
+    store: &Store,
+    kind: Kind,
+    id: &str,
+    now: i64,
+    seen: &mut Seen,
+) -> Result<Option<BlockedBy>> {
+    Ok(store.get(kind, id, now, seen)?.map(|block| BlockedBy {
         kind: kind.singular(),
         item: Item::new(id.to_owned(), block),
     }))
 }
 
 /// Checks task manager `tm`: its own item, and its node's item when it is registered.
-pub fn task_manager(store: &Store, tm: &str, now: i64) -> Result<Verdict> {
-    let own = active(store, Kind::TaskManager, tm, now)?;
-    let node = store.node_of(tm)?;
+/// `seen` records what the verdict depends on; it may be answered once that is durable.
+pub fn task_manager(store: &Store, tm: &str, now: i64, seen: &mut Seen) -> Result<Verdict> {
+    let own = active(store, Kind::TaskManager, tm, now, seen)?;
+    let node = store.node_of(tm, seen)?;
     let via_node = match &node {
-        Some(node) => active(store, Kind::Node, node, now)?,
+        Some(node) => active(store, Kind::Node, node, now, seen)?,
         None => None,
     };
     let blocked_by = own.into_iter().chain(via_node).collect();
     Ok(Verdict::new(tm.to_owned(), node, blocked_by))
 }
 
-/// Checks node `node`: its own item.
-pub fn node(store: &Store, node: &str, now: i64) -> Result<Verdict> {
-    let blocked_by = active(store, Kind::Node, node, now)?.into_iter().collect();
+/// Checks node `node`: its own item (`seen` as for [`task_manager`]).
+pub fn node(store: &Store, node: &str, now: i64, seen: &mut Seen) -> Result<Verdict> {
+    let blocked_by = active(store, Kind::Node, node, now, seen)?
+        .into_iter()
+        .collect();
     Ok(Verdict::new(node.to_owned(), None, blocked_by))
 }
 
@@ -179,8 +190,28 @@ impl Checker {
         Checker { store, kept }
     }
 
-    /// Checks task manager `tm` (see [`task_manager`]).
-    pub fn task_manager(&self, tm: &str, now: i64) -> Result<Arc<Checked>> {
+    /// Checks task manager `tm` (see [`task_manager`]); answers once nothing the verdict
+    /// shows can be taken back by a crash.
+    pub async fn task_manager(&self, tm: &str, now: i64) -> Result<Arc<Checked>> {
+        let found = self
+            .store
+            .read_durably(|seen| self.task_manager_now(tm, now, seen))
+            .await?;
+        Ok(self.keep(found))
+    }
+
+    /// Checks node `node_id` (see [`node`]), durably as [`Checker::task_manager`].
+    pub async fn node(&self, node_id: &str, now: i64) -> Result<Arc<Checked>> {
+        let found = self
+            .store
+            .read_durably(|seen| self.node_now(node_id, now, seen))
+            .await?;
+        Ok(self.keep(found))
+    }
+
+    /// Checks task manager `tm` now: a kept verdict, or a fresh one whose dependencies
+    /// `seen` records. Answer it only once [`Store::confirm`]ed, then [`Checker::keep`] it.
+    pub fn task_manager_now(&self, tm: &str, now: i64, seen: &mut Seen) -> Result<Found> {
         let store = &self.store;
         let unchanged = |mark, verdict: &Verdict| {
             store.unchanged_since(mark, Watched::Item(Kind::TaskManager, tm))
@@ -190,54 +221,101 @@ impl Checker {
                     .as_deref()
                     .is_none_or(|node| store.unchanged_since(mark, Watched::Item(Kind::Node, node)))
         };
-        self.answer(
-            |kept| &kept.task_managers,
-            tm,
-            now,
-            unchanged,
-            || task_manager(store, tm, now),
-        )
+        self.answer(Which::TaskManager, tm, now, seen, unchanged, |seen| {
+            task_manager(store, tm, now, seen)
+        })
     }
 
-    /// Checks node `node_id` (see [`node`]).
-    pub fn node(&self, node_id: &str, now: i64) -> Result<Arc<Checked>> {
+    /// Checks node `node_id` now (see [`Checker::task_manager_now`]).
+    pub fn node_now(&self, node_id: &str, now: i64, seen: &mut Seen) -> Result<Found> {
         let store = &self.store;
         self.answer(
-            |kept| &kept.nodes,
+            Which::Node,
             node_id,
             now,
+            seen,
             |mark, _| store.unchanged_since(mark, Watched::Item(Kind::Node, node_id)),
-            || node(store, node_id, now),
+            |seen| node(store, node_id, now, seen),
         )
     }
 
     /// The kept verdict for `id` while it is still right at `now` (`unchanged` says whether
-    /// the keys it was read from are untouched since its mark), else a fresh `read`, kept.
+    /// the keys it was read from are untouched since its mark), else a fresh `read`.
     fn answer(
         &self,
-        cache: impl Fn(&Kept) -> &Cache<String, KeptVerdict, BySize>,
+        which: Which,
         id: &str,
         now: i64,
+        seen: &mut Seen,
         unchanged: impl Fn(ReadMark, &Verdict) -> bool,
-        read: impl Fn() -> Result<Verdict>,
-    ) -> Result<Arc<Checked>> {
-        let Some(kept) = &self.kept else {
-            return read().map(Checked::new);
-        };
-        let cache = cache(kept);
-        if let Some(hit) = cache.get(id) {
-            if hit.until > now && unchanged(hit.mark, &hit.verdict.verdict) {
-                return Ok(hit.verdict);
+        read: impl Fn(&mut Seen) -> Result<Verdict>,
+    ) -> Result<Found> {
+        if let Some(kept) = &self.kept {
+            if let Some(hit) = kept.cache(which).get(id) {
+                // Kept only once durable, and unchanged since: nothing to wait for.
+                if hit.until > now && unchanged(hit.mark, &hit.verdict.verdict) {
+                    return Ok(Found::Kept(hit.verdict));
+                }
             }
         }
         // The mark comes first: a change committed after it stamps a larger number.
         let mark = self.store.read_mark();
-        let verdict = Checked::new(read()?);
-        if let Some(mark) = mark {
-            cache.insert(id.to_owned(), KeptVerdict::new(&verdict, mark));
-        }
-        Ok(verdict)
+        let verdict = Checked::new(read(seen)?);
+        Ok(Found::Fresh {
+            which,
+            verdict,
+            mark,
+        })
     }
+
+    /// The verdict `found` holds, kept for later checks if it is fresh. Call only once what
+    /// it was read from is durable: a kept verdict is answered without waiting.
+    pub fn keep(&self, found: Found) -> Arc<Checked> {
+        match found {
+            Found::Kept(verdict) => verdict,
+            Found::Fresh {
+                which,
+                verdict,
+                mark,
+            } => {
+                if let (Some(kept), Some(mark)) = (&self.kept, mark) {
+                    let id = verdict.verdict.id.clone();
+                    kept.cache(which)
+                        .insert(id, KeptVerdict::new(&verdict, mark));
+                }
+                verdict
+            }
+        }
+    }
+}
+
+/// Which kind of check, for the cache it is kept in.
+#[derive(Debug, Clone, Copy)]
+pub enum Which {
+    TaskManager,
+    Node,
+}
+
+impl Kept {
+    fn cache(&self, which: Which) -> &Cache<String, KeptVerdict, BySize> {
+        match which {
+            Which::TaskManager => &self.task_managers,
+            Which::Node => &self.nodes,
+        }
+    }
+}
+
+/// A verdict as a check found it, before it is answered.
+pub enum Found {
+    /// Kept from an earlier check and still right: durable already.
+    Kept(Arc<Checked>),
+    /// Read now: answer it once what it was read from is durable.
+    Fresh {
+        which: Which,
+        verdict: Arc<Checked>,
+        /// Taken before the reads; `None` while a transaction applied (not kept then).
+        mark: Option<ReadMark>,
+    },
 }
 
 impl KeptVerdict {

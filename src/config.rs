@@ -33,6 +33,18 @@ pub enum Command {
         #[arg(long, default_value = "-")]
         out: PathBuf,
     },
+    /// Export what is still readable from a data dir the daemon cannot open (a disk that
+    /// lost data), as JSON lines for `import` into a new data dir. Works on copies; the data
+    /// dir is never written. Exit 0 when something was read, 1 when nothing could be.
+    Salvage {
+        /// Where to write; `-` for stdout.
+        #[arg(long, default_value = "-")]
+        out: PathBuf,
+        /// Where to make the working copies (as large as the data dir); by default a
+        /// temporary directory beside the data dir.
+        #[arg(long)]
+        scratch: Option<PathBuf>,
+    },
     /// Load JSON lines written by `export` (or GET /blocklist/export). Expired items are
     /// skipped.
     Import {
@@ -90,6 +102,15 @@ pub struct Config {
     /// power cut and not only a crash. `--fsync false` trades that for speed.
     #[arg(long, env = "BLOCKLISTD_FSYNC", default_value_t = true, action = ArgAction::Set)]
     pub fsync: bool,
+
+    /// sled's segment size, in bytes, for a NEW data dir (an existing one keeps the size it
+    /// was created with). For tests only: the default keeps every tree node under sled's
+    /// blob threshold (docs/architecture.md, "Blob files"); a smaller one makes sled write
+    /// blob files.
+    #[arg(long, env = "BLOCKLISTD_SEGMENT_BYTES", hide = true,
+          default_value_t = crate::store::SEGMENT_BYTES,
+          value_parser = parse_segment_bytes)]
+    pub segment_bytes: usize,
 
     /// The most write requests that share one transaction and one flush.
     #[arg(long, env = "BLOCKLISTD_COMMIT_BATCH", default_value_t = 256,
@@ -185,12 +206,23 @@ pub struct Config {
     pub shutdown_timeout: u64,
 }
 
+/// A segment size sled accepts: a power of two from 64 KiB to 16 MiB.
+fn parse_segment_bytes(text: &str) -> Result<usize, String> {
+    let bytes: usize = text.parse().map_err(|e| format!("{e}"))?;
+    if bytes.is_power_of_two() && (64 * 1024..=16 * 1024 * 1024).contains(&bytes) {
+        Ok(bytes)
+    } else {
+        Err("must be a power of two from 65536 to 16777216".into())
+    }
+}
+
 impl Config {
     pub fn store(&self) -> StoreConfig {
         StoreConfig {
             data_dir: self.data_dir.clone(),
             cache_bytes: self.cache_mb * 1024 * 1024,
             fsync: self.fsync,
+            segment_bytes: self.segment_bytes,
             max_commit_batch: self.commit_batch as usize,
             retention: Retention {
                 count: self.events_retention_count,

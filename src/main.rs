@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => logs.json().with_current_span(false).init(),
     }
+    log_panics();
     if cli.command.is_none() {
         raise_open_files_limit(cli.serve.max_connections);
     }
@@ -82,6 +83,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Panics go to the log like every other error, with where they happened, instead of as a
+/// bare line on stderr. sled's recovery panics on some damage; the store catches that and
+/// reports the damaged files, and this line says what sled said.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let thread = std::thread::current();
+        tracing::error!(thread = thread.name().unwrap_or("?"), %location, "panic: {message}");
+    }));
 }
 
 /// File descriptors besides connections: the database's files, the listener, the runtime's.

@@ -1,4 +1,5 @@
-//! The offline subcommands: `check`, `export`, `import` on a stopped daemon's data dir.
+//! The offline subcommands: `check`, `export`, `salvage`, `import` on a stopped daemon's
+//! data dir.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -6,13 +7,14 @@ use std::path::{Path, PathBuf};
 use crate::backup;
 use crate::clock::now_ms;
 use crate::config::{Command, ImportMode};
-use crate::store::{DiskUsage, Store, StoreConfig};
+use crate::store::{self, DiskUsage, Store, StoreConfig};
 
 /// Runs a subcommand; the process exit code is 0 on success, 1 otherwise.
 pub async fn run(command: Command, data_dir: &Path) -> Result<(), String> {
     match command {
         Command::Check => check(data_dir),
         Command::Export { out } => export(data_dir, &out),
+        Command::Salvage { out, scratch } => salvage(data_dir, &out, scratch.as_deref()),
         Command::Import { file, mode } => import(data_dir, &file, mode).await,
     }
 }
@@ -84,18 +86,77 @@ fn print_disk_usage(usage: &DiskUsage) {
     );
 }
 
-fn export(dir: &Path, out: &PathBuf) -> Result<(), String> {
+fn export(dir: &Path, out: &Path) -> Result<(), String> {
     let store = open_existing(dir)?;
     let text = backup::export(&store, now_ms()).map_err(|e| e.to_string());
     close(store)?;
-    let text = text?;
+    write_out(out, text?.as_bytes())
+}
+
+/// Writes `bytes` to stdout (`-`) or, durably, to the file `out`: a temporary file beside
+/// it, fsynced, renamed over it, and the directory fsynced — a crash leaves the old file or
+/// the whole new one, never a torn one.
+fn write_out(out: &Path, bytes: &[u8]) -> Result<(), String> {
     if out.as_os_str() == "-" {
-        std::io::stdout()
-            .write_all(text.as_bytes())
-            .map_err(|e| e.to_string())
-    } else {
-        std::fs::write(out, text).map_err(|e| format!("cannot write {}: {e}", out.display()))
+        return std::io::stdout()
+            .write_all(bytes)
+            .map_err(|e| e.to_string());
     }
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", out.display());
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut file = tempfile::NamedTempFile::new_in(parent).map_err(fail)?;
+    file.write_all(bytes).map_err(fail)?;
+    file.as_file().sync_all().map_err(fail)?;
+    file.persist(out).map_err(|e| fail(e.error))?;
+    std::fs::File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(fail)
+}
+
+fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>) -> Result<(), String> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let scratch = match scratch {
+        Some(scratch) => tempfile::Builder::new()
+            .prefix("blocklistd-salvage-")
+            .tempdir_in(scratch),
+        None => tempfile::Builder::new()
+            .prefix(".blocklistd-salvage-")
+            .tempdir_in(parent),
+    }
+    .map_err(|e| format!("cannot make a scratch directory: {e}"))?;
+    let salvaged = store::salvage(dir, scratch.path())?;
+    let now = now_ms();
+    let mut text = Vec::new();
+    let (mut items, mut expired) = (0, 0);
+    for (kind, item) in salvaged.items {
+        if item.end_timestamp <= now {
+            expired += 1;
+            continue;
+        }
+        backup::write_record(&mut text, &backup::Record::Item { kind, item });
+        items += 1;
+    }
+    let registrations = salvaged.registrations.len();
+    for (id, node) in salvaged.registrations {
+        backup::write_record(&mut text, &backup::Record::Registration { id, node });
+    }
+    write_out(out, &text)?;
+    eprintln!(
+        "salvaged {items} items ({expired} expired left out) and {registrations} registrations \
+         from {}, opened {}",
+        dir.display(),
+        salvaged.how
+    );
+    for line in &salvaged.skipped {
+        eprintln!("not salvaged: {line}");
+    }
+    Ok(())
 }
 
 async fn import(dir: &Path, file: &PathBuf, mode: ImportMode) -> Result<(), String> {

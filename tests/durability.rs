@@ -281,7 +281,7 @@ async fn a_newer_schema_is_refused() {
     assert!(d.terminate().success());
     let dir = ws.data_dir();
     {
-        let db = sled::open(&dir).unwrap();
+        let db = common::open_sled(&dir);
         db.open_tree("meta")
             .unwrap()
             .insert("schema_version", &99u32.to_be_bytes())

@@ -347,7 +347,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_data() {
     // A database in the exact version-1 layout (migrations/0001-initial.md), written byte
     // by byte rather than by the current code.
     {
-        let db = sled::open(&dir).unwrap();
+        let db = common::open_sled(&dir);
         db.open_tree("meta")
             .unwrap()
             .insert("schema_version", &1u32.to_be_bytes())
@@ -421,7 +421,7 @@ async fn a_version_2_log_is_still_served_after_the_upgrade() {
     // `added` event in format 1 (finished JSON), revision 1.
     let data = r#"{"kind":"node","id":"n1","action":"MARK_BLOCKED_AND_EVACUATE_TASKS","startTimestamp":1700000000000,"endTimestamp":9223372036854775807,"cause":"disk"}"#;
     {
-        let db = sled::open(&dir).unwrap();
+        let db = common::open_sled(&dir);
         let meta = db.open_tree("meta").unwrap();
         meta.insert("schema_version", &2u32.to_be_bytes()).unwrap();
         meta.insert("revision", &1u64.to_be_bytes()).unwrap();

@@ -300,7 +300,7 @@ async fn listing_while_writers_run_then_watching_from_its_revision_converges() {
 
 /// Replaces the stored value of an item with bytes that do not decode (daemon stopped).
 fn corrupt(ws: &Workspace, key: &[u8]) {
-    let db = sled::open(ws.data_dir()).unwrap();
+    let db = common::open_sled(ws.data_dir());
     db.open_tree("items")
         .unwrap()
         .insert(key, &[0xFF][..])

@@ -205,7 +205,7 @@ async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant
 
     // Break the index behind the daemon's back: remove the item's expiry entry.
     {
-        let db = sled::open(&dir).unwrap();
+        let db = common::open_sled(&dir);
         let expiry = db.open_tree("expiry").unwrap();
         let key = expiry.first().unwrap().unwrap().0;
         expiry.remove(key).unwrap();

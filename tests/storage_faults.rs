@@ -162,7 +162,7 @@ async fn a_corrupted_data_dir_is_refused_and_left_as_it_was() {
     let dir = ws.data_dir();
     // Overwrite the schema version with garbage of the wrong length.
     {
-        let db = sled::open(&dir).unwrap();
+        let db = common::open_sled(&dir);
         db.open_tree("meta")
             .unwrap()
             .insert("schema_version", b"garbage!!")
@@ -220,7 +220,7 @@ fn a_clear_that_meets_a_corrupt_item_removes_nothing() {
     }
     wait_until_unlocked(&dir);
     {
-        let db = sled::open(&dir).unwrap();
+        let db = common::open_sled(&dir);
         db.open_tree("items")
             .unwrap()
             .insert(b"Nb", &[0xFF][..])
@@ -239,7 +239,10 @@ fn a_clear_that_meets_a_corrupt_item_removes_nothing() {
     assert_eq!(store.revision(), revision, "no event, no change");
     for id in ["a", "c"] {
         assert!(
-            store.get(Kind::Node, id, now_ms()).unwrap().is_some(),
+            store
+                .get(Kind::Node, id, now_ms(), &mut store.seen())
+                .unwrap()
+                .is_some(),
             "{id} was removed"
         );
     }

@@ -17,7 +17,7 @@ use super::openapi::{
 use super::{with_revision, AppState};
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
-use crate::store::{self, AddOutcome, Store};
+use crate::store::{self, AddOutcome, Seen, Store};
 use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
@@ -48,9 +48,10 @@ pub(super) struct NodeEntry {
     task_managers: Vec<String>,
 }
 
-/// The node entry of a node item: one index prefix scan.
-fn node_entry(store: &Store, item: Item) -> store::Result<NodeEntry> {
-    let task_managers = store.task_managers_on(&item.id)?;
+/// The node entry of a node item: one index prefix scan (`seen` records what it depends
+/// on).
+fn node_entry(store: &Store, item: Item, seen: &mut Seen) -> store::Result<NodeEntry> {
+    let task_managers = store.task_managers_on(&item.id, seen)?;
     Ok(NodeEntry {
         item,
         task_managers,
@@ -68,7 +69,9 @@ fn item_json(_: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result
 
 /// Writes a node entry as a JSON array element.
 fn node_entry_json(store: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
-    serde_json::to_writer(out, &node_entry(store, item)?).expect("node entries serialize");
+    // A listing waits for the horizon of its whole scan before its last chunk.
+    let entry = node_entry(store, item, &mut store.seen())?;
+    serde_json::to_writer(out, &entry).expect("node entries serialize");
     Ok(())
 }
 
@@ -174,14 +177,21 @@ async fn get_one(
     kind: Kind,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let Some(block) = state.store.get(kind, &id, state.store.now())? else {
-        return Err(not_blocked(kind, &id));
-    };
-    let item = Item::new(id, block);
-    Ok(match kind {
-        Kind::TaskManager => Json(item).into_response(),
-        Kind::Node => Json(node_entry(&state.store, item)?).into_response(),
-    })
+    let store = &state.store;
+    let now = store.now();
+    let found = store
+        .read_durably(|seen| {
+            let Some(block) = store.get(kind, &id, now, seen)? else {
+                return Ok(None);
+            };
+            let item = Item::new(id.clone(), block);
+            Ok(Some(match kind {
+                Kind::TaskManager => Json(item).into_response(),
+                Kind::Node => Json(node_entry(store, item, seen)?).into_response(),
+            }))
+        })
+        .await?;
+    found.ok_or_else(|| not_blocked(kind, &id))
 }
 
 async fn add(
@@ -431,7 +441,7 @@ mod tests {
                 .list(Kind::Node, later)
                 .unwrap()
                 .into_iter()
-                .map(|item| node_entry(&store, item).unwrap())
+                .map(|item| node_entry(&store, item, &mut store.seen()).unwrap())
                 .collect();
             assert_eq!(task_managers.len(), n - n.div_ceil(7));
             assert_eq!(nodes[0].task_managers, ["tm-a", "tm-b"]);

@@ -19,6 +19,7 @@ use super::openapi::{
 };
 use super::AppState;
 use crate::check::{Checked, Verdict};
+use crate::store::StoreError;
 use crate::validate;
 
 pub fn router() -> Router<AppState> {
@@ -64,7 +65,7 @@ pub(super) async fn check_task_manager(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let checked = state.checker.task_manager(&id, state.store.now())?;
+    let checked = state.checker.task_manager(&id, state.store.now()).await?;
     Ok(verdict_json(&checked))
 }
 
@@ -87,7 +88,7 @@ pub(super) async fn check_node(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let checked = state.checker.node(&id, state.store.now())?;
+    let checked = state.checker.node(&id, state.store.now()).await?;
     Ok(verdict_json(&checked))
 }
 
@@ -125,24 +126,36 @@ pub(super) async fn check_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Verdicts>> {
-    let request = validate::check_request(&body, state.limits.max_batch)?;
-    let checker = state.checker.clone();
+    let request = Arc::new(validate::check_request(&body, state.limits.max_batch)?);
     let now = state.store.now();
-    let verdicts = state
-        .blocking(move |_| {
-            Ok(Verdicts {
-                task_managers: request
+    // Read on the blocking pool (many point reads), then wait once for whatever of it is
+    // not durable yet; read again after a reopen in between.
+    for _ in 0..4 {
+        let checker = state.checker.clone();
+        let ids = request.clone();
+        let (task_managers, nodes, seen) = state
+            .blocking(move |store| {
+                let mut seen = store.seen();
+                let task_managers = ids
                     .task_managers
                     .iter()
-                    .map(|id| checker.task_manager(id, now))
-                    .collect::<Result<_, _>>()?,
-                nodes: request
+                    .map(|id| checker.task_manager_now(id, now, &mut seen))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let nodes = ids
                     .nodes
                     .iter()
-                    .map(|id| checker.node(id, now))
-                    .collect::<Result<_, _>>()?,
+                    .map(|id| checker.node_now(id, now, &mut seen))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((task_managers, nodes, seen))
             })
-        })
-        .await?;
-    Ok(Json(verdicts))
+            .await?;
+        if state.store.confirm(&seen).await? {
+            let keep = |found| state.checker.keep(found);
+            return Ok(Json(Verdicts {
+                task_managers: task_managers.into_iter().map(keep).collect(),
+                nodes: nodes.into_iter().map(keep).collect(),
+            }));
+        }
+    }
+    Err(StoreError::Reopening.into())
 }

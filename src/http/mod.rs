@@ -132,11 +132,11 @@ impl AppState {
         T: Send + 'static,
         F: Fn(&Store) -> store::Result<T> + Send + 'static,
     {
-        let (value, revision) = self
-            .blocking(move |store| store.consistent_read(&read))
+        let ((value, revision), seen) = self
+            .blocking(move |store| Ok((store.consistent_read(&read)?, store.scan_ended())))
             .await?;
         // What the scan saw may be newer than `revision` when it settled for a lower bound.
-        self.store.wait_durable(self.store.revision()).await;
+        self.store.settle_scan(seen).await?;
         Ok((value, revision))
     }
 }

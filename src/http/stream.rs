@@ -25,7 +25,7 @@ use tokio_stream::Stream;
 use super::error::{self, ApiError};
 use super::{with_revision, AppState};
 use crate::listing::{self, Listing};
-use crate::store::{Store, StoreError};
+use crate::store::{Seen, Store, StoreError};
 
 impl AppState {
     /// Answers with the listing `build` makes from the revision it reports, streamed.
@@ -35,9 +35,9 @@ impl AppState {
     ///   the body shows — a scan already half sent cannot be retried as
     ///   [`Store::consistent_read`] does. Replaying the feed from it converges, since every
     ///   event carries the full state after its change.
-    /// - The last chunk goes out only once the revision committed when the scan ended is
-    ///   durable: the body is complete only when nothing it shows can be lost; a crash
-    ///   before that truncates it, which the client sees as an error.
+    /// - The last chunk goes out only once every group whose transaction had begun when the
+    ///   scan ended is durable: the body is complete only when nothing it shows can be lost;
+    ///   a crash before that truncates it, which the client sees as an error.
     /// - An error in the first chunk is an ordinary error response. After it, the body is
     ///   aborted (hyper closes the connection without the final empty chunk, so the client
     ///   sees a failed body, never a well-formed short one) and the error is logged.
@@ -55,12 +55,12 @@ impl AppState {
                 // Small: most listings are small and fit in it (it grows for the others).
                 let mut first = Vec::with_capacity(8 * 1024);
                 let done = listing.next_chunk(store, &mut first)?;
-                Ok((listing, first, done.then(|| store.revision())))
+                Ok((listing, first, done.then(|| store.scan_ended())))
             })
             .await?;
         let body = match end {
-            Some(end) => {
-                self.store.wait_durable(end).await;
+            Some(seen) => {
+                self.store.settle_scan(seen).await?;
                 Body::from(first)
             }
             None => {
@@ -95,9 +95,16 @@ impl AppState {
             match run {
                 Ok(Run::Paused(rest)) => listing = rest,
                 Ok(Run::Gone) => return,
-                Ok(Run::Last(room, chunk, end)) => {
-                    self.store.wait_durable(end).await;
-                    room.send(Chunk::Last(Bytes::from(chunk)));
+                Ok(Run::Last(room, chunk, seen)) => {
+                    match self.store.settle_scan(seen).await {
+                        Ok(()) => {
+                            room.send(Chunk::Last(Bytes::from(chunk)));
+                        }
+                        Err(e) => {
+                            tracing::error!(route, error = %e, "listing not durable; aborting the response");
+                            room.send(Chunk::Failed(e.into()));
+                        }
+                    }
                     return;
                 }
                 Ok(Run::Failed(room, e)) => {
@@ -130,9 +137,8 @@ enum Run {
     Paused(Listing),
     /// The client went away.
     Gone,
-    /// The final chunk, to send once the revision committed at the end of the scan is
-    /// durable.
-    Last(OwnedPermit<Chunk>, Vec<u8>, u64),
+    /// The final chunk, to send once everything the scan may have seen is durable.
+    Last(OwnedPermit<Chunk>, Vec<u8>, Seen),
     Failed(OwnedPermit<Chunk>, StoreError),
 }
 
@@ -143,7 +149,7 @@ fn scan(store: &Store, mut listing: Listing, mut room: OwnedPermit<Chunk>) -> Ru
         let mut chunk = new_chunk();
         match listing.next_chunk(store, &mut chunk) {
             Err(e) => return Run::Failed(room, e),
-            Ok(true) => return Run::Last(room, chunk, store.revision()),
+            Ok(true) => return Run::Last(room, chunk, store.scan_ended()),
             Ok(false) => {}
         }
         room = match room

@@ -83,7 +83,8 @@ pub(super) async fn get_one(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Json<Registration>> {
-    match state.store.node_of(&id)? {
+    let store = &state.store;
+    match store.read_durably(|seen| store.node_of(&id, seen)).await? {
         Some(node) => Ok(Json(Registration { id, node })),
         None => Err(not_registered(&id)),
     }

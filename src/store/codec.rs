@@ -28,10 +28,42 @@ pub const EVENT_V2: u8 = 2;
 /// transaction, with consecutive revisions from the one in the key.
 pub const EVENTS_V3: u8 = 3;
 
-/// About how many bytes of events one chunk holds before the next starts. sled splits a
-/// leaf past 16 entries and writes a page over 128 KiB as a separate blob file, so 16
-/// chunks must stay well under that.
+/// About how many bytes of events one chunk holds before the next starts. A chunk is cut
+/// once its events' [`approximate_size`]s reach this, so it holds at most this plus one
+/// event ([`max_chunk_bytes`]); 17 of those make a leaf of the event log, which must stay
+/// under sled's blob threshold (`super::blobs`).
 pub const CHUNK_BYTES: usize = 4096;
+
+/// bincode's varint (standard config) takes at most 9 bytes for any integer we store.
+const VARINT: usize = 9;
+
+/// The largest `items` value whose cause has `cause` bytes: the format byte, then
+/// [`BlockV1`] (action byte, two varint times, the cause with its length).
+pub const fn max_block_bytes(cause: usize) -> usize {
+    1 + 1 + VARINT + VARINT + VARINT + cause
+}
+
+/// The largest encoding of one event of a chunk, for ids of `id` and causes of `cause`
+/// bytes: event code, change tag, then the larger of an item change (kind byte, id, block)
+/// and a registration (two ids).
+const fn max_event_bytes(id: usize, cause: usize) -> usize {
+    let item = 1 + VARINT + id + max_block_bytes(cause) - 1;
+    let registration = 2 * (VARINT + id);
+    1 + 1
+        + if item > registration {
+            item
+        } else {
+            registration
+        }
+}
+
+/// The largest `events` value (a chunk): the format byte, the commit time and the event
+/// count, then events whose approximate sizes stayed under [`CHUNK_BYTES`] before the last
+/// one was added (an event's encoding is never larger than its approximate size: a test
+/// checks it), then that last one.
+pub const fn max_chunk_bytes(id: usize, cause: usize) -> usize {
+    1 + VARINT + VARINT + CHUNK_BYTES + max_event_bytes(id, cause)
+}
 
 /// Events value, format 3: one key per chunk instead of one per event, because every sled
 /// insert copies a leaf — a third of the inserts of a batch add were its events. Frozen
@@ -576,5 +608,65 @@ mod tests {
                 chunk.to_vec()
             );
         }
+    }
+
+    /// The bounds the blob budget (`super::blobs`) is built on hold for the largest values
+    /// the API lets through: ids of 256 bytes, merged causes of 16 KiB, times as large as
+    /// they go.
+    #[test]
+    fn the_largest_values_stay_within_their_bounds() {
+        use crate::model::{MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
+        let worst = Block {
+            action: Action::MarkBlockedAndEvacuateTasks,
+            start: i64::MIN,
+            end: PERMANENT,
+            cause: "c".repeat(MAX_MERGED_CAUSE_BYTES),
+        };
+        assert!(encode_block(&worst).len() <= max_block_bytes(MAX_MERGED_CAUSE_BYTES));
+        let id = "i".repeat(MAX_ID_BYTES);
+        let item = |revision| {
+            Event::new(
+                revision,
+                EventType::Merged,
+                i64::MAX,
+                Change::Item {
+                    kind: Kind::TaskManager,
+                    item: Item::new(id.clone(), worst.clone()),
+                },
+            )
+        };
+        let registration = Event::new(
+            1,
+            EventType::Registered,
+            i64::MAX,
+            Change::Registration {
+                tm: id.clone(),
+                node: id.clone(),
+            },
+        );
+        for event in [item(1), registration] {
+            let one = encode_chunk(std::slice::from_ref(&event)).len() - (1 + 9 + 1);
+            assert!(
+                one <= approximate_size(&event),
+                "{one} > its approximate size"
+            );
+            assert!(one <= max_event_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES));
+        }
+        // Events just under the cut, then the largest one.
+        let small = |revision| {
+            let mut event = item(revision);
+            if let Change::Item { item, .. } = &mut event.change {
+                item.cause = "c".repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1);
+            }
+            event
+        };
+        let events = [small(1), small(2), item(3)];
+        let cut: Vec<&[Event]> = chunks(&events).collect();
+        assert_eq!(cut[0].len(), 3, "the largest event joins the chunk");
+        let bytes = encode_chunk(cut[0]).len();
+        assert!(
+            bytes <= max_chunk_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES),
+            "{bytes}"
+        );
     }
 }

@@ -127,6 +127,43 @@ impl Op {
     }
 }
 
+impl Op {
+    /// Visits every key this op may change (`due`: what an announce takes, from
+    /// [`Committer::scan_due`]), for the change stamps.
+    fn touched(&self, due: &[Vec<u8>], mut visit: impl FnMut(Watched<'_>)) {
+        match self {
+            Op::Add { kind, items, .. } => items
+                .iter()
+                .for_each(|item| visit(Watched::Item(*kind, &item.id))),
+            Op::Remove { kind, id } => visit(Watched::Item(*kind, id)),
+            Op::Announce { .. } => expiry_items(due, visit),
+            Op::Reclaim { expiry_keys } => expiry_items(expiry_keys, visit),
+            Op::Register { registrations } => registrations
+                .iter()
+                .for_each(|(tm, _)| visit(Watched::Registration(tm))),
+            Op::Unregister { tm } => visit(Watched::Registration(tm)),
+            Op::Import { items, .. } => items
+                .iter()
+                .for_each(|(kind, item)| visit(Watched::Item(*kind, &item.id))),
+            Op::Clear { items, tms } => {
+                items
+                    .iter()
+                    .for_each(|(kind, id)| visit(Watched::Item(*kind, id)));
+                tms.iter().for_each(|tm| visit(Watched::Registration(tm)));
+            }
+        }
+    }
+}
+
+/// Visits the item behind each expiry key.
+fn expiry_items(expiry_keys: &[Vec<u8>], mut visit: impl FnMut(Watched<'_>)) {
+    for key in expiry_keys {
+        if let Some((_, kind, id)) = keys::parse_expiry_key(key) {
+            visit(Watched::Item(kind, id));
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Added(AddOutcome),
@@ -227,7 +264,9 @@ impl Committer {
     pub fn run(mut self) {
         let mut batch: Vec<Commit> = Vec::with_capacity(self.max_batch);
         loop {
-            let next = if self.handles.is_none() {
+            // Broken after a failed transaction: readers of the keys it touched wait for
+            // the reopen (`super::durable`), so it is retried without waiting for a write.
+            let next = if self.handles.is_none() || self.broken {
                 self.wait_reopening()
             } else {
                 self.requests.blocking_recv()
@@ -274,7 +313,7 @@ impl Committer {
             std::thread::sleep(REOPEN_POLL);
             if last_try.elapsed() >= REOPEN_RETRY {
                 last_try = Instant::now();
-                match self.recover() {
+                match self.drain_and_recover() {
                     Ok(()) => return self.requests.blocking_recv(),
                     Err(e) => tracing::debug!(error = %e, "reopening still fails"),
                 }
@@ -303,9 +342,7 @@ impl Committer {
             self.broken = true;
         }
         if self.broken {
-            // Nothing may still be flushing the database about to be closed.
-            self.drain_syncer();
-            if let Err(e) = self.recover() {
+            if let Err(e) = self.drain_and_recover() {
                 tracing::warn!(error = %e, "the storage still fails; refusing writes");
                 fail_all(batch, &e);
                 return;
@@ -335,6 +372,12 @@ impl Committer {
         // Seqlock around the transaction: readers that need a consistent listing retry when
         // the sequence moved (or is odd) while they scanned.
         let settled = self.feed.seq.fetch_add(1, Ordering::SeqCst) + 2;
+        // Before the transaction applies: a reader that sees a change finds its stamp (see
+        // `super::durable`); a kept answer read before this is stale from now on.
+        let stamps = &self.feed.stamps;
+        for (op, due) in ops.iter().zip(&due) {
+            op.touched(due, |key| stamps.stamp(key, settled));
+        }
         let transacted = self.transact(&ops, &due, now);
         if let Ok(Transacted {
             events,
@@ -357,17 +400,16 @@ impl Committer {
             for (slot, count) in self.feed.counts.iter().zip(counts) {
                 slot.store(*count, Ordering::Relaxed);
             }
-            // Every change has its event, so the events name every key this changed.
-            let stamps = &self.feed.stamps;
-            for event in events {
-                match &event.change {
-                    Change::Item { kind, item } => {
-                        stamps.stamp(Watched::Item(*kind, &item.id), settled)
-                    }
-                    Change::Registration { tm, .. } => {
-                        stamps.stamp(Watched::Registration(tm), settled)
-                    }
-                    Change::Json(_) => stamps.stamp_all(settled),
+            // Every change has its event, so the events name every key this changed: each
+            // must have been stamped before the transaction.
+            if cfg!(debug_assertions) {
+                for event in events {
+                    let key = match &event.change {
+                        Change::Item { kind, item } => Watched::Item(*kind, &item.id),
+                        Change::Registration { tm, .. } => Watched::Registration(tm),
+                        Change::Json(_) => unreachable!("only older versions wrote JSON events"),
+                    };
+                    assert!(stamps.stamp_of(key) >= settled, "{key:?} changed unstamped");
                 }
             }
         }
@@ -410,6 +452,7 @@ impl Committer {
                     handles: self.handles.clone().expect("open unless broken"),
                     log: self.log.clone(),
                     revision,
+                    seq: settled,
                     events,
                     replies,
                     started,
@@ -437,6 +480,13 @@ impl Committer {
                 fail_all(batch, &e.to_string());
             }
         }
+    }
+
+    /// [`Committer::recover`], once nothing may still be flushing the database about to be
+    /// closed.
+    fn drain_and_recover(&mut self) -> Result<(), String> {
+        self.drain_syncer();
+        self.recover()
     }
 
     /// After a storage error: if the data dir takes a synced write again, closes and
@@ -470,7 +520,9 @@ impl Committer {
             None
         };
         // What the failed batch left in memory is gone; what reached the disk stays. Any
-        // key may differ from what readers last saw.
+        // key may differ from what readers last saw, and a reader waiting for a change to
+        // become durable must read again.
+        self.feed.durability.reopened();
         let settled = self.feed.seq.fetch_add(1, Ordering::SeqCst) + 2;
         self.feed.stamps.stamp_all(settled);
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
@@ -493,6 +545,8 @@ impl Committer {
         self.handles = Some(handles);
         self.broken = false;
         self.feed.durable.send_replace(revision);
+        // The database holds exactly what is on disk now.
+        self.feed.durability.publish(settled);
         sync::publish(
             &self.feed,
             &self.metrics,

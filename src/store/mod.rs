@@ -26,10 +26,14 @@
 //! trees and filter `end <= now` themselves, so an item is gone for readers the moment it
 //! is due, whether or not the sweeper has reached it.
 
+mod blobs;
 pub mod codec;
 mod commit;
+mod datadir;
+mod durable;
 pub mod keys;
 mod migrate;
+mod salvage;
 mod stamps;
 mod sync;
 
@@ -43,9 +47,13 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use sled::{Db, Tree};
 use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 
+pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{AddOutcome, Expired, Registered, Retention};
+pub use datadir::damage_report;
+pub use durable::{Seen, READ_TIMEOUT};
 pub use migrate::CURRENT as SCHEMA_VERSION;
+pub use salvage::{salvage, Salvaged};
 pub use stamps::{ReadMark, Watched};
 
 use crate::metrics::Metrics;
@@ -65,6 +73,28 @@ pub enum StoreError {
          ({supported}): run a newer blocklistd"
     )]
     TooNew { found: u32, supported: u32 },
+    #[error(
+        "sled could not recover the database in {}: {cause}.{}\n{} Keep a copy of the whole \
+         directory, then run `blocklistd --data-dir {} salvage --out items.jsonl` to export \
+         what is still readable, and `blocklistd --data-dir NEW_DIR import items.jsonl` to \
+         load it into a new data dir (docs/operations.md, \"A damaged data dir\")",
+        dir.display(),
+        damage_lines(files),
+        if *untouched {
+            "The data dir was not changed."
+        } else {
+            "sled may have rewritten the end of its log while it tried."
+        },
+        dir.display()
+    )]
+    Damaged {
+        dir: PathBuf,
+        cause: String,
+        /// What looks damaged, one file per line (see [`datadir::damage_report`]).
+        files: Vec<String>,
+        /// Whether the failure was found before sled's recovery ran on the data dir.
+        untouched: bool,
+    },
     #[error("storage error: {0}")]
     Sled(#[from] sled::Error),
     #[error("I/O error: {0}")]
@@ -77,6 +107,28 @@ pub enum StoreError {
     Closed,
     #[error("the database is being reopened after a storage error")]
     Reopening,
+    #[error(
+        "the disk has not confirmed, within {0:?}, the writes this read depends on; \
+         the answer is withheld rather than risk one a crash could take back"
+    )]
+    NotDurable(std::time::Duration),
+}
+
+/// The damaged files of [`StoreError::Damaged`], as lines of its message.
+fn damage_lines(files: &[String]) -> String {
+    if files.is_empty() {
+        return " No file looks damaged on its own (the log itself may be).".into();
+    }
+    const SHOWN: usize = 10;
+    let mut text = String::from(" Damaged files:");
+    for file in files.iter().take(SHOWN) {
+        text.push_str("\n  ");
+        text.push_str(file);
+    }
+    if files.len() > SHOWN {
+        text.push_str(&format!("\n  … and {} more", files.len() - SHOWN));
+    }
+    text
 }
 
 impl StoreError {
@@ -90,6 +142,7 @@ impl StoreError {
                 | StoreError::CommitFailed(_)
                 | StoreError::Closed
                 | StoreError::Reopening
+                | StoreError::NotDurable(_)
         )
     }
 }
@@ -100,9 +153,13 @@ pub struct StoreConfig {
     pub data_dir: PathBuf,
     /// sled's page cache budget. RSS runs to a few times this, so it is set explicitly.
     pub cache_bytes: u64,
-    /// fsync the log file after each group-commit flush (power-loss durability). sled's own
-    /// flush is `sync_file_range`, which survives a killed process but not a power cut.
+    /// fsync the log file after each group-commit flush, and the blob files sled creates
+    /// (power-loss durability). sled's own flush is `sync_file_range`, which survives a
+    /// killed process but not a power cut.
     pub fsync: bool,
+    /// sled's segment size for a new data dir (an existing one keeps its own): see
+    /// [`blobs::SEGMENT_BYTES`].
+    pub segment_bytes: usize,
     /// The most requests one group commit takes.
     pub max_commit_batch: usize,
     /// How much of the change log to keep.
@@ -120,6 +177,7 @@ impl StoreConfig {
             data_dir: data_dir.into(),
             cache_bytes: 64 * 1024 * 1024,
             fsync: true,
+            segment_bytes: SEGMENT_BYTES,
             max_commit_batch: 256,
             retention: Retention {
                 count: 100_000,
@@ -168,8 +226,11 @@ pub(crate) struct Feed {
     pub counts: [AtomicU64; 4],
     /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
     pub unreclaimed: AtomicU64,
-    /// Which keys changed at which `seq`, for readers that cache.
+    /// Which keys changed (or are about to) at which `seq`: for readers that cache, and for
+    /// readers that must not answer before what they read is durable.
     pub stamps: stamps::ChangeStamps,
+    /// Up to which `seq` everything is durable; see [`durable`].
+    pub durability: durable::Durability,
 }
 
 /// An open database and its trees.
@@ -191,20 +252,84 @@ pub(crate) struct Opened {
 
 /// Opens the sled database in `config.data_dir`, upgrades its schema, and reads the
 /// revision, counts and log start. Used at start and when reopening after a storage error.
+/// A sled configuration for opening the database in `dir` directly, with the segment size
+/// it was created with (or ours, for a new one): for tests and tools that build or inspect
+/// databases below the store. Nothing else may open one.
+pub fn sled_config(dir: &Path) -> Result<sled::Config> {
+    let segment =
+        datadir::segment_bytes(dir, SEGMENT_BYTES).map_err(|cause| StoreError::Damaged {
+            dir: dir.to_owned(),
+            cause,
+            files: datadir::damage_report(dir),
+            untouched: true,
+        })?;
+    Ok(sled::Config::new().path(dir).segment_size(segment))
+}
+
+/// The tree of items, and of registrations (the names salvage opens too).
+const ITEMS_TREE: &str = "items";
+const TM_NODE_TREE: &str = "tm_node";
+
 pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     let dir = &config.data_dir;
-    let db = sled::Config::new()
+    let segment_bytes =
+        datadir::segment_bytes(dir, config.segment_bytes).map_err(|cause| StoreError::Damaged {
+            dir: dir.clone(),
+            cause,
+            files: datadir::damage_report(dir),
+            untouched: true,
+        })?;
+    if segment_bytes < SEGMENT_BYTES {
+        tracing::warn!(
+            segment_bytes,
+            "this data dir was created with sled segments smaller than {SEGMENT_BYTES} bytes: \
+             sled may write long causes as blob files (they are fsynced, but a disk that \
+             loses them breaks recovery); export and import it into a new data dir to \
+             prevent them (docs/operations.md)"
+        );
+    }
+    // sled's recovery stops at the first blob it cannot read, may then fail, and rewrites
+    // the end of its log before it does: with damaged blobs, try it on a copy first, and
+    // leave the data dir untouched (for `salvage`) if it fails there.
+    if !blobs::damaged(&dir.join("blobs")).is_empty() {
+        if let Err(cause) = salvage::opens_on_copy(dir, segment_bytes) {
+            return Err(StoreError::Damaged {
+                dir: dir.clone(),
+                cause,
+                files: datadir::damage_report(dir),
+                untouched: true,
+            });
+        }
+    }
+    let sled_config = sled::Config::new()
         .path(dir)
         .cache_capacity(config.cache_bytes)
+        .segment_size(segment_bytes)
         // We flush after every group commit; a background flusher would only add wake-ups.
-        .flush_every_ms(None)
-        .open()
-        .map_err(|e| open_error(dir, e))?;
+        .flush_every_ms(None);
+    // sled's recovery panics on some damage (an empty blob file: "tried to serialize
+    // Uninitialized"); the daemon reports it instead of crashing.
+    let db = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sled_config.open())) {
+        Ok(opened) => opened.map_err(|e| open_error(dir, e))?,
+        Err(panic) => {
+            return Err(StoreError::Damaged {
+                dir: dir.clone(),
+                cause: format!("its recovery panicked: {}", panic_message(&*panic)),
+                files: datadir::damage_report(dir),
+                untouched: false,
+            })
+        }
+    };
+    // Whatever sled created or rewrote while opening (conf, a snapshot, directory entries)
+    // is durable before anything is read or answered.
+    if config.fsync {
+        datadir::make_durable_after_open(dir)?;
+    }
     migrate::upgrade(&db)?;
     let trees = Trees {
-        items: db.open_tree("items")?,
+        items: db.open_tree(ITEMS_TREE)?,
         expiry: db.open_tree("expiry")?,
-        tm_node: db.open_tree("tm_node")?,
+        tm_node: db.open_tree(TM_NODE_TREE)?,
         node_tms: db.open_tree("node_tms")?,
         events: db.open_tree("events")?,
         meta: db.open_tree(migrate::META_TREE)?,
@@ -480,7 +605,7 @@ impl Store {
     /// the committer thread.
     pub fn open(config: &StoreConfig) -> Result<Store> {
         let dir = &config.data_dir;
-        std::fs::create_dir_all(dir)?;
+        datadir::create(dir)?;
         check_not_foreign(dir)?;
         let Opened {
             handles,
@@ -499,6 +624,7 @@ impl Store {
             counts: counts.map(AtomicU64::new),
             unreclaimed: AtomicU64::new(unreclaimed),
             stamps: stamps::ChangeStamps::new(),
+            durability: durable::Durability::new(),
         });
         let log = if config.fsync {
             Some(Arc::new(std::fs::File::open(dir.join("db"))?))
@@ -510,8 +636,17 @@ impl Store {
         let handles = Arc::new(handles);
         let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
         let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (stages, syncer) =
-            sync::spawn(feed.clone(), config.metrics.clone(), sync_failed.clone())?;
+        let blob_dir = if config.fsync {
+            Some(blobs::BlobDir::open(&dir.join("blobs"))?)
+        } else {
+            None
+        };
+        let (stages, syncer) = sync::spawn(
+            feed.clone(),
+            config.metrics.clone(),
+            sync_failed.clone(),
+            blob_dir,
+        )?;
         let committer = commit::Committer {
             handles: Some(handles),
             slot: slot.clone(),
@@ -596,10 +731,67 @@ impl Store {
         *self.shared.feed.durable.borrow()
     }
 
-    /// Waits until `revision` is durable (or the store shuts down).
-    pub async fn wait_durable(&self, revision: u64) {
-        let mut durable = self.shared.feed.durable.subscribe();
-        let _ = durable.wait_for(|d| *d >= revision).await;
+    // ---- durable reads (see `durable`) ----
+
+    /// Starts a read whose answer must be durable: hand it to the reads, then settle it with
+    /// [`Store::confirm`] (or let [`Store::read_durably`] do both).
+    pub fn seen(&self) -> Seen {
+        self.shared.feed.durability.start()
+    }
+
+    /// Records that `seen`'s read depends on everything a scan that ends now may have seen
+    /// (scans cannot name their keys beforehand).
+    pub fn saw_all(&self, seen: &mut Seen) {
+        let seq = self.shared.feed.seq.load(Ordering::SeqCst);
+        seen.depends_on(durable::Durability::horizon(seq));
+    }
+
+    /// Records that `seen`'s read depends on `key`, just read.
+    fn saw(&self, seen: &mut Seen, key: Watched<'_>) {
+        seen.depends_on(self.shared.feed.stamps.stamp_of(key));
+    }
+
+    /// Waits (at most [`READ_TIMEOUT`]) until everything `seen` depends on is durable.
+    /// True when the read may be answered with what it read; false when the database was
+    /// reopened after a storage fault in between, and it must read again.
+    pub async fn confirm(&self, seen: &Seen) -> Result<bool> {
+        let durability = &self.shared.feed.durability;
+        if durability.settled(seen) {
+            return Ok(true);
+        }
+        durability.wait(seen).await
+    }
+
+    /// Runs `read` until its answer is one a crash cannot take back, and returns it: at once
+    /// when none of the keys it read is being changed, else once the change is durable.
+    pub async fn read_durably<T>(&self, mut read: impl FnMut(&mut Seen) -> Result<T>) -> Result<T> {
+        // Each retry follows a reopen after a storage fault; more than a few in a row means
+        // the storage keeps failing.
+        for _ in 0..4 {
+            let mut seen = self.seen();
+            let value = read(&mut seen)?;
+            if self.confirm(&seen).await? {
+                return Ok(value);
+            }
+        }
+        Err(StoreError::Reopening)
+    }
+
+    /// What a scan that ends now depends on: every group whose transaction had begun.
+    pub fn scan_ended(&self) -> Seen {
+        let mut seen = self.seen();
+        self.saw_all(&mut seen);
+        seen
+    }
+
+    /// Waits (at most [`READ_TIMEOUT`]) until what a scan saw ([`Store::scan_ended`]) is
+    /// durable. A reopen in between fails it: a listing half sent cannot be read again.
+    pub async fn settle_scan(&self, seen: Seen) -> Result<()> {
+        if self.confirm(&seen).await? {
+            Ok(())
+        } else {
+            Err(StoreError::Reopening)
+        }
     }
 
     /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
@@ -709,10 +901,12 @@ impl Store {
 
     // ---- reads: straight from the trees, never trusting the sweeper ----
 
-    /// The active item `(kind, id)` at `now`.
-    pub fn get(&self, kind: Kind, id: &str, now: i64) -> Result<Option<Block>> {
+    /// The active item `(kind, id)` at `now`; `seen` records what the answer depends on.
+    pub fn get(&self, kind: Kind, id: &str, now: i64, seen: &mut Seen) -> Result<Option<Block>> {
         let key = keys::item_key(kind, id);
-        let Some(bytes) = self.handles()?.trees.items.get(&key)? else {
+        let bytes = self.handles()?.trees.items.get(&key)?;
+        self.saw(seen, Watched::Item(kind, id));
+        let Some(bytes) = bytes else {
             return Ok(None);
         };
         let block = decode(&key, &bytes)?;
@@ -763,9 +957,12 @@ impl Store {
         Ok(true)
     }
 
-    /// The node task manager `tm` is registered on.
-    pub fn node_of(&self, tm: &str) -> Result<Option<String>> {
-        let Some(bytes) = self.handles()?.trees.tm_node.get(tm.as_bytes())? else {
+    /// The node task manager `tm` is registered on; `seen` records what the answer depends
+    /// on.
+    pub fn node_of(&self, tm: &str, seen: &mut Seen) -> Result<Option<String>> {
+        let bytes = self.handles()?.trees.tm_node.get(tm.as_bytes())?;
+        self.saw(seen, Watched::Registration(tm));
+        let Some(bytes) = bytes else {
             return Ok(None);
         };
         registration(tm, &bytes).map(Some)
@@ -809,8 +1006,9 @@ impl Store {
         Ok(true)
     }
 
-    /// The task managers registered on `node`, sorted by id: one prefix scan of the index.
-    pub fn task_managers_on(&self, node: &str) -> Result<Vec<String>> {
+    /// The task managers registered on `node`, sorted by id: one prefix scan of the index;
+    /// `seen` records what the answer depends on.
+    pub fn task_managers_on(&self, node: &str, seen: &mut Seen) -> Result<Vec<String>> {
         let mut out = Vec::new();
         for key in self
             .handles()?
@@ -823,6 +1021,7 @@ impl Store {
             let (_, tm) = keys::parse_node_tm_key(&key).ok_or_else(|| bad_key(&key))?;
             out.push(tm.to_owned());
         }
+        self.saw_all(seen);
         Ok(out)
     }
 
@@ -1188,11 +1387,22 @@ fn open_error(dir: &Path, e: sled::Error) -> StoreError {
         sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
             StoreError::InUse(dir.to_owned())
         }
-        sled::Error::Corruption { .. } => StoreError::Foreign(format!(
-            "{} holds a corrupted database ({e}); restore it from a backup",
-            dir.display()
-        )),
+        sled::Error::Corruption { .. } => StoreError::Damaged {
+            dir: dir.to_owned(),
+            cause: e.to_string(),
+            files: datadir::damage_report(dir),
+            untouched: false,
+        },
         _ => StoreError::Sled(e),
+    }
+}
+
+/// What a caught panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "a panic without a message".to_owned(),
     }
 }
 

@@ -7,17 +7,20 @@
 //! that changed any key hashing there. Collisions only make readers re-read more often.
 //!
 //! The protocol, and why it is safe:
-//! - the committer bumps `seq` to odd, runs the transaction, stamps the slot of every key
-//!   it changed with `seq + 1`, then bumps `seq` to that even value — all before the
-//!   syncer can acknowledge the change;
+//! - the committer bumps `seq` to odd, stamps the slot of every key the transaction may
+//!   change with `seq + 1`, runs the transaction, then bumps `seq` to that even value — all
+//!   before the syncer can acknowledge the change. Stamping before the transaction applies
+//!   means that a reader who sees a change and then loads its key's stamp gets that
+//!   transaction's number or a later one, which durable reads rely on
+//!   ([`super::durable`]);
 //! - a reader takes a [`ReadMark`] (an even `seq`; none while a transaction is applying)
 //!   *before* it reads the trees;
 //! - what it read is still current while every slot it depends on is `<=` its mark: a
 //!   transaction that committed before the mark was taken is visible to the read (the
 //!   `SeqCst` bump orders it), and one that commits after stamps a larger number.
 //!
-//! Between a transaction and its stamps, a cached answer may still show the state before
-//! it: that change is not acknowledged yet, exactly as a read racing it could miss it.
+//! Between the stamps and the transaction, a fresh read still shows the state before it:
+//! that change is not acknowledged yet, exactly as a read racing it could miss it.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,8 +66,8 @@ impl ChangeStamps {
         &self.slots[hash as usize % SLOTS]
     }
 
-    /// Records that `key` changed in the transaction ending at `seq`. Only the committer
-    /// stamps, with increasing numbers.
+    /// Records that `key` may change in the transaction ending at `seq`, before it applies.
+    /// Only the committer stamps, with increasing numbers.
     pub fn stamp(&self, key: Watched<'_>, seq: u64) {
         self.slot(key).store(seq, Ordering::Release);
     }
@@ -74,6 +77,12 @@ impl ChangeStamps {
         for slot in self.slots.iter() {
             slot.store(seq, Ordering::Release);
         }
+    }
+
+    /// The last stamp of `key`'s slot: the sequence number of the last transaction that
+    /// changed, or was about to change, `key` (or a key sharing its slot).
+    pub fn stamp_of(&self, key: Watched<'_>) -> u64 {
+        self.slot(key).load(Ordering::Acquire)
     }
 
     /// Whether no transaction after `mark` changed `key`.

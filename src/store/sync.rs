@@ -7,8 +7,9 @@
 //! to the last log position reserved — then fsyncs the log once, and only then publishes
 //! the groups' revision and events and replies to their requests, in commit order.
 //!
-//! Invariant: a reply, an event or the durable revision is released only after a flush and
-//! fsync that *began after* the transaction that wrote it returned.
+//! Invariant: a reply, an event, the durable revision or the durable sequence (which lets
+//! point reads answer, `super::durable`) is released only after a flush and fsync that
+//! *began after* the transaction that wrote it returned.
 //!
 //! When a flush or fsync fails, every group of that pass and of every later pass fails (sled
 //! refuses all writes after an I/O error; what it committed in memory may or may not be on
@@ -23,6 +24,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::blobs::BlobDir;
 use super::{Feed, Handles, StoreError};
 use crate::metrics::Metrics;
 use crate::model::Event;
@@ -37,6 +39,8 @@ pub(crate) struct Group {
     pub log: Option<Arc<File>>,
     /// The revision after the transaction.
     pub revision: u64,
+    /// The commit sequence number after the transaction (see `super::durable`).
+    pub seq: u64,
     /// Its events, in revision order.
     pub events: Vec<Event>,
     /// Each request's reply channel and what to answer once durable.
@@ -65,6 +69,9 @@ pub(crate) struct Syncer {
     pub failed: Arc<AtomicBool>,
     /// Events of groups whose flush failed: on disk or not, the reopen will tell.
     pub stash: Vec<Event>,
+    /// sled's `blobs/`, whose new files are fsynced before each flush; `None` when
+    /// power-loss durability is off.
+    pub blobs: Option<BlobDir>,
 }
 
 /// Starts the durability thread; it ends when the committer drops its sender.
@@ -72,6 +79,7 @@ pub(crate) fn spawn(
     feed: Arc<Feed>,
     metrics: Arc<Metrics>,
     failed: Arc<AtomicBool>,
+    blobs: Option<BlobDir>,
 ) -> std::io::Result<(SyncSender<Stage>, std::thread::JoinHandle<()>)> {
     let (sender, stages) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
     let syncer = Syncer {
@@ -80,6 +88,7 @@ pub(crate) fn spawn(
         metrics,
         failed,
         stash: Vec::new(),
+        blobs,
     };
     let handle = std::thread::Builder::new()
         .name("syncer".into())
@@ -119,11 +128,13 @@ impl Syncer {
         let result = if self.failed.load(Ordering::SeqCst) {
             Err("an earlier flush failed; the database is being reopened".to_owned())
         } else {
-            make_durable(&last.handles, last.log.as_deref()).map_err(|e| e.to_string())
+            make_durable(&last.handles, last.log.as_deref(), self.blobs.as_mut())
+                .map_err(|e| e.to_string())
         };
         match result {
             Ok(()) => {
                 let revision = last.revision;
+                self.feed.durability.publish(last.seq);
                 self.feed.durable.send_replace(revision);
                 for group in groups.drain(..) {
                     publish(&self.feed, &self.metrics, group.events);
@@ -149,9 +160,30 @@ impl Syncer {
     }
 }
 
-/// Flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log
-/// itself, so the groups survive a power cut and not only a killed process.
-fn make_durable(handles: &Handles, log: Option<&File>) -> Result<(), StoreError> {
+/// Fsyncs the blob files sled wrote since the last pass (normally none: `super::blobs`),
+/// flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log itself,
+/// so the groups survive a power cut and not only a killed process.
+///
+/// The blobs go first: every blob of these groups was written by their transactions, which
+/// returned before this pass began, and is durable before the flush writes the log record
+/// that points to it (sled may have written that record already, when a buffer filled; a cut
+/// then leaves an unacknowledged group pointing at a lost blob, which sled's recovery stops
+/// at — the reason blobs must not happen at all).
+fn make_durable(
+    handles: &Handles,
+    log: Option<&File>,
+    blobs: Option<&mut BlobDir>,
+) -> Result<(), StoreError> {
+    if let Some(blobs) = blobs {
+        let synced = blobs.sync_new()?;
+        if synced > 0 {
+            tracing::warn!(
+                synced,
+                "sled wrote blob files (fsynced); this data dir's segments are too small to \
+                 prevent them (docs/operations.md)"
+            );
+        }
+    }
     handles.db.flush()?;
     if let Some(log) = log {
         if let Err(e) = log.sync_data() {

@@ -71,6 +71,14 @@ impl Workspace {
     }
 }
 
+/// Opens the sled database in `dir` directly, with the segment size it was created with.
+pub fn open_sled(dir: impl AsRef<Path>) -> sled::Db {
+    blocklistd::store::sled_config(dir.as_ref())
+        .expect("a readable conf")
+        .open()
+        .expect("open sled")
+}
+
 /// Waits until no sled instance in this process holds the database in `dir` any more.
 ///
 /// Dropping a `sled::Db` (or closing a `Store`) does not release the database's file lock

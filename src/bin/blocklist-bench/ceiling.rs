@@ -82,6 +82,8 @@ pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Stor
     let db = sled::Config::new()
         .path(dir)
         .cache_capacity(64 * 1024 * 1024)
+        // The daemon's segment size, so the ceiling measures the same log.
+        .segment_size(blocklistd::store::SEGMENT_BYTES)
         .flush_every_ms(None)
         .open()
         .map_err(|e| format!("open sled: {e}"))?;
