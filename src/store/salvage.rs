@@ -64,6 +64,9 @@ pub fn salvage(dir: &Path, scratch: &Path) -> Result<Salvaged, String> {
         if drop_blobs && damaged.is_empty() && !drop_snapshots {
             continue; // the same as the first attempt
         }
+        // With the segment size unknown, a wrong one may still open and read less (or
+        // nothing): the size that yields the most wins.
+        let mut best: Option<Salvaged> = None;
         for &segment in &sizes {
             let copy = scratch.join(format!("attempt-{}-{segment}", n + 1));
             let result = copy_dir(dir, &copy)
@@ -87,17 +90,23 @@ pub fn salvage(dir: &Path, scratch: &Path) -> Result<Salvaged, String> {
                     } else {
                         how.to_owned()
                     };
-                    if drop_blobs {
-                        salvaged.skipped.extend(
-                            damaged
-                                .iter()
-                                .map(|p| format!("{}: set aside (damaged)", p.display())),
-                        );
+                    let found = |s: &Salvaged| s.items.len() + s.registrations.len();
+                    if best.as_ref().is_none_or(|b| found(&salvaged) > found(b)) {
+                        best = Some(salvaged);
                     }
-                    return Ok(salvaged);
                 }
-                Err(e) => failures.push(format!("{how}: {e}")),
+                Err(e) => failures.push(format!("{how} ({segment}-byte segments): {e}")),
             }
+        }
+        if let Some(mut salvaged) = best {
+            if drop_blobs {
+                salvaged.skipped.extend(
+                    damaged
+                        .iter()
+                        .map(|p| format!("{}: set aside (damaged)", p.display())),
+                );
+            }
+            return Ok(salvaged);
         }
     }
     Err(format!(
