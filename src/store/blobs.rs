@@ -19,11 +19,15 @@
 //!    threshold; a compile-time assertion below checks it against sled's numbers. A data dir
 //!    created with a smaller segment size (sled's default 512 KiB, before this bound
 //!    existed) keeps it — sled cannot change it — and may still get blobs.
-//! 2. **Synced when they exist.** After each flush and fsync of the log, the syncer lists
+//! 2. **Synced when they exist.** After each transaction returns, the committer lists
 //!    `blobs/` ([`BlobDir::sync_new`], one `getdents` when nothing is new) and fsyncs every
-//!    new file and then the directory, before it acknowledges anything. A blob made by the
-//!    transaction that the next group's flush covers is synced by that group's pass, before
-//!    its own acknowledgement.
+//!    new file and then the directory, before the group goes to the syncer to be flushed
+//!    and acknowledged. After the transaction, because sled writes a blob while it reserves
+//!    log space inside it: the syncer, which runs beside the next transaction, could meet a
+//!    file half written. A log record pointing to a blob can reach the disk before the blob
+//!    (sled writes a full buffer without waiting for us); a cut then leaves a group that was
+//!    never acknowledged pointing at a lost file, which sled's recovery cannot get past —
+//!    hence the first defence.
 
 use std::collections::HashSet;
 use std::ffi::OsString;

@@ -221,6 +221,9 @@ pub(crate) struct Committer {
     pub broken: bool,
     /// The log file, fsynced after each flush when power-loss durability is on.
     pub log: Option<Arc<File>>,
+    /// sled's `blobs/`, whose new files are fsynced after each transaction; `None` when
+    /// power-loss durability is off.
+    pub blobs: Option<super::blobs::BlobDir>,
     pub requests: mpsc::Receiver<Commit>,
     /// The durability thread: committed groups go there to be flushed and answered.
     pub stages: Option<SyncSender<Stage>>,
@@ -448,11 +451,18 @@ impl Committer {
                         commit.reply.map(|reply| (reply, answer))
                     })
                     .collect();
+                // Prune at least what this commit wrote, so a stream of big commits cannot
+                // outgrow the retention; MAX_PRUNE more is the catching up. Before the blob
+                // sync: its writes rewrite leaves too, and the flush of this group covers
+                // them.
+                self.prune(now, MAX_PRUNE + (revision - revision_before));
+                let blobs_failed = self.sync_blobs().err();
                 let group = Group {
                     handles: self.handles.clone().expect("open unless broken"),
                     log: self.log.clone(),
                     revision,
                     seq: settled,
+                    blobs_failed,
                     events,
                     replies,
                     started,
@@ -468,9 +478,6 @@ impl Committer {
                         }
                     }
                 }
-                // Prune at least what this commit wrote, so a stream of big commits cannot
-                // outgrow the retention; MAX_PRUNE more is the catching up.
-                self.prune(now, MAX_PRUNE + (revision - revision_before));
             }
             Err(e) => {
                 tracing::error!(error = %e, requests = ops.len(), "group commit failed");
@@ -478,6 +485,31 @@ impl Committer {
                 // reopens the database once the storage works again.
                 self.broken = true;
                 fail_all(batch, &e.to_string());
+            }
+        }
+    }
+
+    /// Fsyncs the blob files sled wrote (normally none, `super::blobs`) and `blobs/`, before
+    /// the group goes to be flushed: here, because the transaction that wrote them has
+    /// returned, so each is complete (the syncer, running beside the next transaction, could
+    /// meet one half written and take it as synced).
+    fn sync_blobs(&mut self) -> Result<(), String> {
+        let Some(blobs) = self.blobs.as_mut() else {
+            return Ok(());
+        };
+        match blobs.sync_new() {
+            Ok(0) => Ok(()),
+            Ok(synced) => {
+                tracing::warn!(
+                    synced,
+                    "sled wrote blob files (fsynced); this data dir's segments are too small \
+                     to prevent them (docs/operations.md, \"Blob files\")"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "fsync of sled's blob files failed");
+                Err(format!("fsync of sled's blob files failed: {e}"))
             }
         }
     }

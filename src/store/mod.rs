@@ -641,18 +641,15 @@ impl Store {
         } else {
             None
         };
-        let (stages, syncer) = sync::spawn(
-            feed.clone(),
-            config.metrics.clone(),
-            sync_failed.clone(),
-            blob_dir,
-        )?;
+        let (stages, syncer) =
+            sync::spawn(feed.clone(), config.metrics.clone(), sync_failed.clone())?;
         let committer = commit::Committer {
             handles: Some(handles),
             slot: slot.clone(),
             config: config.clone(),
             broken: false,
             log,
+            blobs: blob_dir,
             requests,
             stages: Some(stages),
             syncer: Some(syncer),

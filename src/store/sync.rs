@@ -24,7 +24,6 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::blobs::BlobDir;
 use super::{Feed, Handles, StoreError};
 use crate::metrics::Metrics;
 use crate::model::Event;
@@ -41,6 +40,9 @@ pub(crate) struct Group {
     pub revision: u64,
     /// The commit sequence number after the transaction (see `super::durable`).
     pub seq: u64,
+    /// Why the blob files the transaction wrote could not be fsynced: the group must fail
+    /// like one whose flush failed.
+    pub blobs_failed: Option<String>,
     /// Its events, in revision order.
     pub events: Vec<Event>,
     /// Each request's reply channel and what to answer once durable.
@@ -69,9 +71,6 @@ pub(crate) struct Syncer {
     pub failed: Arc<AtomicBool>,
     /// Events of groups whose flush failed: on disk or not, the reopen will tell.
     pub stash: Vec<Event>,
-    /// sled's `blobs/`, whose new files are fsynced before each flush; `None` when
-    /// power-loss durability is off.
-    pub blobs: Option<BlobDir>,
 }
 
 /// Starts the durability thread; it ends when the committer drops its sender.
@@ -79,7 +78,6 @@ pub(crate) fn spawn(
     feed: Arc<Feed>,
     metrics: Arc<Metrics>,
     failed: Arc<AtomicBool>,
-    blobs: Option<BlobDir>,
 ) -> std::io::Result<(SyncSender<Stage>, std::thread::JoinHandle<()>)> {
     let (sender, stages) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
     let syncer = Syncer {
@@ -88,7 +86,6 @@ pub(crate) fn spawn(
         metrics,
         failed,
         stash: Vec::new(),
-        blobs,
     };
     let handle = std::thread::Builder::new()
         .name("syncer".into())
@@ -127,9 +124,10 @@ impl Syncer {
         let last = groups.last().expect("at least one group");
         let result = if self.failed.load(Ordering::SeqCst) {
             Err("an earlier flush failed; the database is being reopened".to_owned())
+        } else if let Some(e) = groups.iter().find_map(|g| g.blobs_failed.as_ref()) {
+            Err(e.clone())
         } else {
-            make_durable(&last.handles, last.log.as_deref(), self.blobs.as_mut())
-                .map_err(|e| e.to_string())
+            make_durable(&last.handles, last.log.as_deref()).map_err(|e| e.to_string())
         };
         match result {
             Ok(()) => {
@@ -160,30 +158,11 @@ impl Syncer {
     }
 }
 
-/// Fsyncs the blob files sled wrote since the last pass (normally none: `super::blobs`),
-/// flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log itself,
-/// so the groups survive a power cut and not only a killed process.
-///
-/// The blobs go first: every blob of these groups was written by their transactions, which
-/// returned before this pass began, and is durable before the flush writes the log record
-/// that points to it (sled may have written that record already, when a buffer filled; a cut
-/// then leaves an unacknowledged group pointing at a lost blob, which sled's recovery stops
-/// at — the reason blobs must not happen at all).
-fn make_durable(
-    handles: &Handles,
-    log: Option<&File>,
-    blobs: Option<&mut BlobDir>,
-) -> Result<(), StoreError> {
-    if let Some(blobs) = blobs {
-        let synced = blobs.sync_new()?;
-        if synced > 0 {
-            tracing::warn!(
-                synced,
-                "sled wrote blob files (fsynced); this data dir's segments are too small to \
-                 prevent them (docs/operations.md)"
-            );
-        }
-    }
+/// Flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log
+/// itself, so the groups survive a power cut and not only a killed process. (The blob files
+/// the groups' transactions wrote, normally none, were fsynced by the committer before it
+/// handed them over: `super::blobs`.)
+fn make_durable(handles: &Handles, log: Option<&File>) -> Result<(), StoreError> {
     handles.db.flush()?;
     if let Some(log) = log {
         if let Err(e) = log.sync_data() {
