@@ -40,7 +40,7 @@ use crate::model::{MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
 use super::codec;
 
 /// sled's segment size for a new data dir: 2 MiB, so the blob threshold is 512 KiB − 52
-/// bytes, above the largest node any tree can hold ([`MAX_NODE_BYTES`], ≈356 KiB: a leaf of
+/// bytes, above the largest node any tree can hold ([`MAX_NODE_BYTES`], ≈355 KiB: a leaf of
 /// the event log). sled's default, 512 KiB, gives a threshold of ≈128 KiB, which 17 items
 /// with long merged causes exceed.
 pub const SEGMENT_BYTES: usize = 2 * 1024 * 1024;
@@ -323,5 +323,19 @@ mod tests {
                 ("12".to_owned(), "blob fails its checksum")
             ]
         );
+    }
+
+    /// `docs/architecture.md` ("Blob files and the data dir") quotes these numbers.
+    #[test]
+    fn the_budget_numbers_the_docs_quote() {
+        use crate::model::*;
+        assert_eq!(MAX_NODE_BYTES, 363_617);
+        assert_eq!(
+            codec::max_chunk_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES),
+            20_795
+        );
+        assert_eq!(codec::max_block_bytes(MAX_MERGED_CAUSE_BYTES), 16_413);
+        assert_eq!(blob_threshold(512 * 1024), 131_020);
+        assert_eq!(blob_threshold(SEGMENT_BYTES), 524_236);
     }
 }
