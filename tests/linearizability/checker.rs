@@ -1,0 +1,1113 @@
+//! A linearizability checker for the history of one task-manager id, against a sequential
+//! model of one item: absent, or present with an action and a set of causes.
+//!
+//! The search is Wing and Gong's, with Lowe's memo of visited configurations (which ops are
+//! linearized, and the model state they left): at each step any op may go next whose
+//! invocation precedes the return of every op not yet linearized; a configuration seen
+//! before is not explored again. A read that may go next and matches the state goes next
+//! without trying other orders, which keeps read-heavy histories cheap.
+//!
+//! Written here rather than taken from a library (stateright's `LinearizabilityTester`, say)
+//! because of crash semantics those do not have: an op whose answer was cut off by a
+//! `kill -9` may have taken effect or not, but if it did, it took effect before the kill.
+//! It is modelled as an op that returns at the kill time with an output nobody saw, and
+//! that the search may also leave out altogether.
+//!
+//! [`violations`] cuts a failing history down to short witnesses a human can read.
+//!
+//! Ops on different ids are independent (each request touches one id), so a whole history
+//! is linearizable when each id's is, and each id is checked on its own.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+/// The derive order is the strength order, as in the daemon: the stronger action wins a merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    MarkBlocked,
+    Evacuate,
+}
+
+impl Action {
+    pub fn wire(self) -> &'static str {
+        match self {
+            Action::MarkBlocked => "MARK_BLOCKED",
+            Action::Evacuate => "MARK_BLOCKED_AND_EVACUATE_TASKS",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        [Action::MarkBlocked, Action::Evacuate]
+            .into_iter()
+            .find(|a| a.wire() == s)
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Action::MarkBlocked => "MARK",
+            Action::Evacuate => "EVACUATE",
+        }
+    }
+}
+
+/// A present item as the model sees it (its timestamps are not modelled: the test's items
+/// are permanent, so time never changes what a read shows).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Block {
+    pub action: Action,
+    /// The causes joined by `,`, in arrival order.
+    pub cause: String,
+}
+
+impl Block {
+    pub fn new(action: Action, cause: &str) -> Block {
+        Block {
+            action,
+            cause: cause.to_owned(),
+        }
+    }
+
+    /// The FLIP-224 merge: the stronger action; the causes as a set in arrival order.
+    fn merged(&self, action: Action, cause: &str) -> Block {
+        let mut causes = self.cause.clone();
+        for part in cause.split(',').filter(|p| !p.is_empty()) {
+            if !self.cause.split(',').any(|c| c == part) {
+                causes.push(',');
+                causes.push_str(part);
+            }
+        }
+        Block {
+            action: self.action.max(action),
+            cause: causes,
+        }
+    }
+}
+
+impl fmt::Display for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.action.short(), self.cause)
+    }
+}
+
+/// What a client asked of the one id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `POST /blocklist/taskmanagers` with one permanent item.
+    Add {
+        action: Action,
+        cause: String,
+        merge: bool,
+    },
+    /// `DELETE /blocklist/taskmanagers/{id}`.
+    Delete,
+    /// `GET /blocklist/taskmanagers/{id}`.
+    Get,
+    /// `GET /blocklist/check/taskmanagers/{id}` (the task manager is never registered, so
+    /// only its own item counts).
+    Check,
+}
+
+impl Call {
+    pub fn is_read(&self) -> bool {
+        matches!(self, Call::Get | Call::Check)
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Call::Add {
+                action,
+                cause,
+                merge,
+            } => {
+                write!(f, "POST add {} {cause:?}", action.short())?;
+                if *merge {
+                    write!(f, " allowMerge")?;
+                }
+                Ok(())
+            }
+            Call::Delete => write!(f, "DELETE"),
+            Call::Get => write!(f, "GET"),
+            Call::Check => write!(f, "GET check"),
+        }
+    }
+}
+
+/// What the daemon answered, reduced to what the model predicts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// 201.
+    Created,
+    /// 202, with the merged item of its body.
+    Merged(Block),
+    /// 409.
+    Conflict,
+    /// DELETE 200.
+    Removed,
+    /// DELETE 404.
+    NotFound,
+    /// GET 200 / 404, or the check's own item (none when not blocked).
+    Read(Option<Block>),
+    /// Anything else (a status or body the API does not give for this call): never what
+    /// the model predicts.
+    Unexpected(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Created => write!(f, "201"),
+            Outcome::Merged(b) => write!(f, "202 {b}"),
+            Outcome::Conflict => write!(f, "409"),
+            Outcome::Removed => write!(f, "200"),
+            Outcome::NotFound => write!(f, "404"),
+            Outcome::Read(Some(b)) => write!(f, "200 {b}"),
+            Outcome::Read(None) => write!(f, "not blocked"),
+            Outcome::Unexpected(what) => write!(f, "unexpected: {what}"),
+        }
+    }
+}
+
+/// How an op ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The daemon answered at this time (since the run's base instant).
+    Answered { at: Duration, outcome: Outcome },
+    /// No usable answer (the connection was cut, the request timed out, or a 5xx): the op
+    /// may have taken effect or not, but not after its daemon's end.
+    Cut(String),
+}
+
+/// One request of one client on one id.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub client: usize,
+    /// Which daemon (0 = the first started) the client sent it to.
+    pub incarnation: usize,
+    pub call: Call,
+    /// When the request was about to be sent, since the run's base instant.
+    pub invoke: Duration,
+    pub end: End,
+}
+
+/// The sequential specification: the next state and the answer of `call` on `state`.
+fn apply(state: &Option<Block>, call: &Call) -> (Option<Block>, Outcome) {
+    match (call, state) {
+        (Call::Add { action, cause, .. }, None) => {
+            (Some(Block::new(*action, cause)), Outcome::Created)
+        }
+        (Call::Add { merge: false, .. }, Some(_)) => (state.clone(), Outcome::Conflict),
+        (
+            Call::Add {
+                action,
+                cause,
+                merge: true,
+            },
+            Some(block),
+        ) => {
+            let merged = block.merged(*action, cause);
+            (Some(merged.clone()), Outcome::Merged(merged))
+        }
+        (Call::Delete, Some(_)) => (None, Outcome::Removed),
+        (Call::Delete, None) => (None, Outcome::NotFound),
+        (Call::Get | Call::Check, _) => (state.clone(), Outcome::Read(state.clone())),
+    }
+}
+
+/// An op as the search sees it: an interval, and the answer it must give (none: cut off).
+struct Event<'a> {
+    invoke: Duration,
+    ret: Duration,
+    call: &'a Call,
+    outcome: Option<&'a Outcome>,
+}
+
+/// The time a cut-off op ends by: the end (kill or stop) of the first daemon still running
+/// when it was sent. That is the daemon it went to, even when the client still held a dead
+/// daemon's address and the port had been reused; ops sent while no daemon ran were refused
+/// and never recorded.
+fn deadline(invoke: Duration, ends: &[Duration]) -> Duration {
+    let i = ends.partition_point(|&end| end < invoke);
+    ends.get(i).copied().unwrap_or(Duration::MAX)
+}
+
+/// The search's input, sorted by invocation: the ops sent by `until`, those answered after
+/// it counting as cut off. Cut-off reads are left out: they changed nothing and showed
+/// nobody anything.
+fn events<'a>(ops: &[&'a Op], ends: &[Duration], until: Duration) -> Vec<Event<'a>> {
+    let mut events: Vec<Event<'a>> = ops
+        .iter()
+        .filter(|op| op.invoke <= until)
+        .filter_map(|op| match &op.end {
+            End::Answered { at, outcome } if *at <= until => Some(Event {
+                invoke: op.invoke,
+                ret: *at,
+                call: &op.call,
+                outcome: Some(outcome),
+            }),
+            _ if op.call.is_read() => None,
+            _ => Some(Event {
+                invoke: op.invoke,
+                ret: deadline(op.invoke, ends),
+                call: &op.call,
+                outcome: None,
+            }),
+        })
+        .collect();
+    events.sort_by_key(|e| e.invoke);
+    events
+}
+
+/// Which events are linearized: all of those before `base`, and those listed in `above`
+/// (sorted, each > `base`). Events are sorted by invocation and the first ones linearize
+/// first, so `above` stays as short as the overlap of ops, whatever the history's length.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Done {
+    base: usize,
+    above: Vec<usize>,
+}
+
+impl Done {
+    fn contains(&self, i: usize) -> bool {
+        i < self.base || self.above.binary_search(&i).is_ok()
+    }
+
+    fn with(&self, i: usize) -> Done {
+        let mut next = self.clone();
+        if i == next.base {
+            next.base += 1;
+            while next.above.first() == Some(&next.base) {
+                next.above.remove(0);
+                next.base += 1;
+            }
+        } else {
+            let at = next.above.binary_search(&i).unwrap_err();
+            next.above.insert(at, i);
+        }
+        next
+    }
+}
+
+/// The states a linearization of the events can leave the item in, starting from any of
+/// `initial`: all of them, or (with `first_only`) the first found. Empty when the events
+/// are not linearizable from there.
+fn final_states(
+    events: &[Event<'_>],
+    initial: &HashSet<Option<Block>>,
+    first_only: bool,
+) -> HashSet<Option<Block>> {
+    let mut finals = HashSet::new();
+    let mut seen: HashSet<(Done, Option<Block>)> = HashSet::new();
+    let mut stack = Vec::new();
+    for state in initial {
+        let start = (
+            Done {
+                base: 0,
+                above: Vec::new(),
+            },
+            state.clone(),
+        );
+        seen.insert(start.clone());
+        stack.push(start);
+    }
+    while let Some((done, state)) = stack.pop() {
+        if done.base == events.len() {
+            finals.insert(state);
+            if first_only {
+                break;
+            }
+            continue;
+        }
+        // Every op still open must be linearized before any op invoked after it returned.
+        let mut bound = Duration::MAX;
+        let mut open = Vec::new();
+        for (i, e) in events.iter().enumerate().skip(done.base) {
+            if e.invoke > bound {
+                break;
+            }
+            if !done.contains(i) {
+                bound = bound.min(e.ret);
+                open.push(i);
+            }
+        }
+        let open: Vec<usize> = open
+            .into_iter()
+            .filter(|&i| events[i].invoke <= bound)
+            .collect();
+        // A read that may go next and matches the state goes next: moving a read to the
+        // front of any linearization keeps it one, so no other order need be tried.
+        let now = open.iter().copied().find(|&i| {
+            let e = &events[i];
+            e.call.is_read() && e.outcome == Some(&Outcome::Read(state.clone()))
+        });
+        if let Some(i) = now {
+            let config = (done.with(i), state);
+            if seen.insert(config.clone()) {
+                stack.push(config);
+            }
+            continue;
+        }
+        for i in open {
+            let e = &events[i];
+            let mut next = Vec::with_capacity(2);
+            let (after, answer) = apply(&state, e.call);
+            match e.outcome {
+                Some(outcome) if *outcome == answer => next.push(after),
+                Some(_) => {}
+                None => {
+                    next.push(after);
+                    next.push(state.clone()); // it never took effect
+                }
+            }
+            for after in next {
+                let config = (done.with(i), after);
+                if seen.insert(config.clone()) {
+                    stack.push(config);
+                }
+            }
+        }
+    }
+    finals
+}
+
+/// Every state the item could be in given the ops' actions and causes (causes in any order
+/// of any subset); just absent when there are too many causes to list.
+fn any_state(ops: &[Op]) -> HashSet<Option<Block>> {
+    let mut causes: Vec<&str> = Vec::new();
+    for op in ops {
+        if let Call::Add { cause, .. } = &op.call {
+            for part in cause.split(',').filter(|p| !p.is_empty()) {
+                if !causes.contains(&part) {
+                    causes.push(part);
+                }
+            }
+        }
+    }
+    let mut states = empty();
+    if causes.len() > 4 {
+        return states;
+    }
+    let mut sequences: Vec<Vec<&str>> = vec![Vec::new()];
+    let mut all = Vec::new();
+    while let Some(seq) = sequences.pop() {
+        for cause in &causes {
+            if !seq.contains(cause) {
+                let mut longer = seq.clone();
+                longer.push(cause);
+                all.push(longer.join(","));
+                sequences.push(longer);
+            }
+        }
+    }
+    for cause in all {
+        for action in [Action::MarkBlocked, Action::Evacuate] {
+            states.insert(Some(Block::new(action, &cause)));
+        }
+    }
+    states
+}
+
+/// The item before any op: absent.
+fn empty() -> HashSet<Option<Block>> {
+    HashSet::from([None])
+}
+
+/// Whether this id's ops are linearizable; `ends` holds the time each daemon was killed or
+/// stopped, in order.
+pub fn check(ops: &[Op], ends: &[Duration]) -> bool {
+    linearizable_from(ops, ends, &empty())
+}
+
+fn linearizable_from(ops: &[Op], ends: &[Duration], initial: &HashSet<Option<Block>>) -> bool {
+    linearizable_until(ops, ends, initial, Duration::MAX)
+}
+
+/// Whether the ops sent by `until` are linearizable, those answered after it counting as
+/// cut off.
+fn linearizable_until(
+    ops: &[Op],
+    ends: &[Duration],
+    initial: &HashSet<Option<Block>>,
+    until: Duration,
+) -> bool {
+    let refs: Vec<&Op> = ops.iter().collect();
+    !final_states(&events(&refs, ends, until), initial, true).is_empty()
+}
+
+/// When an op stops constraining others: its answer, or the end of its daemon.
+fn returned(op: &Op, ends: &[Duration]) -> Duration {
+    match &op.end {
+        End::Answered { at, .. } => *at,
+        End::Cut(_) => deadline(op.invoke, ends),
+    }
+}
+
+/// The quiescent moments of ops sorted by invocation: the indices of the ops invoked after
+/// every earlier op returned (and 0). The ops before such a moment and those from it on
+/// linearize independently of each other, the state between them aside.
+fn quiet_points(ops: &[Op], ends: &[Duration]) -> Vec<usize> {
+    let mut points = Vec::new();
+    let mut last = Duration::ZERO;
+    for (i, op) in ops.iter().enumerate() {
+        if i == 0 || op.invoke > last {
+            points.push(i);
+        }
+        last = last.max(returned(op, ends));
+    }
+    points
+}
+
+/// One violation [`violations`] found.
+pub struct Violation {
+    /// How many daemons had been killed before the answer nothing explains.
+    pub kills_before: usize,
+    /// Whether the witness spans a kill.
+    pub across_kill: bool,
+    /// The witness, rendered.
+    pub report: String,
+}
+
+/// The violations of one id's history in time order, each with a witness a human can read:
+/// until `max` of each kind (across a kill, and without one) are found, or the history is
+/// done, or it is past `deadline`.
+///
+/// The first is found from an absent item. After each, the search resumes at the first
+/// quiescent moment after its answer, from any state of the item (which a violation leaves
+/// unknown), so each one found is a violation of its own.
+pub fn violations(
+    id: &str,
+    ops: &[Op],
+    ends: &[Duration],
+    max: usize,
+    deadline: std::time::Instant,
+) -> Vec<Violation> {
+    let mut sorted: Vec<Op> = ops
+        .iter()
+        .filter(|op| !(op.call.is_read() && matches!(op.end, End::Cut(_))))
+        .cloned()
+        .collect();
+    sorted.sort_by_key(|op| op.invoke);
+    let any = any_state(&sorted);
+    let mut initial = empty();
+    let mut rest = &sorted[..];
+    let mut found: Vec<Violation> = Vec::new();
+    let enough = |found: &[Violation], across: bool| {
+        found.iter().filter(|v| v.across_kill == across).count() >= max
+    };
+    while !(enough(&found, true) && enough(&found, false)) && std::time::Instant::now() < deadline {
+        let Some((violation, culprit)) = first_violation(id, rest, ends, &initial, &any) else {
+            break;
+        };
+        found.push(violation);
+        let Some(next) = quiet_points(rest, ends)
+            .into_iter()
+            .find(|&i| rest[i].invoke > culprit)
+        else {
+            break;
+        };
+        rest = &rest[next..];
+        initial = any.clone();
+    }
+    found
+}
+
+/// The first violation of `ops` (sorted by invocation, cut-off reads left out) from the
+/// `initial` states, and the time of the answer nothing explains.
+///
+/// The witness is found only by steps that keep a linearizable history linearizable, so it
+/// is not linearizable either: the shortest prefix that fails (what was sent by the time of
+/// that answer; ops still open then count as cut off), from the last quiescent moment from
+/// which it fails whatever the item's state, without the reads it can do without (a read
+/// changes nothing, so leaving one out never spoils a linearization). When no moment fails
+/// whatever the state (an acknowledged write lost long before, say), it is shown from the
+/// last quiescent moment before the last kill ahead of the answer, with the states the
+/// earlier ops allow.
+fn first_violation(
+    id: &str,
+    ops: &[Op],
+    ends: &[Duration],
+    initial: &HashSet<Option<Block>>,
+    any: &HashSet<Option<Block>>,
+) -> Option<(Violation, Duration)> {
+    let fails =
+        |ops: &[Op], initial: &HashSet<Option<Block>>| !linearizable_from(ops, ends, initial);
+    if !fails(ops, initial) {
+        return None;
+    }
+    let mut answers: Vec<Duration> = ops
+        .iter()
+        .filter_map(|op| match &op.end {
+            End::Answered { at, .. } => Some(*at),
+            End::Cut(_) => None,
+        })
+        .collect();
+    answers.sort();
+    let prefix = |until: Duration| -> Vec<Op> {
+        ops.iter()
+            .filter(|op| op.invoke <= until)
+            .filter_map(|op| match &op.end {
+                End::Answered { at, .. } if *at > until => (!op.call.is_read()).then(|| Op {
+                    end: End::Cut("still open".into()),
+                    ..op.clone()
+                }),
+                _ => Some(op.clone()),
+            })
+            .collect()
+    };
+    // The first answer after which the history fails: galloping, then bisecting, so the
+    // cost follows how far the violation is rather than the history's length.
+    let fails_by = |i: usize| !linearizable_until(ops, ends, initial, answers[i]);
+    let mut hi = 0;
+    while hi + 1 < answers.len() && !fails_by(hi) {
+        hi = 2 * hi + 1;
+    }
+    hi = hi.min(answers.len() - 1);
+    let mut lo = hi / 2;
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if fails_by(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let culprit = answers[lo];
+    let last_kill = ends.iter().copied().rfind(|&end| end < culprit);
+    let spare_read =
+        |op: &Op| op.call.is_read() && matches!(op.end, End::Answered { at, .. } if at < culprit);
+    // The last quiescent moment from which the ops fail whatever the state. Failing from
+    // one moment implies failing from every earlier one, so it is found by galloping back
+    // from the end and bisecting.
+    let universal = |ops: &[Op]| -> Option<usize> {
+        let points = quiet_points(ops, ends);
+        let fails_from = |k: usize| fails(&ops[points[k]..], any);
+        let (mut step, mut passes) = (1, points.len());
+        let mut failing = loop {
+            let k = points.len().saturating_sub(step);
+            if fails_from(k) {
+                break k;
+            }
+            if k == 0 {
+                return None;
+            }
+            passes = k;
+            step *= 2;
+        };
+        while passes - failing > 1 {
+            let mid = (failing + passes) / 2;
+            if fails_from(mid) {
+                failing = mid;
+            } else {
+                passes = mid;
+            }
+        }
+        Some(points[failing])
+    };
+    // Leaves out the spare reads the witness fails without: in long runs first (most are
+    // far from the violation and go together), then in ever shorter ones, down to one.
+    let without_spare_reads = |witness: Vec<Op>, initial: &HashSet<Option<Block>>| {
+        let mut keep = vec![true; witness.len()];
+        let kept = |keep: &[bool]| -> Vec<Op> {
+            witness
+                .iter()
+                .zip(keep)
+                .filter(|(_, &k)| k)
+                .map(|(op, _)| op.clone())
+                .collect()
+        };
+        let mut run = witness.iter().filter(|op| spare_read(op)).count();
+        while run > 0 {
+            let reads: Vec<usize> = (0..witness.len())
+                .filter(|&i| keep[i] && spare_read(&witness[i]))
+                .collect();
+            for block in reads.chunks(run).rev() {
+                block.iter().for_each(|&i| keep[i] = false);
+                if !fails(&kept(&keep), initial) {
+                    block.iter().for_each(|&i| keep[i] = true);
+                }
+            }
+            run /= 2;
+        }
+        kept(&keep)
+    };
+    let whole = prefix(culprit);
+    let (witness, split, allowed) = if let Some(split) = universal(&whole) {
+        let witness = without_spare_reads(whole[split..].to_vec(), any);
+        let split = universal(&witness).unwrap_or(0);
+        (witness, split, "whatever the item was".to_owned())
+    } else {
+        let witness = without_spare_reads(whole, initial);
+        let until = last_kill.unwrap_or(culprit);
+        let split = quiet_points(&witness, ends)
+            .into_iter()
+            .rfind(|&i| witness[i].invoke <= until)
+            .unwrap_or(0);
+        let refs: Vec<&Op> = witness[..split].iter().collect();
+        let mut states: Vec<String> =
+            final_states(&events(&refs, ends, Duration::MAX), initial, false)
+                .iter()
+                .map(|s| s.as_ref().map_or("absent".to_owned(), Block::to_string))
+                .collect();
+        states.sort();
+        let allowed = format!(
+            "the {split} earlier ops leave the item {}",
+            states.join(" or ")
+        );
+        (witness, split, allowed)
+    };
+    let quiet = witness[split].invoke;
+    let shown: Vec<&Op> = witness[split..].iter().collect();
+    let kills_before = ends.iter().filter(|&&end| end < culprit).count();
+    let mut report = format!(
+        "{id}: not linearizable after {kills_before} kills: nothing explains the answer at {} \
+         ms. A witness from {} ms, when no op was open; {allowed}:\n",
+        ms(culprit),
+        ms(quiet),
+    );
+    report.push_str(&render(&shown, ends, quiet, culprit));
+    let violation = Violation {
+        kills_before,
+        across_kill: ends.iter().any(|&end| quiet < end && end < culprit),
+        report,
+    };
+    Some((violation, culprit))
+}
+
+/// Lines of ops sorted by invocation, with the daemons' ends between them.
+pub fn render(ops: &[&Op], ends: &[Duration], from: Duration, until: Duration) -> String {
+    let mut lines: Vec<(Duration, String)> = ops
+        .iter()
+        .map(|op| {
+            let (ret, answer) = match &op.end {
+                End::Answered { at, outcome } => (format!("{:>10}", ms(*at)), outcome.to_string()),
+                End::Cut(why) => (format!("{:>10}", "?"), format!("no answer ({why})")),
+            };
+            let line = format!(
+                "[{:>10}, {ret}] c{} d{}  {} → {answer}",
+                ms(op.invoke),
+                op.client,
+                op.incarnation,
+                op.call
+            );
+            (op.invoke, line)
+        })
+        .collect();
+    for (n, &end) in ends.iter().enumerate() {
+        if end >= from && end <= until {
+            let how = if n + 1 == ends.len() {
+                "stopped"
+            } else {
+                "killed (kill -9), restarted"
+            };
+            lines.push((end, format!("{:>10} ms  daemon d{n} {how}", ms(end))));
+        }
+    }
+    lines.sort_by_key(|(at, _)| *at);
+    let mut out = String::new();
+    for (_, line) in lines {
+        out.push_str("    ");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Milliseconds with one decimal.
+pub fn ms(at: Duration) -> String {
+    format!("{:.1}", at.as_secs_f64() * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn far() -> std::time::Instant {
+        std::time::Instant::now() + Duration::from_secs(60)
+    }
+
+    fn t(ms: f64) -> Duration {
+        Duration::from_secs_f64(ms / 1000.0)
+    }
+
+    fn op(client: usize, incarnation: usize, call: Call, invoke: f64, end: End) -> Op {
+        Op {
+            client,
+            incarnation,
+            call,
+            invoke: t(invoke),
+            end,
+        }
+    }
+
+    fn answered(at: f64, outcome: Outcome) -> End {
+        End::Answered { at: t(at), outcome }
+    }
+
+    fn cut() -> End {
+        End::Cut("connection cut".into())
+    }
+
+    fn add(action: Action, cause: &str, merge: bool) -> Call {
+        Call::Add {
+            action,
+            cause: cause.into(),
+            merge,
+        }
+    }
+
+    fn read(block: Option<(Action, &str)>) -> Outcome {
+        Outcome::Read(block.map(|(a, c)| Block::new(a, c)))
+    }
+
+    use Action::{Evacuate, MarkBlocked};
+
+    #[test]
+    fn a_linearizable_history_is_accepted() {
+        let ops = [
+            op(
+                0,
+                0,
+                add(MarkBlocked, "net", false),
+                0.0,
+                answered(3.0, Outcome::Created),
+            ),
+            // Concurrent with the add: it may read before or after it.
+            op(
+                1,
+                0,
+                Call::Get,
+                1.0,
+                answered(2.0, read(Some((MarkBlocked, "net")))),
+            ),
+            op(2, 0, Call::Check, 1.5, answered(2.5, read(None))),
+            op(
+                1,
+                0,
+                add(Evacuate, "disk", true),
+                4.0,
+                answered(6.0, Outcome::Merged(Block::new(Evacuate, "net,disk"))),
+            ),
+            op(
+                2,
+                0,
+                add(MarkBlocked, "oom", false),
+                4.5,
+                answered(5.0, Outcome::Conflict),
+            ),
+            op(
+                0,
+                0,
+                Call::Check,
+                7.0,
+                answered(8.0, read(Some((Evacuate, "net,disk")))),
+            ),
+            op(0, 0, Call::Delete, 9.0, answered(10.0, Outcome::Removed)),
+            op(1, 0, Call::Delete, 9.5, answered(11.0, Outcome::NotFound)),
+            op(2, 0, Call::Get, 12.0, answered(13.0, read(None))),
+        ];
+        assert!(check(&ops, &[t(100.0)]));
+    }
+
+    #[test]
+    fn a_read_of_what_the_kill_took_back_is_rejected() {
+        // The defect's history: a read shows an add that the kill then takes back.
+        let ops = [
+            op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
+            op(
+                1,
+                0,
+                Call::Get,
+                0.4,
+                answered(1.7, read(Some((Evacuate, "net")))),
+            ),
+            op(
+                2,
+                1,
+                Call::Delete,
+                190.7,
+                answered(194.9, Outcome::NotFound),
+            ),
+        ];
+        let ends = [t(6.9), t(300.0)];
+        assert!(!check(&ops, &ends));
+        let found = violations("tm-2", &ops, &ends, 10, far());
+        assert_eq!(found.len(), 1);
+        let report = &found[0].report;
+        assert!(report.contains("194.9 ms"), "{report}");
+        assert!(report.contains("d0 killed"), "{report}");
+        assert!(report.contains(r#"GET → 200 EVACUATE "net""#), "{report}");
+        assert!(found[0].across_kill);
+        assert_eq!(found[0].kills_before, 1);
+    }
+
+    #[test]
+    fn a_witness_is_cut_down_to_the_ops_that_matter() {
+        let mut ops = Vec::new();
+        for n in 0..50 {
+            let at = n as f64 * 10.0;
+            ops.push(op(
+                0,
+                0,
+                add(MarkBlocked, "oom", false),
+                at,
+                answered(at + 1.0, Outcome::Created),
+            ));
+            ops.push(op(
+                1,
+                0,
+                Call::Get,
+                at + 2.0,
+                answered(at + 3.0, read(Some((MarkBlocked, "oom")))),
+            ));
+            ops.push(op(
+                0,
+                0,
+                Call::Delete,
+                at + 4.0,
+                answered(at + 5.0, Outcome::Removed),
+            ));
+        }
+        ops.push(op(0, 0, add(Evacuate, "net", true), 1000.0, cut()));
+        ops.push(op(
+            1,
+            0,
+            Call::Get,
+            1000.4,
+            answered(1001.7, read(Some((Evacuate, "net")))),
+        ));
+        ops.push(op(
+            1,
+            0,
+            Call::Check,
+            1001.8,
+            answered(1002.0, read(Some((Evacuate, "net")))),
+        ));
+        ops.push(op(
+            2,
+            1,
+            Call::Delete,
+            1190.7,
+            answered(1194.9, Outcome::NotFound),
+        ));
+        let ends = [t(1006.9), t(2000.0)];
+        assert!(!check(&ops, &ends));
+        let found = violations("tm-2", &ops, &ends, 10, far());
+        assert_eq!(found.len(), 1);
+        let report = &found[0].report;
+        assert!(report.contains("whatever the item was"), "{report}");
+        // The header, the cut-off add, one of the reads, the kill, the delete.
+        assert_eq!(report.lines().count(), 5, "{report}");
+    }
+
+    #[test]
+    fn the_search_goes_on_after_a_violation() {
+        let ops = [
+            op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
+            op(
+                1,
+                0,
+                Call::Get,
+                0.4,
+                answered(1.7, read(Some((Evacuate, "net")))),
+            ),
+            op(
+                2,
+                1,
+                Call::Delete,
+                190.7,
+                answered(194.9, Outcome::NotFound),
+            ),
+            op(
+                2,
+                1,
+                add(MarkBlocked, "oom", false),
+                200.0,
+                answered(201.0, Outcome::Created),
+            ),
+            // Reads going back in time, without a kill.
+            op(
+                0,
+                1,
+                add(MarkBlocked, "net", true),
+                210.0,
+                answered(215.0, Outcome::Merged(Block::new(MarkBlocked, "oom,net"))),
+            ),
+            op(
+                1,
+                1,
+                Call::Get,
+                211.0,
+                answered(211.5, read(Some((MarkBlocked, "oom,net")))),
+            ),
+            op(
+                1,
+                1,
+                Call::Check,
+                212.0,
+                answered(212.5, read(Some((MarkBlocked, "oom")))),
+            ),
+        ];
+        let ends = [t(6.9), t(300.0)];
+        let found = violations("tm-2", &ops, &ends, 10, far());
+        assert_eq!(found.len(), 2);
+        assert!(found[0].across_kill);
+        assert!(!found[1].across_kill, "{}", found[1].report);
+        assert!(found[1].report.contains("212.5 ms"), "{}", found[1].report);
+    }
+
+    #[test]
+    fn a_cut_off_op_may_have_taken_effect_or_not() {
+        let ends = [t(5.0), t(100.0)];
+        for seen in [Some((MarkBlocked, "net")), None] {
+            let ops = [
+                op(0, 0, add(MarkBlocked, "net", false), 0.0, cut()),
+                op(1, 1, Call::Get, 10.0, answered(11.0, read(seen))),
+            ];
+            assert!(check(&ops, &ends), "{seen:?}");
+        }
+        // Taken back by the kill is fine too, as long as nobody saw it.
+        let ops = [
+            op(0, 0, add(MarkBlocked, "net", false), 0.0, cut()),
+            op(
+                1,
+                1,
+                add(MarkBlocked, "disk", false),
+                10.0,
+                answered(11.0, Outcome::Created),
+            ),
+            op(
+                1,
+                1,
+                Call::Check,
+                12.0,
+                answered(13.0, read(Some((MarkBlocked, "disk")))),
+            ),
+        ];
+        assert!(check(&ops, &ends));
+    }
+
+    #[test]
+    fn a_cut_off_op_does_not_take_effect_after_its_kill() {
+        let ops = [
+            op(0, 0, add(MarkBlocked, "net", false), 1.0, cut()),
+            op(1, 1, Call::Get, 10.0, answered(11.0, read(None))),
+            op(
+                1,
+                1,
+                Call::Get,
+                12.0,
+                answered(13.0, read(Some((MarkBlocked, "net")))),
+            ),
+        ];
+        assert!(!check(&ops, &[t(5.0), t(100.0)]));
+        // Without the kill in between, it may have been applied late.
+        assert!(check(&ops, &[t(100.0)]));
+    }
+
+    #[test]
+    fn an_acknowledged_write_is_seen_by_every_later_read() {
+        let ops = [
+            op(
+                0,
+                0,
+                add(MarkBlocked, "net", false),
+                0.0,
+                answered(1.0, Outcome::Created),
+            ),
+            op(1, 0, Call::Get, 2.0, answered(3.0, read(None))),
+        ];
+        assert!(!check(&ops, &[t(100.0)]));
+        // And a lost one is caught after the restart too.
+        let ops = [
+            op(
+                0,
+                0,
+                add(MarkBlocked, "net", false),
+                0.0,
+                answered(1.0, Outcome::Created),
+            ),
+            op(1, 1, Call::Check, 20.0, answered(21.0, read(None))),
+        ];
+        assert!(!check(&ops, &[t(10.0), t(100.0)]));
+    }
+
+    #[test]
+    fn merges_must_show_the_merged_state() {
+        let ops = [
+            op(
+                0,
+                0,
+                add(MarkBlocked, "net", true),
+                0.0,
+                answered(1.0, Outcome::Created),
+            ),
+            op(
+                0,
+                0,
+                add(Evacuate, "disk", true),
+                2.0,
+                answered(3.0, Outcome::Merged(Block::new(Evacuate, "net,disk"))),
+            ),
+            op(
+                0,
+                0,
+                add(MarkBlocked, "net", true),
+                4.0,
+                answered(5.0, Outcome::Merged(Block::new(Evacuate, "net,disk"))),
+            ),
+        ];
+        assert!(check(&ops, &[t(100.0)]));
+        let wrong = [
+            ops[0].clone(),
+            op(
+                0,
+                0,
+                add(Evacuate, "disk", true),
+                2.0,
+                answered(3.0, Outcome::Merged(Block::new(Evacuate, "disk,net"))),
+            ),
+        ];
+        assert!(!check(&wrong, &[t(100.0)]));
+    }
+
+    #[test]
+    fn cut_off_reads_are_ignored() {
+        let ops = [
+            op(0, 0, Call::Get, 0.0, cut()),
+            op(1, 0, Call::Get, 0.5, answered(1.0, read(None))),
+        ];
+        assert!(check(&ops, &[t(5.0)]));
+    }
+
+    #[test]
+    fn a_long_history_checks_quickly() {
+        // Four clients taking turns on one id for a long time: the memo keeps the search
+        // linear in the history's length.
+        let mut ops = Vec::new();
+        let mut present = false;
+        for n in 0..20_000 {
+            let at = n as f64;
+            let (call, outcome) = match n % 4 {
+                0 if present => (Call::Delete, Outcome::Removed),
+                0 => (add(MarkBlocked, "net", false), Outcome::Created),
+                1 => (Call::Get, read(present.then_some((MarkBlocked, "net")))),
+                2 => (Call::Check, read(present.then_some((MarkBlocked, "net")))),
+                _ => (Call::Get, read(present.then_some((MarkBlocked, "net")))),
+            };
+            if n % 4 == 0 {
+                present = !present;
+            }
+            // Each overlaps the next op.
+            ops.push(op(n % 4, 0, call, at, answered(at + 1.5, outcome)));
+        }
+        let started = std::time::Instant::now();
+        assert!(check(&ops, &[t(1e9)]));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
