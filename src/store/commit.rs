@@ -451,11 +451,6 @@ impl Committer {
                         commit.reply.map(|reply| (reply, answer))
                     })
                     .collect();
-                // Prune at least what this commit wrote, so a stream of big commits cannot
-                // outgrow the retention; MAX_PRUNE more is the catching up. Before the blob
-                // sync: its writes rewrite leaves too, and the flush of this group covers
-                // them.
-                self.prune(now, MAX_PRUNE + (revision - revision_before));
                 let blobs_failed = self.sync_blobs().err();
                 let group = Group {
                     handles: self.handles.clone().expect("open unless broken"),
@@ -477,6 +472,15 @@ impl Committer {
                             }
                         }
                     }
+                }
+                // Prune at least what this commit wrote, so a stream of big commits cannot
+                // outgrow the retention; MAX_PRUNE more is the catching up. While the syncer
+                // flushes the group. Pruning rewrites leaves too: their blob files, if any,
+                // are synced at once rather than left to the next commit (there may be none
+                // for a while).
+                self.prune(now, MAX_PRUNE + (revision - revision_before));
+                if self.sync_blobs().is_err() {
+                    self.broken = true;
                 }
             }
             Err(e) => {

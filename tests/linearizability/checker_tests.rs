@@ -1,0 +1,391 @@
+//! The checker's own tests, on hand-made histories.
+
+use super::*;
+
+fn far() -> std::time::Instant {
+    std::time::Instant::now() + Duration::from_secs(60)
+}
+
+fn t(ms: f64) -> Duration {
+    Duration::from_secs_f64(ms / 1000.0)
+}
+
+fn op(client: usize, incarnation: usize, call: Call, invoke: f64, end: End) -> Op {
+    Op {
+        client,
+        incarnation,
+        call,
+        invoke: t(invoke),
+        end,
+    }
+}
+
+fn answered(at: f64, outcome: Outcome) -> End {
+    End::Answered { at: t(at), outcome }
+}
+
+fn cut() -> End {
+    End::Cut("connection cut".into())
+}
+
+fn add(action: Action, cause: &str, merge: bool) -> Call {
+    Call::Add {
+        action,
+        cause: cause.into(),
+        merge,
+    }
+}
+
+fn read(block: Option<(Action, &str)>) -> Outcome {
+    Outcome::Read(block.map(|(a, c)| Block::new(a, c)))
+}
+
+use Action::{Evacuate, MarkBlocked};
+
+#[test]
+fn a_linearizable_history_is_accepted() {
+    let ops = [
+        op(
+            0,
+            0,
+            add(MarkBlocked, "net", false),
+            0.0,
+            answered(3.0, Outcome::Created),
+        ),
+        // Concurrent with the add: it may read before or after it.
+        op(
+            1,
+            0,
+            Call::Get,
+            1.0,
+            answered(2.0, read(Some((MarkBlocked, "net")))),
+        ),
+        op(2, 0, Call::Check, 1.5, answered(2.5, read(None))),
+        op(
+            1,
+            0,
+            add(Evacuate, "disk", true),
+            4.0,
+            answered(6.0, Outcome::Merged(Block::new(Evacuate, "net,disk"))),
+        ),
+        op(
+            2,
+            0,
+            add(MarkBlocked, "oom", false),
+            4.5,
+            answered(5.0, Outcome::Conflict),
+        ),
+        op(
+            0,
+            0,
+            Call::Check,
+            7.0,
+            answered(8.0, read(Some((Evacuate, "net,disk")))),
+        ),
+        op(0, 0, Call::Delete, 9.0, answered(10.0, Outcome::Removed)),
+        op(1, 0, Call::Delete, 9.5, answered(11.0, Outcome::NotFound)),
+        op(2, 0, Call::Get, 12.0, answered(13.0, read(None))),
+    ];
+    assert!(check(&ops, &[t(100.0)]));
+}
+
+#[test]
+fn a_read_of_what_the_kill_took_back_is_rejected() {
+    // The defect's history: a read shows an add that the kill then takes back.
+    let ops = [
+        op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
+        op(
+            1,
+            0,
+            Call::Get,
+            0.4,
+            answered(1.7, read(Some((Evacuate, "net")))),
+        ),
+        op(
+            2,
+            1,
+            Call::Delete,
+            190.7,
+            answered(194.9, Outcome::NotFound),
+        ),
+    ];
+    let ends = [t(6.9), t(300.0)];
+    assert!(!check(&ops, &ends));
+    let found = violations("tm-2", &ops, &ends, 10, far());
+    assert_eq!(found.len(), 1);
+    let report = &found[0].report;
+    assert!(report.contains("194.9 ms"), "{report}");
+    assert!(report.contains("d0 killed"), "{report}");
+    assert!(report.contains(r#"GET → 200 EVACUATE "net""#), "{report}");
+    assert!(found[0].across_kill);
+    assert_eq!(found[0].kills_before, 1);
+}
+
+#[test]
+fn a_witness_is_cut_down_to_the_ops_that_matter() {
+    let mut ops = Vec::new();
+    for n in 0..50 {
+        let at = n as f64 * 10.0;
+        ops.push(op(
+            0,
+            0,
+            add(MarkBlocked, "oom", false),
+            at,
+            answered(at + 1.0, Outcome::Created),
+        ));
+        ops.push(op(
+            1,
+            0,
+            Call::Get,
+            at + 2.0,
+            answered(at + 3.0, read(Some((MarkBlocked, "oom")))),
+        ));
+        ops.push(op(
+            0,
+            0,
+            Call::Delete,
+            at + 4.0,
+            answered(at + 5.0, Outcome::Removed),
+        ));
+    }
+    ops.push(op(0, 0, add(Evacuate, "net", true), 1000.0, cut()));
+    ops.push(op(
+        1,
+        0,
+        Call::Get,
+        1000.4,
+        answered(1001.7, read(Some((Evacuate, "net")))),
+    ));
+    ops.push(op(
+        1,
+        0,
+        Call::Check,
+        1001.8,
+        answered(1002.0, read(Some((Evacuate, "net")))),
+    ));
+    ops.push(op(
+        2,
+        1,
+        Call::Delete,
+        1190.7,
+        answered(1194.9, Outcome::NotFound),
+    ));
+    let ends = [t(1006.9), t(2000.0)];
+    assert!(!check(&ops, &ends));
+    let found = violations("tm-2", &ops, &ends, 10, far());
+    assert_eq!(found.len(), 1);
+    let report = &found[0].report;
+    assert!(report.contains("whatever the item was"), "{report}");
+    // The header, the cut-off add, one of the reads, the kill, the delete.
+    assert_eq!(report.lines().count(), 5, "{report}");
+}
+
+#[test]
+fn the_search_goes_on_after_a_violation() {
+    let ops = [
+        op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
+        op(
+            1,
+            0,
+            Call::Get,
+            0.4,
+            answered(1.7, read(Some((Evacuate, "net")))),
+        ),
+        op(
+            2,
+            1,
+            Call::Delete,
+            190.7,
+            answered(194.9, Outcome::NotFound),
+        ),
+        op(
+            2,
+            1,
+            add(MarkBlocked, "oom", false),
+            200.0,
+            answered(201.0, Outcome::Created),
+        ),
+        // Reads going back in time, without a kill.
+        op(
+            0,
+            1,
+            add(MarkBlocked, "net", true),
+            210.0,
+            answered(215.0, Outcome::Merged(Block::new(MarkBlocked, "oom,net"))),
+        ),
+        op(
+            1,
+            1,
+            Call::Get,
+            211.0,
+            answered(211.5, read(Some((MarkBlocked, "oom,net")))),
+        ),
+        op(
+            1,
+            1,
+            Call::Check,
+            212.0,
+            answered(212.5, read(Some((MarkBlocked, "oom")))),
+        ),
+    ];
+    let ends = [t(6.9), t(300.0)];
+    let found = violations("tm-2", &ops, &ends, 10, far());
+    assert_eq!(found.len(), 2);
+    assert!(found[0].across_kill);
+    assert!(!found[1].across_kill, "{}", found[1].report);
+    assert!(found[1].report.contains("212.5 ms"), "{}", found[1].report);
+}
+
+#[test]
+fn a_cut_off_op_may_have_taken_effect_or_not() {
+    let ends = [t(5.0), t(100.0)];
+    for seen in [Some((MarkBlocked, "net")), None] {
+        let ops = [
+            op(0, 0, add(MarkBlocked, "net", false), 0.0, cut()),
+            op(1, 1, Call::Get, 10.0, answered(11.0, read(seen))),
+        ];
+        assert!(check(&ops, &ends), "{seen:?}");
+    }
+    // Taken back by the kill is fine too, as long as nobody saw it.
+    let ops = [
+        op(0, 0, add(MarkBlocked, "net", false), 0.0, cut()),
+        op(
+            1,
+            1,
+            add(MarkBlocked, "disk", false),
+            10.0,
+            answered(11.0, Outcome::Created),
+        ),
+        op(
+            1,
+            1,
+            Call::Check,
+            12.0,
+            answered(13.0, read(Some((MarkBlocked, "disk")))),
+        ),
+    ];
+    assert!(check(&ops, &ends));
+}
+
+#[test]
+fn a_cut_off_op_does_not_take_effect_after_its_kill() {
+    let ops = [
+        op(0, 0, add(MarkBlocked, "net", false), 1.0, cut()),
+        op(1, 1, Call::Get, 10.0, answered(11.0, read(None))),
+        op(
+            1,
+            1,
+            Call::Get,
+            12.0,
+            answered(13.0, read(Some((MarkBlocked, "net")))),
+        ),
+    ];
+    assert!(!check(&ops, &[t(5.0), t(100.0)]));
+    // Without the kill in between, it may have been applied late.
+    assert!(check(&ops, &[t(100.0)]));
+}
+
+#[test]
+fn an_acknowledged_write_is_seen_by_every_later_read() {
+    let ops = [
+        op(
+            0,
+            0,
+            add(MarkBlocked, "net", false),
+            0.0,
+            answered(1.0, Outcome::Created),
+        ),
+        op(1, 0, Call::Get, 2.0, answered(3.0, read(None))),
+    ];
+    assert!(!check(&ops, &[t(100.0)]));
+    // And a lost one is caught after the restart too.
+    let ops = [
+        op(
+            0,
+            0,
+            add(MarkBlocked, "net", false),
+            0.0,
+            answered(1.0, Outcome::Created),
+        ),
+        op(1, 1, Call::Check, 20.0, answered(21.0, read(None))),
+    ];
+    assert!(!check(&ops, &[t(10.0), t(100.0)]));
+}
+
+#[test]
+fn merges_must_show_the_merged_state() {
+    let ops = [
+        op(
+            0,
+            0,
+            add(MarkBlocked, "net", true),
+            0.0,
+            answered(1.0, Outcome::Created),
+        ),
+        op(
+            0,
+            0,
+            add(Evacuate, "disk", true),
+            2.0,
+            answered(3.0, Outcome::Merged(Block::new(Evacuate, "net,disk"))),
+        ),
+        op(
+            0,
+            0,
+            add(MarkBlocked, "net", true),
+            4.0,
+            answered(5.0, Outcome::Merged(Block::new(Evacuate, "net,disk"))),
+        ),
+    ];
+    assert!(check(&ops, &[t(100.0)]));
+    let wrong = [
+        ops[0].clone(),
+        op(
+            0,
+            0,
+            add(Evacuate, "disk", true),
+            2.0,
+            answered(3.0, Outcome::Merged(Block::new(Evacuate, "disk,net"))),
+        ),
+    ];
+    assert!(!check(&wrong, &[t(100.0)]));
+}
+
+#[test]
+fn cut_off_reads_are_ignored() {
+    let ops = [
+        op(0, 0, Call::Get, 0.0, cut()),
+        op(1, 0, Call::Get, 0.5, answered(1.0, read(None))),
+    ];
+    assert!(check(&ops, &[t(5.0)]));
+}
+
+#[test]
+fn a_long_history_checks_quickly() {
+    // Four clients taking turns on one id for a long time: the memo keeps the search
+    // linear in the history's length.
+    let mut ops = Vec::new();
+    let mut present = false;
+    for n in 0..20_000 {
+        let at = n as f64;
+        let (call, outcome) = match n % 4 {
+            0 if present => (Call::Delete, Outcome::Removed),
+            0 => (add(MarkBlocked, "net", false), Outcome::Created),
+            1 => (Call::Get, read(present.then_some((MarkBlocked, "net")))),
+            2 => (Call::Check, read(present.then_some((MarkBlocked, "net")))),
+            _ => (Call::Get, read(present.then_some((MarkBlocked, "net")))),
+        };
+        if n % 4 == 0 {
+            present = !present;
+        }
+        // Each overlaps the next op.
+        ops.push(op(n % 4, 0, call, at, answered(at + 1.5, outcome)));
+    }
+    let started = std::time::Instant::now();
+    assert!(check(&ops, &[t(1e9)]));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
