@@ -50,6 +50,16 @@ fn check(dir: &Path) -> (std::process::ExitStatus, String) {
     run_to_exit(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()])
 }
 
+fn salvage(dir: &Path, out: &Path) -> (std::process::ExitStatus, String) {
+    run_to_exit(&[
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+        "salvage".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ])
+}
+
 #[tokio::test]
 async fn empty_blob_files_are_reported_without_a_panic_and_the_dir_is_left_as_it_was() {
     let mut ws = Workspace::new();
@@ -86,13 +96,7 @@ async fn empty_blob_files_are_reported_without_a_panic_and_the_dir_is_left_as_it
     // Salvage cannot open it either (sled's recovery fails on the pages those blobs held),
     // and says so instead of panicking.
     let out = ws.tmp.path().join("salvaged.jsonl");
-    let (status, stderr) = run_to_exit(&[
-        "--data-dir".as_ref(),
-        dir.as_os_str(),
-        "salvage".as_ref(),
-        "--out".as_ref(),
-        out.as_os_str(),
-    ]);
+    let (status, stderr) = salvage(&dir, &out);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("could not open any copy"), "{stderr}");
 
@@ -136,13 +140,7 @@ async fn a_damaged_conf_is_refused_and_salvage_recovers_every_item_for_a_new_dir
     assert!(!stderr.contains("panicked at"), "{stderr}");
 
     let out = ws.tmp.path().join("salvaged.jsonl");
-    let (status, stderr) = run_to_exit(&[
-        "--data-dir".as_ref(),
-        dir.as_os_str(),
-        "salvage".as_ref(),
-        "--out".as_ref(),
-        out.as_os_str(),
-    ]);
+    let (status, stderr) = salvage(&dir, &out);
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("salvaged 21 items"), "{stderr}");
     assert!(stderr.contains("1 registrations"), "{stderr}");

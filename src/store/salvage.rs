@@ -185,16 +185,7 @@ fn read(copy: &Path, segment: usize) -> Result<Salvaged, String> {
     let db = open_raw(copy, segment)?;
     let mut salvaged = Salvaged::default();
     let items = db.open_tree(ITEMS_TREE).map_err(|e| e.to_string())?;
-    for entry in items.iter() {
-        let (key, value) = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                salvaged
-                    .skipped
-                    .push(format!("items: the rest of the tree is unreadable: {e}"));
-                break;
-            }
-        };
+    for (key, value) in readable(&items, ITEMS_TREE, &mut salvaged.skipped) {
         let Some((kind, id)) = keys::parse_item_key(&key) else {
             salvaged
                 .skipped
@@ -209,16 +200,7 @@ fn read(copy: &Path, segment: usize) -> Result<Salvaged, String> {
         }
     }
     let tm_node = db.open_tree(TM_NODE_TREE).map_err(|e| e.to_string())?;
-    for entry in tm_node.iter() {
-        let (key, value) = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                salvaged
-                    .skipped
-                    .push(format!("tm_node: the rest of the tree is unreadable: {e}"));
-                break;
-            }
-        };
+    for (key, value) in readable(&tm_node, TM_NODE_TREE, &mut salvaged.skipped) {
         let tm = String::from_utf8_lossy(&key).into_owned();
         match codec::decode_registration(&value) {
             Ok(node) => salvaged.registrations.push((tm, node)),
@@ -226,6 +208,25 @@ fn read(copy: &Path, segment: usize) -> Result<Salvaged, String> {
         }
     }
     Ok(salvaged)
+}
+
+/// The entries of `tree` up to the first that cannot be read (noted in `skipped`).
+fn readable(
+    tree: &sled::Tree,
+    name: &str,
+    skipped: &mut Vec<String>,
+) -> Vec<(sled::IVec, sled::IVec)> {
+    let mut entries = Vec::new();
+    for entry in tree.iter() {
+        match entry {
+            Ok(entry) => entries.push(entry),
+            Err(e) => {
+                skipped.push(format!("{name}: the rest of the tree is unreadable: {e}"));
+                break;
+            }
+        }
+    }
+    entries
 }
 
 /// Copies the files of `from` (and of its subdirectories) into a new directory `to`.
