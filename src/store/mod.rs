@@ -728,69 +728,6 @@ impl Store {
         *self.shared.feed.durable.borrow()
     }
 
-    // ---- durable reads (see `durable`) ----
-
-    /// Starts a read whose answer must be durable: hand it to the reads, then settle it with
-    /// [`Store::confirm`] (or let [`Store::read_durably`] do both).
-    pub fn seen(&self) -> Seen {
-        self.shared.feed.durability.start()
-    }
-
-    /// Records that `seen`'s read depends on everything a scan that ends now may have seen
-    /// (scans cannot name their keys beforehand).
-    pub fn saw_all(&self, seen: &mut Seen) {
-        let seq = self.shared.feed.seq.load(Ordering::SeqCst);
-        seen.depends_on(durable::Durability::horizon(seq));
-    }
-
-    /// Records that `seen`'s read depends on `key`, just read.
-    fn saw(&self, seen: &mut Seen, key: Watched<'_>) {
-        seen.depends_on(self.shared.feed.stamps.stamp_of(key));
-    }
-
-    /// Waits (at most [`READ_TIMEOUT`]) until everything `seen` depends on is durable.
-    /// True when the read may be answered with what it read; false when the database was
-    /// reopened after a storage fault in between, and it must read again.
-    pub async fn confirm(&self, seen: &Seen) -> Result<bool> {
-        let durability = &self.shared.feed.durability;
-        if durability.settled(seen) {
-            return Ok(true);
-        }
-        durability.wait(seen).await
-    }
-
-    /// Runs `read` until its answer is one a crash cannot take back, and returns it: at once
-    /// when none of the keys it read is being changed, else once the change is durable.
-    pub async fn read_durably<T>(&self, mut read: impl FnMut(&mut Seen) -> Result<T>) -> Result<T> {
-        // Each retry follows a reopen after a storage fault; more than a few in a row means
-        // the storage keeps failing.
-        for _ in 0..4 {
-            let mut seen = self.seen();
-            let value = read(&mut seen)?;
-            if self.confirm(&seen).await? {
-                return Ok(value);
-            }
-        }
-        Err(StoreError::Reopening)
-    }
-
-    /// What a scan that ends now depends on: every group whose transaction had begun.
-    pub fn scan_ended(&self) -> Seen {
-        let mut seen = self.seen();
-        self.saw_all(&mut seen);
-        seen
-    }
-
-    /// Waits (at most [`READ_TIMEOUT`]) until what a scan saw ([`Store::scan_ended`]) is
-    /// durable. A reopen in between fails it: a listing half sent cannot be read again.
-    pub async fn settle_scan(&self, seen: Seen) -> Result<()> {
-        if self.confirm(&seen).await? {
-            Ok(())
-        } else {
-            Err(StoreError::Reopening)
-        }
-    }
-
     /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
     pub fn unreclaimed(&self) -> u64 {
         self.shared.feed.unreclaimed.load(Ordering::Relaxed)
