@@ -114,6 +114,18 @@ pub enum StoreError {
     NotDurable(std::time::Duration),
 }
 
+impl StoreError {
+    /// [`StoreError::Damaged`] for `dir`, with what [`datadir::damage_report`] finds there.
+    fn damaged(dir: &Path, cause: impl Into<String>, untouched: bool) -> StoreError {
+        StoreError::Damaged {
+            dir: dir.to_owned(),
+            cause: cause.into(),
+            files: datadir::damage_report(dir),
+            untouched,
+        }
+    }
+}
+
 /// The damaged files of [`StoreError::Damaged`], as lines of its message.
 fn damage_lines(files: &[String]) -> String {
     if files.is_empty() {
@@ -256,13 +268,8 @@ pub(crate) struct Opened {
 /// it was created with (or ours, for a new one): for tests and tools that build or inspect
 /// databases below the store. Nothing else may open one.
 pub fn sled_config(dir: &Path) -> Result<sled::Config> {
-    let segment =
-        datadir::segment_bytes(dir, SEGMENT_BYTES).map_err(|cause| StoreError::Damaged {
-            dir: dir.to_owned(),
-            cause,
-            files: datadir::damage_report(dir),
-            untouched: true,
-        })?;
+    let segment = datadir::segment_bytes(dir, SEGMENT_BYTES)
+        .map_err(|cause| StoreError::damaged(dir, cause, true))?;
     Ok(sled::Config::new().path(dir).segment_size(segment))
 }
 
@@ -272,13 +279,8 @@ const TM_NODE_TREE: &str = "tm_node";
 
 pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     let dir = &config.data_dir;
-    let segment_bytes =
-        datadir::segment_bytes(dir, config.segment_bytes).map_err(|cause| StoreError::Damaged {
-            dir: dir.clone(),
-            cause,
-            files: datadir::damage_report(dir),
-            untouched: true,
-        })?;
+    let segment_bytes = datadir::segment_bytes(dir, config.segment_bytes)
+        .map_err(|cause| StoreError::damaged(dir, cause, true))?;
     if segment_bytes < SEGMENT_BYTES {
         tracing::warn!(
             segment_bytes,
@@ -293,12 +295,7 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     // leave the data dir untouched (for `salvage`) if it fails there.
     if !blobs::damaged(&dir.join("blobs")).is_empty() {
         if let Err(cause) = salvage::opens_on_copy(dir, segment_bytes) {
-            return Err(StoreError::Damaged {
-                dir: dir.clone(),
-                cause,
-                files: datadir::damage_report(dir),
-                untouched: true,
-            });
+            return Err(StoreError::damaged(dir, cause, true));
         }
     }
     let sled_config = sled::Config::new()
@@ -312,12 +309,11 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     let db = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sled_config.open())) {
         Ok(opened) => opened.map_err(|e| open_error(dir, e))?,
         Err(panic) => {
-            return Err(StoreError::Damaged {
-                dir: dir.clone(),
-                cause: format!("its recovery panicked: {}", panic_message(&*panic)),
-                files: datadir::damage_report(dir),
-                untouched: false,
-            })
+            return Err(StoreError::damaged(
+                dir,
+                format!("its recovery panicked: {}", panic_message(&*panic)),
+                false,
+            ))
         }
     };
     // Whatever sled created or rewrote while opening (conf, a snapshot, directory entries)
@@ -1321,12 +1317,7 @@ fn open_error(dir: &Path, e: sled::Error) -> StoreError {
         sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
             StoreError::InUse(dir.to_owned())
         }
-        sled::Error::Corruption { .. } => StoreError::Damaged {
-            dir: dir.to_owned(),
-            cause: e.to_string(),
-            files: datadir::damage_report(dir),
-            untouched: false,
-        },
+        sled::Error::Corruption { .. } => StoreError::damaged(dir, e.to_string(), false),
         _ => StoreError::Sled(e),
     }
 }
