@@ -91,24 +91,7 @@ fn a_linearizable_history_is_accepted() {
 
 #[test]
 fn a_read_of_what_the_kill_took_back_is_rejected() {
-    // The defect's history: a read shows an add that the kill then takes back.
-    let ops = [
-        op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
-        op(
-            1,
-            0,
-            Call::Get,
-            0.4,
-            answered(1.7, read(Some((Evacuate, "net")))),
-        ),
-        op(
-            2,
-            1,
-            Call::Delete,
-            190.7,
-            answered(194.9, Outcome::NotFound),
-        ),
-    ];
+    let ops = the_reported_history();
     let ends = [t(6.9), t(300.0)];
     assert!(!check(&ops, &ends));
     let found = violations("tm-2", &ops, &ends, 10, far());
@@ -182,52 +165,40 @@ fn a_witness_is_cut_down_to_the_ops_that_matter() {
 
 #[test]
 fn the_search_goes_on_after_a_violation() {
-    let ops = [
-        op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
-        op(
-            1,
-            0,
-            Call::Get,
-            0.4,
-            answered(1.7, read(Some((Evacuate, "net")))),
-        ),
-        op(
-            2,
-            1,
-            Call::Delete,
-            190.7,
-            answered(194.9, Outcome::NotFound),
-        ),
-        op(
-            2,
-            1,
-            add(MarkBlocked, "oom", false),
-            200.0,
-            answered(201.0, Outcome::Created),
-        ),
-        // Reads going back in time, without a kill.
-        op(
-            0,
-            1,
-            add(MarkBlocked, "net", true),
-            210.0,
-            answered(215.0, Outcome::Merged(Block::new(MarkBlocked, "oom,net"))),
-        ),
-        op(
-            1,
-            1,
-            Call::Get,
-            211.0,
-            answered(211.5, read(Some((MarkBlocked, "oom,net")))),
-        ),
-        op(
-            1,
-            1,
-            Call::Check,
-            212.0,
-            answered(212.5, read(Some((MarkBlocked, "oom")))),
-        ),
-    ];
+    let ops: Vec<Op> = the_reported_history()
+        .into_iter()
+        .chain([
+            op(
+                2,
+                1,
+                add(MarkBlocked, "oom", false),
+                200.0,
+                answered(201.0, Outcome::Created),
+            ),
+            // Reads going back in time, without a kill.
+            op(
+                0,
+                1,
+                add(MarkBlocked, "net", true),
+                210.0,
+                answered(215.0, Outcome::Merged(Block::new(MarkBlocked, "oom,net"))),
+            ),
+            op(
+                1,
+                1,
+                Call::Get,
+                211.0,
+                answered(211.5, read(Some((MarkBlocked, "oom,net")))),
+            ),
+            op(
+                1,
+                1,
+                Call::Check,
+                212.0,
+                answered(212.5, read(Some((MarkBlocked, "oom")))),
+            ),
+        ])
+        .collect();
     let ends = [t(6.9), t(300.0)];
     let found = violations("tm-2", &ops, &ends, 10, far());
     assert_eq!(found.len(), 2);
@@ -388,4 +359,25 @@ fn a_long_history_checks_quickly() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// The defect's history: a read shows an add that the kill then takes back.
+fn the_reported_history() -> [Op; 3] {
+    [
+        op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
+        op(
+            1,
+            0,
+            Call::Get,
+            0.4,
+            answered(1.7, read(Some((Evacuate, "net")))),
+        ),
+        op(
+            2,
+            1,
+            Call::Delete,
+            190.7,
+            answered(194.9, Outcome::NotFound),
+        ),
+    ]
 }
