@@ -24,8 +24,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// `MIMALLOC_PURGE_DELAY`. mimalloc's default delays the purge (1 s, ten times that for
 /// arenas) and carries out delayed purges only from later allocator calls, which leaves
 /// the pages of a write storm resident in a daemon that then goes quiet. After loading 1M
-/// items at `--cache-mb 8`: RSS ~400 MB without this, ~270 MB with it (docs/benchmarks.md,
-/// fifth session), at no cost on `add` beyond run-to-run noise.
+/// items at `--cache-mb 8`: RSS ~400 MB without this, ~270 MB with it (docs/benchmarks.md),
+/// at no cost on `add` beyond run-to-run noise.
 fn purge_freed_memory_at_once() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of mimalloc's option values, which it reads atomically; any

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_blocklist-bench");
 
-/// Every scenario of the issue; the JSON must hold one `ours` row for each.
+/// Every scenario; the JSON must hold one `ours` row for each.
 const SCENARIOS: [&str; 9] = [
     "add",
     "add-batch",

@@ -14,8 +14,8 @@
 //! before it serves (data dir, `conf`, `db`, `blobs/`, `snap.*` on a restart) that is the
 //! very first response; for a blob file the committer writes while the syncer answers the
 //! previous group, it is the response after the next log sync. (The literal "first response
-//! after the creation" fails a correct pipelined daemon: tried against a sketch of the fix,
-//! it flagged 90–125 blob files per run that were fsync'd one group later.)
+//! after the creation" would fail a correct pipelined daemon: a group answered while the
+//! next one is being committed cannot depend on what that one creates.)
 //!
 //! Why: sled 0.34.7 writes a leaf bigger than about a quarter of a segment as its own file
 //! `blobs/<lsn>` without fsync, and fsyncs no directory nor `conf`; after a power cut the
@@ -26,7 +26,7 @@
 //! daemon creates), then restarted on it (sled recovers and writes a snapshot,
 //! `snap.*.generating` renamed to `snap.*`). The first two tests share one audited run with
 //! the daemon's default settings; the third forces blob files with small segments
-//! (`--segment-bytes`, a hidden flag of the fixed daemon) to prove they are fsync'd.
+//! (`--segment-bytes`, a hidden test flag of the daemon) to prove they are fsync'd.
 //! `KEEP_TRACE=<dir>` keeps the traces. Without strace (or when it cannot trace here) the
 //! tests print a loud SKIPPED on stderr and pass, except with `CI` set, where that is a
 //! failure.

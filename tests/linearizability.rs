@@ -241,7 +241,7 @@ async fn point_reads_and_checks_are_linearizable_across_kill_9() {
             continue;
         }
         // A share of the time for each id: a violation found costs searches of the history
-        // up to it, and today's defects give many.
+        // up to it, and a daemon that breaks the guarantee gives many.
         let deadline = Instant::now() + DEADLINE / ids.len() as u32;
         let violations = checker::violations(id, &ops, &ends, settings.violations, deadline);
         // One witness of each kind: across a kill, and without one.

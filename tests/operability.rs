@@ -196,8 +196,8 @@ async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant
     assert!(stdout.contains("tree items: 1 entry"), "{stdout}");
     assert!(stdout.contains("tree expiry: 1 entry"), "{stdout}");
     assert!(stdout.contains("on disk: "), "{stdout}");
-    // The flag may come before the subcommand's name too (it used to be ignored there, and
-    // the subcommand worked on ./blocklistd-data instead).
+    // The flag may come before the subcommand's name too (a subcommand must not then work
+    // on ./blocklistd-data instead).
     let before = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
     let before_out = String::from_utf8_lossy(&before.stdout);
     assert!(before.status.success(), "{before_out}");

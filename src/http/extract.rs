@@ -63,7 +63,7 @@ impl FromRequest<AppState> for JsonBody {
 
 /// A JSON value parsed like `serde_json::Value`, except that an object that repeats a key is
 /// refused instead of keeping the last one: `"endTimestamp": 1, "endTimestamp": null` would
-/// otherwise silently make a permanent block (the rule for mistyped fields).
+/// otherwise silently make a permanent block (a mistyped field is an error, never a default).
 struct UniqueKeys(Value);
 
 impl<'de> Deserialize<'de> for UniqueKeys {

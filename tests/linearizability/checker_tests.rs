@@ -91,7 +91,7 @@ fn a_linearizable_history_is_accepted() {
 
 #[test]
 fn a_read_of_what_the_kill_took_back_is_rejected() {
-    let ops = the_reported_history();
+    let ops = cut_off_add_seen_then_gone();
     let ends = [t(6.9), t(300.0)];
     assert!(!check(&ops, &ends));
     let found = violations("tm-2", &ops, &ends, 10, far());
@@ -165,7 +165,7 @@ fn a_witness_is_cut_down_to_the_ops_that_matter() {
 
 #[test]
 fn the_search_goes_on_after_a_violation() {
-    let ops: Vec<Op> = the_reported_history()
+    let ops: Vec<Op> = cut_off_add_seen_then_gone()
         .into_iter()
         .chain([
             op(
@@ -361,8 +361,8 @@ fn a_long_history_checks_quickly() {
     );
 }
 
-/// The defect's history: a read shows an add that the kill then takes back.
-fn the_reported_history() -> [Op; 3] {
+/// A read shows an add that the kill then takes back: not linearizable.
+fn cut_off_add_seen_then_gone() -> [Op; 3] {
     [
         op(0, 0, add(Evacuate, "net", true), 0.0, cut()),
         op(

@@ -58,7 +58,7 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
 
-    /// The "1M" of the scenarios (`check`, `expire`, `idle`, `restart`,
+    /// The "1M" of the scenarios (`check`, `expire`, `idle`, `restart`,
     /// `footprint`); `list` uses a tenth of it.
     #[arg(long, default_value_t = 1_000_000)]
     items: usize,
@@ -260,7 +260,7 @@ async fn run(args: &Args, settings: Settings, daemon: DaemonSpec) -> (Vec<Row>, 
     if keep {
         eprintln!("blocklist-bench: kept {}", bench.keep_work_dir().display());
     }
-    // The order, each scenario's own row before its ceiling and peer.
+    // The order of docs/benchmarks.md, each scenario's own row before its ceiling and peer.
     rows.sort_by_key(|r| {
         let scenario = SCENARIOS
             .iter()

@@ -19,7 +19,7 @@ pub enum Role {
     Peer,
 }
 
-/// One target of the issue and whether this run met it (`None`: not measurable here).
+/// One target (docs/benchmarks.md, "Targets") and whether this run met it (`None`: not measurable here).
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     pub what: String,

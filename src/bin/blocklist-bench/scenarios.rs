@@ -23,7 +23,7 @@ use crate::report::{Role, Row};
 use crate::server::{DaemonSpec, Server};
 use crate::{ceiling, Settings};
 
-/// Every scenario, in the order of the table (and of the printed table).
+/// Every scenario, in the order of the printed table.
 pub const SCENARIOS: [&str; 9] = [
     "add",
     "add-batch",
