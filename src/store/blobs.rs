@@ -17,8 +17,8 @@
 //!    cause limits of [`crate::model`], the event chunk cut of [`super::codec`]), and
 //!    [`SEGMENT_BYTES`] is chosen so that the largest node of any tree stays under the
 //!    threshold; a compile-time assertion below checks it against sled's numbers. A data dir
-//!    created with a smaller segment size (sled's default 512 KiB, before this bound
-//!    existed) keeps it — sled cannot change it — and may still get blobs.
+//!    created with a smaller segment size (sled's default, 512 KiB) keeps it — sled cannot
+//!    change it — and may still get blobs.
 //! 2. **Synced when they exist.** After each transaction returns, the committer lists
 //!    `blobs/` ([`BlobDir::sync_new`], one `getdents` when nothing is new) and fsyncs every
 //!    new file and then the directory, before the group goes to the syncer to be flushed
@@ -30,9 +30,10 @@
 //!    hence the first defence.
 
 use std::collections::HashSet;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::model::{MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
@@ -147,7 +148,7 @@ impl BlobDir {
             if name == b"." || name == b".." {
                 continue;
             }
-            let name = OsString::from(String::from_utf8_lossy(name).into_owned());
+            let name = OsStr::from_bytes(name).to_os_string();
             if !self.synced.contains(&name) {
                 new.push(name.clone());
             }

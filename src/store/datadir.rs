@@ -117,7 +117,7 @@ pub(crate) fn make_durable_after_open(dir: &Path) -> io::Result<()> {
 /// What in `dir` looks damaged, for the message of a failed open: blob files that are empty
 /// or fail their checksum, an unreadable `conf`, empty snapshot files. Each line names a
 /// file and what is wrong with it.
-pub fn damage_report(dir: &Path) -> Vec<String> {
+pub(crate) fn damage_report(dir: &Path) -> Vec<String> {
     let mut found = Vec::new();
     match std::fs::read(dir.join("conf")) {
         Ok(conf) if parse_segment_size(&conf).is_none() => found.push(format!(

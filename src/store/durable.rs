@@ -67,12 +67,6 @@ impl Seen {
     pub(super) fn depends_on(&mut self, seq: u64) {
         self.need = self.need.max(seq);
     }
-
-    /// Both reads' dependencies (for an answer made of several reads).
-    pub fn merge(&mut self, other: Seen) {
-        self.need = self.need.max(other.need);
-        self.reopens = self.reopens.min(other.reopens);
-    }
 }
 
 impl Durability {

@@ -50,7 +50,6 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{AddOutcome, Expired, Registered, Retention};
-pub use datadir::damage_report;
 pub use durable::{Seen, READ_TIMEOUT};
 pub use migrate::CURRENT as SCHEMA_VERSION;
 pub use salvage::{salvage, Salvaged};
