@@ -137,7 +137,7 @@ async fn acknowledged_writes_survive_kill_9_under_concurrent_writers() {
 
         // Offline, before the restart: the store's invariants hold.
         let dir = ws.data_dir();
-        let out = std::process::Command::new(BIN)
+        let out = std::process::Command::new(&*BIN)
             .args(["check".as_ref(), "--data-dir".as_ref(), dir.as_os_str()])
             .output()
             .unwrap();

@@ -140,7 +140,7 @@ async fn a_full_disk_gets_503_keeps_reads_and_recovers_when_space_returns() {
         assert!(n == 0 || n == batch.len(), "a refused batch is half there");
     }
     d.kill9();
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args(["check".as_ref(), "--data-dir".as_ref(), data.as_os_str()])
         .output()
         .unwrap();

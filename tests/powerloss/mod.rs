@@ -110,10 +110,10 @@ impl Running {
         let mut command = match trace {
             Some(trace) => {
                 let mut c = Command::new("strace");
-                c.args(STRACE_ARGS).arg("-o").arg(trace).arg("--").arg(BIN);
+                c.args(STRACE_ARGS).arg("-o").arg(trace).arg("--").arg(&*BIN);
                 c
             }
-            None => Command::new(BIN),
+            None => Command::new(&*BIN),
         };
         if let Some(parent) = data_dir.parent() {
             command.current_dir(parent);
@@ -500,7 +500,7 @@ pub async fn lost(d: &Running, ledger: &Ledger) -> BTreeMap<String, Vec<String>>
 
 /// `blocklistd --data-dir <dir> check`: exit status and everything it printed.
 pub fn offline_check(dir: &Path) -> (ExitStatus, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .arg("--data-dir")
         .arg(dir)
         .arg("check")

@@ -2,6 +2,9 @@
 //! and `--json` form, the exit codes (1 refused with the server's message, 2 unreachable),
 //! the bearer token, and `watch` — including its resume after a dropped connection.
 
+// The daemon's own test harness, shared rather than copied: it starts the real daemon binary
+// and speaks HTTP to it.
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -132,7 +132,8 @@ impl DaemonSpec {
 }
 
 /// `blocklistd` next to the bench binary (`target/release/` or `target/debug/`). `cargo run
-/// --bin blocklist-bench` builds only the bench, so warn when the daemon looks older than it.
+/// -p blocklist-bench` builds only the bench, so warn when the daemon looks older than its
+/// sources.
 pub fn find_daemon(explicit: Option<PathBuf>) -> Result<(PathBuf, Option<String>), String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let bin = match explicit {
@@ -144,19 +145,20 @@ pub fn find_daemon(explicit: Option<PathBuf>) -> Result<(PathBuf, Option<String>
     };
     if !bin.is_file() {
         return Err(format!(
-            "no daemon binary at {}: build it first with `cargo build --release --bins` \
+            "no daemon binary at {}: build it first with `cargo build --release -p blocklistd` \
              (or pass --daemon PATH)",
             bin.display()
         ));
     }
-    // `cargo run --bin blocklist-bench` rebuilds only the bench: say so when a daemon
-    // source file is newer than the daemon binary (only meaningful in the source tree the
-    // bench was built from).
+    // `cargo run -p blocklist-bench` rebuilds only the bench: say so when a daemon source
+    // file is newer than the daemon binary (only meaningful in the source tree the bench was
+    // built from; the daemon is the workspace's root package, two levels up).
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let newest_source = newest_daemon_source(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let newest_source = newest_daemon_source(&workspace);
     let warning = match (modified(&bin), newest_source) {
         (Some(daemon), Some((source, path))) if source > daemon => Some(format!(
-            "{} is newer than {}: rebuild with `cargo build --release --bins`",
+            "{} is newer than {}: rebuild with `cargo build --release -p blocklistd`",
             path.display(),
             bin.display()
         )),
@@ -165,15 +167,11 @@ pub fn find_daemon(explicit: Option<PathBuf>) -> Result<(PathBuf, Option<String>
     Ok((bin, warning))
 }
 
-/// The most recently modified daemon source (`Cargo.toml`, `src/**` outside the bench).
+/// The most recently modified daemon source (`Cargo.toml`, `src/**`).
 fn newest_daemon_source(root: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
-    let bench = root.join("src/bin/blocklist-bench");
     let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
     let mut stack = vec![root.join("src"), root.join("Cargo.toml")];
     while let Some(path) = stack.pop() {
-        if path == bench {
-            continue;
-        }
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };

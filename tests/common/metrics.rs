@@ -1,0 +1,39 @@
+//! The daemon's `/metrics` text and single samples of it.
+
+use reqwest::StatusCode;
+
+use super::Daemon;
+
+impl Daemon {
+    /// The daemon's `/metrics` text.
+    pub async fn scrape(&self) -> String {
+        let resp = self.client.get(self.url("/metrics")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    }
+
+    /// One sample of `/metrics` (0 when absent).
+    pub async fn metric(&self, name_and_labels: &str) -> f64 {
+        metric(&self.scrape().await, name_and_labels)
+    }
+
+    /// How many items the sweeper has announced expired (its lag histogram counts each one).
+    pub async fn swept(&self) -> usize {
+        self.metric("blocklist_sweeper_lag_seconds_count").await as usize
+    }
+
+    /// How many announced items the sweeper has deleted from storage.
+    pub async fn reclaimed(&self) -> usize {
+        self.metric("blocklist_reclaimed_entries_total").await as usize
+    }
+}
+
+/// One sample of a `/metrics` text (0 when absent).
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+

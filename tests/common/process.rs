@@ -1,0 +1,217 @@
+//! Process control: the daemon binary started on `127.0.0.1:0` with a temporary data dir,
+//! stopped by SIGKILL or SIGTERM, and run to completion for its offline subcommands.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, LazyLock};
+use std::time::{Duration, Instant};
+
+use super::DEADLINE;
+
+/// The daemon binary. Cargo names it to the daemon package's own tests; the tests of another
+/// workspace member (the CLI) find it in the same target directory, where the workspace's
+/// test command (`cargo test --workspace`) builds it.
+pub static BIN: LazyLock<PathBuf> = LazyLock::new(|| {
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_blocklistd") {
+        return PathBuf::from(bin);
+    }
+    // A test executable lives in `target/<profile>/deps/`; the binaries one level up.
+    let exe = std::env::current_exe().expect("current_exe");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .join("blocklistd");
+    assert!(
+        bin.is_file(),
+        "no daemon binary at {}: build it with `cargo build -p blocklistd` \
+         (`cargo test --workspace` does)",
+        bin.display()
+    );
+    bin
+});
+
+/// A running daemon. Killed (SIGKILL) on drop.
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub client: reqwest::Client,
+}
+
+/// A temporary directory holding a data dir and the daemons' logs.
+pub struct Workspace {
+    pub tmp: tempfile::TempDir,
+    runs: usize,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace {
+            tmp: tempfile::tempdir().expect("temp dir"),
+            runs: 0,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.tmp.path().join("data")
+    }
+
+    /// Starts a daemon on this workspace's data dir.
+    pub fn start(&mut self, extra: &[&str]) -> Daemon {
+        self.runs += 1;
+        let log = self.tmp.path().join(format!("daemon-{}.log", self.runs));
+        Daemon::start(&self.data_dir(), &log, extra)
+    }
+}
+
+impl Daemon {
+    pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
+        let mut command = Command::new(&*BIN);
+        if !extra.contains(&"--listen") {
+            command.arg("--listen").arg("127.0.0.1:0");
+        }
+        // Logs at info, unless the test asks for a level (RUST_LOG would override the flag).
+        if extra.contains(&"--log-level") {
+            command.env_remove("RUST_LOG");
+        } else {
+            command.env("RUST_LOG", "info");
+        }
+        let mut child = command
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("start blocklistd");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().and_then(Result::ok);
+            let _ = tx.send(first);
+            for _ in lines {} // keep the pipe drained
+        });
+        let line = match rx.recv_timeout(DEADLINE) {
+            Ok(Some(line)) => line,
+            other => {
+                let _ = child.kill();
+                panic!(
+                    "blocklistd did not report its address ({other:?}); log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+        };
+        let addr = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("an address");
+        Daemon {
+            child,
+            addr,
+            data_dir: data_dir.to_owned(),
+            log: log.to_owned(),
+            client: reqwest::Client::builder()
+                .timeout(DEADLINE)
+                .build()
+                .expect("client"),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// SIGKILL, as a crash or `kill -9` would.
+    pub fn kill9(mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("wait");
+    }
+
+    /// SIGTERM, then waits for the exit. A graceful stop must not panic in any thread (a
+    /// panic off the main thread would not change the exit status).
+    pub fn terminate(mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let exit = wait_exit(&mut self.child);
+        let log = self.log_text();
+        assert!(!log.contains("panicked"), "a thread panicked:\n{log}");
+        exit
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the daemon did not exit in time"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs the binary (an offline subcommand) to completion and returns what it printed.
+pub fn blocklistd(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(&*BIN)
+        .args(args)
+        .output()
+        .expect("run blocklistd")
+}
+
+/// Runs the binary to completion with these arguments; returns status and stderr.
+pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
+    let mut child = Command::new(&*BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start blocklistd");
+    let status = wait_exit(&mut child);
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    (status, stderr)
+}
+
+/// Starts the daemon on `dir` expecting it to refuse; returns what it printed on stderr.
+pub fn refused_start(dir: &Path) -> String {
+    let args = [
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+    ];
+    let (status, stderr) = run_to_exit(&args);
+    assert!(!status.success(), "the daemon started on {}", dir.display());
+    stderr
+}
+

@@ -1,0 +1,48 @@
+//! A raw-socket HTTP/1.1 client, for answers ordinary clients cannot read.
+
+use std::net::SocketAddr;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::DEADLINE;
+
+/// Sends one HTTP/1.1 request over a plain socket and reads the answer, even when the
+/// server answers (413, say) before the body is fully sent and closes the connection — a
+/// case where ordinary clients report only a broken pipe.
+pub fn raw_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (StatusCode, Value) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !content_type.is_empty() {
+        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).expect("write headers");
+    for chunk in body.chunks(64 * 1024) {
+        if conn.write_all(chunk).is_err() {
+            break; // the server answered early and closed: read what it said
+        }
+    }
+    let mut response = Vec::new();
+    let _ = conn.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    let status: u16 = text
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let body = serde_json::from_str(body).unwrap_or(Value::Null);
+    (StatusCode::from_u16(status).unwrap(), body)
+}
+
