@@ -165,7 +165,9 @@ impl BlobDir {
             }
         }
         if !new.is_empty() || always {
-            super::datadir::fsync(&self.path)?;
+            File::open(&self.path).and_then(|dir| dir.sync_all()).map_err(|e| {
+                io::Error::new(e.kind(), format!("fsync of {}: {e}", self.path.display()))
+            })?;
         }
         // What is listed now, all synced: removed ones are forgotten, so the set does not
         // grow with every blob ever written.
