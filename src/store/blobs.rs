@@ -165,9 +165,11 @@ impl BlobDir {
             }
         }
         if !new.is_empty() || always {
-            File::open(&self.path).and_then(|dir| dir.sync_all()).map_err(|e| {
-                io::Error::new(e.kind(), format!("fsync of {}: {e}", self.path.display()))
-            })?;
+            File::open(&self.path)
+                .and_then(|dir| dir.sync_all())
+                .map_err(|e| {
+                    io::Error::new(e.kind(), format!("fsync of {}: {e}", self.path.display()))
+                })?;
         }
         // What is listed now, all synced: removed ones are forgotten, so the set does not
         // grow with every blob ever written.

@@ -123,4 +123,3 @@ pub fn enc(id: &str) -> String {
         .remove(b'~');
     percent_encoding::utf8_percent_encode(id, SEGMENT).to_string()
 }
-

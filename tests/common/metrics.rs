@@ -36,4 +36,3 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
 }
-

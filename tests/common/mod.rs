@@ -45,4 +45,3 @@ where
 pub fn now_ms() -> i64 {
     blocklistd::clock::now_ms()
 }
-

@@ -53,4 +53,3 @@ pub fn wait_until_unlocked(dir: &Path) {
     }
     // Closing the file releases the lock we took.
 }
-

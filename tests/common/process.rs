@@ -214,4 +214,3 @@ pub fn refused_start(dir: &Path) -> String {
     assert!(!status.success(), "the daemon started on {}", dir.display());
     stderr
 }
-

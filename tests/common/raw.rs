@@ -45,4 +45,3 @@ pub fn raw_request(
     let body = serde_json::from_str(body).unwrap_or(Value::Null);
     (StatusCode::from_u16(status).unwrap(), body)
 }
-

@@ -110,7 +110,11 @@ impl Running {
         let mut command = match trace {
             Some(trace) => {
                 let mut c = Command::new("strace");
-                c.args(STRACE_ARGS).arg("-o").arg(trace).arg("--").arg(&*BIN);
+                c.args(STRACE_ARGS)
+                    .arg("-o")
+                    .arg(trace)
+                    .arg("--")
+                    .arg(&*BIN);
                 c
             }
             None => Command::new(&*BIN),
