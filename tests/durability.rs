@@ -1,5 +1,6 @@
 //! Durability and process behaviour: nothing acknowledged is lost to kill -9, batches are
-//! all-or-nothing, clean shutdown, one daemon per data dir, refusing foreign and newer data.
+//! all-or-nothing, clean shutdown, one daemon per data dir, refusing a foreign dir (and a
+//! newer schema: tests/upgrade.rs).
 
 mod common;
 
@@ -272,23 +273,4 @@ async fn a_foreign_directory_is_refused_and_left_untouched() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["notes.txt"]);
-}
-
-#[tokio::test]
-async fn a_newer_schema_is_refused() {
-    let mut ws = Workspace::new();
-    let d = ws.start(&[]);
-    assert!(d.terminate().success());
-    let dir = ws.data_dir();
-    {
-        let db = common::open_sled(&dir);
-        db.open_tree("meta")
-            .unwrap()
-            .insert("schema_version", &99u32.to_be_bytes())
-            .unwrap();
-        db.flush().unwrap();
-    }
-    wait_until_unlocked(&dir);
-    let stderr = refused_start(&dir);
-    assert!(stderr.contains("schema version 99"), "{stderr}");
 }

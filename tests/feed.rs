@@ -1,5 +1,6 @@
 //! The change feed: revisions, list-then-watch, reconnects across kill -9, retention, slow
-//! watchers, many watchers, and the schema 1 → 2 upgrade.
+//! watchers, many watchers, replay inside a transaction's chunks. Logs of older schema
+//! versions: tests/upgrade.rs.
 
 mod common;
 
@@ -322,71 +323,6 @@ async fn a_thousand_watchers_each_see_every_event_in_order() {
     }
 }
 
-/// The item value (format 1) of a permanent evacuating node, cause "disk", started at
-/// 1_700_000_000_000, byte by byte as migrations/0001-initial.md describes it.
-const N1_FORMAT_1: &[u8] = &[
-    1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255, 4, b'd',
-    b'i', b's', b'k',
-];
-
-/// Starts the daemon on the older database the test wrote, and checks that it upgraded it.
-fn start_upgrading(ws: &mut Workspace) -> Daemon {
-    let d = ws.start(&[]);
-    assert!(
-        d.log_text().contains("upgraded the database schema"),
-        "{}",
-        d.log_text()
-    );
-    d
-}
-
-#[tokio::test]
-async fn a_version_1_database_is_upgraded_keeping_its_data() {
-    let ws = Workspace::new();
-    let dir = ws.data_dir();
-    // A database in the exact version-1 layout (migrations/0001-initial.md), written byte
-    // by byte rather than by the current code.
-    {
-        let db = common::open_sled(&dir);
-        db.open_tree("meta")
-            .unwrap()
-            .insert("schema_version", &1u32.to_be_bytes())
-            .unwrap();
-        let items = db.open_tree("items").unwrap();
-        items.insert(b"Nn1", N1_FORMAT_1).unwrap();
-        db.open_tree("expiry").unwrap();
-        db.open_tree("tm_node")
-            .unwrap()
-            .insert(b"tm-1", &[1, b'n', b'1'])
-            .unwrap();
-        db.open_tree("node_tms")
-            .unwrap()
-            .insert(b"n1\0tm-1", &[])
-            .unwrap();
-        db.flush().unwrap();
-    }
-    wait_until_unlocked(&dir);
-    let mut ws = ws;
-    let d = start_upgrading(&mut ws);
-    let (_, node) = d.get("/blocklist/nodes/n1").await;
-    assert_eq!(node["action"], EVAC);
-    assert_eq!(node["startTimestamp"], json!(1_700_000_000_000i64));
-    assert_eq!(node["taskManagers"], json!(["tm-1"]));
-    assert_eq!(
-        d.get("/blocklist/check/taskmanagers/tm-1").await.1["blocked"],
-        true
-    );
-    // The log starts at the current revision, 0.
-    assert_eq!(d.listing().await["revision"], 0);
-    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
-    d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))
-        .await;
-    assert_eq!(summary(&watch.take(1).await), pairs(&[("added", "tm-2")]));
-    assert!(d.terminate().success());
-    let (problems, _) = ws.inspect();
-    assert!(problems.is_empty(), "{problems:?}");
-}
-
 #[tokio::test]
 async fn idle_watch_streams_get_heartbeat_comments() {
     let mut ws = Workspace::new();
@@ -411,64 +347,6 @@ async fn idle_watch_streams_get_heartbeat_comments() {
     .await
     .expect("a heartbeat in time");
     assert!(comment, "{:?}", String::from_utf8_lossy(&seen));
-}
-
-#[tokio::test]
-async fn a_version_2_log_is_still_served_after_the_upgrade() {
-    let ws = Workspace::new();
-    let dir = ws.data_dir();
-    // A version-2 database (migrations/0002-change-feed.md), byte by byte: one item and its
-    // `added` event in format 1 (finished JSON), revision 1.
-    let data = r#"{"kind":"node","id":"n1","action":"MARK_BLOCKED_AND_EVACUATE_TASKS","startTimestamp":1700000000000,"endTimestamp":9223372036854775807,"cause":"disk"}"#;
-    {
-        let db = common::open_sled(&dir);
-        let meta = db.open_tree("meta").unwrap();
-        meta.insert("schema_version", &2u32.to_be_bytes()).unwrap();
-        meta.insert("revision", &1u64.to_be_bytes()).unwrap();
-        let mut counts = vec![0u8; 32];
-        counts[31] = 1; // one (node, MARK_BLOCKED_AND_EVACUATE_TASKS)
-        meta.insert("item_counts", counts).unwrap();
-        db.open_tree("items")
-            .unwrap()
-            .insert(b"Nn1", N1_FORMAT_1)
-            .unwrap();
-        db.open_tree("expiry").unwrap();
-        db.open_tree("tm_node").unwrap();
-        db.open_tree("node_tms").unwrap();
-        // format 1, event 0 (added), at = now (a zigzag varint: 253 and 8 bytes; an older
-        // event would be pruned by age retention as soon as something commits), the JSON.
-        let mut event = vec![1u8, 0, 253];
-        event.extend_from_slice(&(now_ms() as u64 * 2).to_le_bytes());
-        event.push(data.len() as u8);
-        event.extend_from_slice(data.as_bytes());
-        db.open_tree("events")
-            .unwrap()
-            .insert(1u64.to_be_bytes(), event)
-            .unwrap();
-        db.flush().unwrap();
-    }
-    wait_until_unlocked(&dir);
-    let mut ws = ws;
-    let d = start_upgrading(&mut ws);
-    assert_eq!(d.listing().await["revision"], 1);
-    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
-    d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))
-        .await;
-    let events = watch.take(2).await;
-    assert_consecutive(&events, 0);
-    // The old event as it was stored, the new one built from format 2.
-    assert_eq!(
-        events[0].data,
-        serde_json::from_str::<serde_json::Value>(data).unwrap()
-    );
-    assert_eq!(
-        summary(&events),
-        pairs(&[("added", "n1"), ("added", "tm-2")])
-    );
-    assert_eq!(events[1].data["kind"], "taskmanager");
-    assert!(d.terminate().success());
-    let (problems, _) = ws.inspect();
-    assert!(problems.is_empty(), "{problems:?}");
 }
 
 /// One request of 300 items is one transaction, whose events are stored together in

@@ -1,0 +1,504 @@
+//! Backward compatibility: a data dir of every schema version (1 to 5), written byte by
+//! byte as that version lays it out (`migrations/000N-*.md`), is upgraded by the real
+//! binary and served with all it held; a newer schema is refused and left as it is.
+//!
+//! Layout: `upgrade/layouts.rs` builds each version's keys and values from the migration
+//! documents; `upgrade/fixtures.rs` is the blocklist every version's fixture holds.
+
+mod common;
+#[path = "upgrade/fixtures.rs"]
+mod fixtures;
+#[path = "upgrade/layouts.rs"]
+mod layouts;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use blocklistd::store::SCHEMA_VERSION;
+use common::*;
+use fixtures::{Change, Stored, ACTIVE, ANNOUNCED, DUE, MEMBER, START};
+use layouts::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const MB: &str = "MARK_BLOCKED";
+const EVAC: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
+
+fn summary(events: &[FeedEvent]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| (e.event.clone(), e.data["id"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// The item value (format 1) of a permanent evacuating node, cause "disk", started at
+/// 1_700_000_000_000, byte by byte as migrations/0001-initial.md describes it.
+const N1_FORMAT_1: &[u8] = &[
+    1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255, 4, b'd',
+    b'i', b's', b'k',
+];
+
+/// Starts the daemon on the older database the test wrote, and checks that it upgraded it.
+fn start_upgrading(ws: &mut Workspace) -> Daemon {
+    let d = ws.start(&[]);
+    assert!(
+        d.log_text().contains("upgraded the database schema"),
+        "{}",
+        d.log_text()
+    );
+    d
+}
+
+/// The layout builders give the bytes that `store::codec`'s own fixtures pin down, so a
+/// builder that drifted from the format fails here, before any daemon starts.
+#[test]
+fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
+    assert_eq!(varint(250), [250]);
+    assert_eq!(varint(251), [251, 251, 0]);
+    assert_eq!(varint(1 << 16), [252, 0, 0, 1, 0]);
+    assert_eq!(varint(1 << 32), [253, 0, 0, 0, 0, 1, 0, 0, 0]);
+    assert_eq!(signed(-1), [1]);
+    // format_v1_fixture
+    assert_eq!(v1_item(EVACUATE, START, PERMANENT, "disk"), N1_FORMAT_1);
+    // event_format_v1_fixture
+    assert_eq!(v2_event(EXPIRED, 2, "{}"), [1, 3, 4, 2, b'{', b'}']);
+    // event_format_v2_fixture
+    let t1 = v3_item_change(TASK_MANAGER, "t1", &v1_block(EVACUATE, 5, 9, "c"));
+    let on_n1 = v3_registration_change("t1", "n1");
+    let t1_expired = [2, 3, 4, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c'];
+    assert_eq!(v3_event(EXPIRED, 2, &t1), t1_expired);
+    let registered = [2, 4, 4, 1, 2, b't', b'1', 2, b'n', b'1'];
+    assert_eq!(v3_event(REGISTERED, 2, &on_n1), registered);
+    // events_format_v3_fixture
+    assert_eq!(
+        v4_chunk(2, &[(EXPIRED, t1), (REGISTERED, on_n1)]),
+        [
+            3, 4, 2, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 4, 1, 2, b't', b'1', 2, b'n',
+            b'1',
+        ]
+    );
+}
+
+/// The JSON of a fixture item, as a listing or `GET` returns it (nodes with their task
+/// managers).
+fn served(s: &Stored) -> Value {
+    let mut item = json!({"id": s.id, "action": fixtures::action_name(s.action),
+        "startTimestamp": START, "endTimestamp": s.end, "cause": s.cause});
+    if s.kind == NODE {
+        let (tm, node) = MEMBER;
+        item["taskManagers"] = if s.id == node { json!([tm]) } else { json!([]) };
+    }
+    item
+}
+
+/// The JSON of a fixture item with its kind, as an event or a check carries it.
+fn with_kind(s: &Stored) -> Value {
+    json!({"kind": fixtures::kind_name(s.kind), "id": s.id,
+        "action": fixtures::action_name(s.action), "startTimestamp": START,
+        "endTimestamp": s.end, "cause": s.cause})
+}
+
+fn item_path(s: &Stored) -> String {
+    format!("/blocklist/{}s/{}", fixtures::kind_name(s.kind), s.id)
+}
+
+/// An event of a fixture's log as the feed sends it: its type and its data.
+fn sent(event: u8, change: &Change) -> (String, Value) {
+    let name = [
+        "added",
+        "merged",
+        "removed",
+        "expired",
+        "registered",
+        "unregistered",
+    ];
+    let data = match change {
+        Change::Item(s) => with_kind(s),
+        Change::Registration(tm, node) => json!({"id": tm, "node": node}),
+    };
+    (name[usize::from(event)].to_owned(), data)
+}
+
+/// The schema version stored in a stopped daemon's data dir.
+fn stored_schema_version(dir: &Path) -> u32 {
+    let db = open_sled(dir);
+    let meta = db.open_tree("meta").unwrap();
+    let bytes = meta
+        .get("schema_version")
+        .unwrap()
+        .expect("a schema version");
+    drop((meta, db));
+    wait_until_unlocked(dir);
+    u32::from_be_bytes(bytes.as_ref().try_into().expect("4 bytes"))
+}
+
+/// Runs `blocklistd check` on a stopped daemon's data dir and asserts that it passes.
+fn assert_check_passes(dir: &Path) {
+    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("ok: every invariant holds"), "{stdout}");
+}
+
+/// Writes the fixture of `version`, starts the daemon on it, and checks that it upgrades
+/// it, serves every item, registration and event it held, expires what came due, keeps
+/// what was announced gone, gives the next change the next revision, and leaves a data dir
+/// of the current version that `blocklistd check` passes.
+async fn upgrades_and_serves(version: u32) {
+    let mut ws = Workspace::new();
+    let dir = ws.data_dir();
+    {
+        let db = open_sled(&dir);
+        // Events committed now: older ones would fall to age retention at the first commit.
+        fixtures::write(&db, version, now_ms());
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let d = ws.start(&[]);
+    let upgraded = d.log_text().contains("upgraded the database schema");
+    assert_eq!(upgraded, version < SCHEMA_VERSION, "{}", d.log_text());
+
+    for s in &ACTIVE {
+        assert_eq!(d.get(&item_path(s)).await, (StatusCode::OK, served(s)));
+    }
+    // Both have ended: gone for every reader, whether or not announced yet.
+    for s in [&DUE, &ANNOUNCED] {
+        assert_eq!(
+            d.get(&item_path(s)).await.0,
+            StatusCode::NOT_FOUND,
+            "{}",
+            s.id
+        );
+    }
+    // The sweeper finds the due item through the old expiry index and announces it; the
+    // one behind the watermark it never announces again.
+    eventually("the due item to be announced expired", || async {
+        d.swept().await >= 1
+    })
+    .await;
+    assert_eq!(d.swept().await, 1, "only the due item is announced");
+    let logged: Vec<(String, Value)> = fixtures::history(version)
+        .iter()
+        .flatten()
+        .map(|(event, change)| sent(*event, change))
+        .collect();
+    let last = logged.len() as u64;
+    assert_eq!(
+        d.listing().await,
+        json!({"blockedTaskManagers": [served(&ACTIVE[2]), served(&ACTIVE[3])],
+            "blockedNodes": [served(&ACTIVE[0]), served(&ACTIVE[1])], "revision": last + 1})
+    );
+
+    // Membership: the registration is kept, and the node's block reaches the task manager.
+    let (tm, node) = MEMBER;
+    assert_eq!(
+        d.get(&format!("/taskmanagers/{tm}")).await,
+        (StatusCode::OK, json!({"id": tm, "node": node}))
+    );
+    assert_eq!(
+        d.get(&format!("/blocklist/check/taskmanagers/{tm}"))
+            .await
+            .1,
+        json!({"id": tm, "node": node, "blocked": true, "action": EVAC,
+            "blockedBy": [with_kind(&ACTIVE[0])]})
+    );
+    assert_eq!(
+        d.get("/blocklist/check/taskmanagers/tm-1").await.1,
+        json!({"id": "tm-1", "blocked": true, "action": MB, "blockedBy": [with_kind(&ACTIVE[2])]})
+    );
+
+    // The log as stored, the expiry, then changes after the upgrade at the next revisions.
+    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
+    let body = json!([item("tm-new", MB, "c")]);
+    assert_eq!(
+        revision_of(&d, Method::POST, "/blocklist/taskmanagers", Some(body)).await,
+        (StatusCode::CREATED, last + 2)
+    );
+    assert_eq!(
+        revision_of(&d, Method::DELETE, &item_path(&ACTIVE[1]), None).await,
+        (StatusCode::OK, last + 3)
+    );
+    let events = watch.take(logged.len() + 3).await;
+    assert_consecutive(&events, 0);
+    let got: Vec<(String, Value)> = events
+        .iter()
+        .map(|e| (e.event.clone(), e.data.clone()))
+        .collect();
+    let mut expected = logged;
+    expected.push(sent(EXPIRED, &Change::Item(&DUE)));
+    assert_eq!(got[..expected.len()], expected);
+    assert_eq!(
+        summary(&events[expected.len()..]),
+        pairs(&[("added", "tm-new"), ("removed", "n2")])
+    );
+    assert_eq!(events[expected.len() + 1].data, with_kind(&ACTIVE[1]));
+
+    // The storage of every expired item is reclaimed once writers pause.
+    let expired = if version >= 5 { 2 } else { 1 };
+    eventually("the expired items' storage to be reclaimed", || async {
+        d.reclaimed().await == expired
+    })
+    .await;
+    assert_eq!(d.swept().await, 1, "nothing is announced twice");
+    assert!(d.terminate().success());
+    assert_eq!(stored_schema_version(&dir), SCHEMA_VERSION);
+    assert_check_passes(&dir);
+}
+
+/// Version 1 (migrations/0001-initial.md): items, their expiry index, membership.
+#[tokio::test]
+async fn a_version_1_data_dir_is_upgraded_and_serves_all_it_held() {
+    upgrades_and_serves(1).await;
+}
+
+/// Version 2 (migrations/0002-change-feed.md): adds a log of format-1 events (finished
+/// JSON), the revision and the item counts.
+#[tokio::test]
+async fn a_version_2_data_dir_is_upgraded_and_serves_all_it_held() {
+    upgrades_and_serves(2).await;
+}
+
+/// Version 3 (migrations/0003-compact-events.md): events in format 2 (bincode changes).
+#[tokio::test]
+async fn a_version_3_data_dir_is_upgraded_and_serves_all_it_held() {
+    upgrades_and_serves(3).await;
+}
+
+/// Version 4 (migrations/0004-event-chunks.md): events in chunks of a transaction.
+#[tokio::test]
+async fn a_version_4_data_dir_is_upgraded_and_serves_all_it_held() {
+    upgrades_and_serves(4).await;
+}
+
+/// Version 5 (migrations/0005-expiry-watermark.md), the current one: an expiry watermark
+/// with an announced item not yet reclaimed. It opens as it is, without an upgrade.
+#[tokio::test]
+async fn a_version_5_data_dir_opens_and_serves_all_it_held() {
+    upgrades_and_serves(5).await;
+}
+
+/// The first version-1 layout has no membership trees: `tm_node` and `node_tms` joined
+/// version 1 without a version bump (`git log -p migrations/0001-initial.md`). Such a dir
+/// is upgraded all the same, and takes registrations after it.
+#[tokio::test]
+async fn a_version_1_data_dir_without_membership_trees_is_upgraded() {
+    let mut ws = Workspace::new();
+    let dir = ws.data_dir();
+    {
+        let db = open_sled(&dir);
+        db.open_tree("meta")
+            .unwrap()
+            .insert("schema_version", &schema_version(1))
+            .unwrap();
+        fixtures::write_items(&db, &ACTIVE.iter().collect::<Vec<_>>(), false);
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let d = start_upgrading(&mut ws);
+    let mut nodes = vec![served(&ACTIVE[0]), served(&ACTIVE[1])];
+    nodes[0]["taskManagers"] = json!([]);
+    assert_eq!(
+        d.get("/blocklist/nodes").await,
+        (StatusCode::OK, json!(nodes))
+    );
+    let (tm, node) = MEMBER;
+    assert_eq!(
+        revision_of(
+            &d,
+            Method::PUT,
+            &format!("/taskmanagers/{tm}"),
+            Some(json!({"node": node}))
+        )
+        .await,
+        (StatusCode::CREATED, 1)
+    );
+    assert_eq!(
+        d.get(&format!("/blocklist/check/taskmanagers/{tm}"))
+            .await
+            .1["blockedBy"],
+        json!([with_kind(&ACTIVE[0])])
+    );
+    assert!(d.terminate().success());
+    assert_eq!(stored_schema_version(&dir), SCHEMA_VERSION);
+    assert_check_passes(&dir);
+}
+
+#[tokio::test]
+async fn a_version_1_database_is_upgraded_keeping_its_data() {
+    let ws = Workspace::new();
+    let dir = ws.data_dir();
+    // A database in the exact version-1 layout (migrations/0001-initial.md), written byte
+    // by byte rather than by the current code.
+    {
+        let db = common::open_sled(&dir);
+        db.open_tree("meta")
+            .unwrap()
+            .insert("schema_version", &1u32.to_be_bytes())
+            .unwrap();
+        let items = db.open_tree("items").unwrap();
+        items.insert(b"Nn1", N1_FORMAT_1).unwrap();
+        db.open_tree("expiry").unwrap();
+        db.open_tree("tm_node")
+            .unwrap()
+            .insert(b"tm-1", &[1, b'n', b'1'])
+            .unwrap();
+        db.open_tree("node_tms")
+            .unwrap()
+            .insert(b"n1\0tm-1", &[])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let mut ws = ws;
+    let d = start_upgrading(&mut ws);
+    let (_, node) = d.get("/blocklist/nodes/n1").await;
+    assert_eq!(node["action"], EVAC);
+    assert_eq!(node["startTimestamp"], json!(1_700_000_000_000i64));
+    assert_eq!(node["taskManagers"], json!(["tm-1"]));
+    assert_eq!(
+        d.get("/blocklist/check/taskmanagers/tm-1").await.1["blocked"],
+        true
+    );
+    // The log starts at the current revision, 0.
+    assert_eq!(d.listing().await["revision"], 0);
+    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
+    d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))
+        .await;
+    assert_eq!(summary(&watch.take(1).await), pairs(&[("added", "tm-2")]));
+    assert!(d.terminate().success());
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[tokio::test]
+async fn a_version_2_log_is_still_served_after_the_upgrade() {
+    let ws = Workspace::new();
+    let dir = ws.data_dir();
+    // A version-2 database (migrations/0002-change-feed.md), byte by byte: one item and its
+    // `added` event in format 1 (finished JSON), revision 1.
+    let data = r#"{"kind":"node","id":"n1","action":"MARK_BLOCKED_AND_EVACUATE_TASKS","startTimestamp":1700000000000,"endTimestamp":9223372036854775807,"cause":"disk"}"#;
+    {
+        let db = common::open_sled(&dir);
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert("schema_version", &2u32.to_be_bytes()).unwrap();
+        meta.insert("revision", &1u64.to_be_bytes()).unwrap();
+        let mut counts = vec![0u8; 32];
+        counts[31] = 1; // one (node, MARK_BLOCKED_AND_EVACUATE_TASKS)
+        meta.insert("item_counts", counts).unwrap();
+        db.open_tree("items")
+            .unwrap()
+            .insert(b"Nn1", N1_FORMAT_1)
+            .unwrap();
+        db.open_tree("expiry").unwrap();
+        db.open_tree("tm_node").unwrap();
+        db.open_tree("node_tms").unwrap();
+        // format 1, event 0 (added), at = now (a zigzag varint: 253 and 8 bytes; an older
+        // event would be pruned by age retention as soon as something commits), the JSON.
+        let mut event = vec![1u8, 0, 253];
+        event.extend_from_slice(&(now_ms() as u64 * 2).to_le_bytes());
+        event.push(data.len() as u8);
+        event.extend_from_slice(data.as_bytes());
+        db.open_tree("events")
+            .unwrap()
+            .insert(1u64.to_be_bytes(), event)
+            .unwrap();
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let mut ws = ws;
+    let d = start_upgrading(&mut ws);
+    assert_eq!(d.listing().await["revision"], 1);
+    let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
+    d.post("/blocklist/taskmanagers", json!([item("tm-2", MB, "c")]))
+        .await;
+    let events = watch.take(2).await;
+    assert_consecutive(&events, 0);
+    // The old event as it was stored, the new one built from format 2.
+    assert_eq!(
+        events[0].data,
+        serde_json::from_str::<serde_json::Value>(data).unwrap()
+    );
+    assert_eq!(
+        summary(&events),
+        pairs(&[("added", "n1"), ("added", "tm-2")])
+    );
+    assert_eq!(events[1].data["kind"], "taskmanager");
+    assert!(d.terminate().success());
+    let (problems, _) = ws.inspect();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+/// Every tree of a sled database by name, with its entries (key, value) in order.
+type Contents = BTreeMap<Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>>;
+
+/// What the sled database in `dir` holds.
+fn contents(dir: &Path) -> Contents {
+    let db = open_sled(dir);
+    let trees = db
+        .tree_names()
+        .into_iter()
+        .map(|name| {
+            let tree = db.open_tree(&name).unwrap();
+            let entries = tree
+                .iter()
+                .map(|entry| {
+                    let (key, value) = entry.unwrap();
+                    (key.to_vec(), value.to_vec())
+                })
+                .collect();
+            (name.to_vec(), entries)
+        })
+        .collect();
+    drop(db);
+    wait_until_unlocked(dir);
+    trees
+}
+
+/// An older binary must never misread a newer layout: both the daemon and the offline
+/// subcommands refuse it, say what to do, and change nothing in it.
+#[tokio::test]
+async fn a_newer_schema_is_refused_with_a_clear_message_and_left_unchanged() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    assert_eq!(
+        d.post("/blocklist/nodes", json!([item("n1", MB, "disk")]))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    assert!(d.terminate().success());
+    let dir = ws.data_dir();
+    {
+        let db = common::open_sled(&dir);
+        db.open_tree("meta")
+            .unwrap()
+            .insert("schema_version", &99u32.to_be_bytes())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let before = contents(&dir);
+    let message = format!(
+        "schema version 99, newer than this binary supports ({SCHEMA_VERSION}): run a newer \
+         blocklistd"
+    );
+    let stderr = refused_start(&dir);
+    assert!(stderr.contains(&message), "{stderr}");
+    assert_eq!(
+        contents(&dir),
+        before,
+        "the daemon left the database as it was"
+    );
+    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&message), "{stderr}");
+    assert_eq!(contents(&dir), before, "check left the database as it was");
+}

@@ -1,0 +1,159 @@
+//! The bytes each schema version writes, built by hand from `migrations/000N-*.md` rather
+//! than by the code under test, so a fixture can only be read back if the decoder still
+//! agrees with the documents.
+//!
+//! Values are bincode 2 `standard()`: an integer is a varint (below 251 one byte, else a
+//! marker 251, 252 or 253 and then 2, 4 or 8 bytes little-endian), a signed one zigzagged
+//! first; a `u8` is one raw byte; a string or vector is a varint length and its contents;
+//! an enum is its variant index (a varint) and its fields.
+
+// ---- bincode 2 `standard()` ----
+
+/// The varint of an unsigned integer.
+pub fn varint(n: u64) -> Vec<u8> {
+    if n < 251 {
+        vec![n as u8]
+    } else if let Ok(n) = u16::try_from(n) {
+        [&[251][..], &n.to_le_bytes()].concat()
+    } else if let Ok(n) = u32::try_from(n) {
+        [&[252][..], &n.to_le_bytes()].concat()
+    } else {
+        [&[253][..], &n.to_le_bytes()].concat()
+    }
+}
+
+/// The varint of a signed integer: zigzag (0, -1, 1, -2, … as 0, 1, 2, 3, …), then varint.
+pub fn signed(n: i64) -> Vec<u8> {
+    varint(((n << 1) ^ (n >> 63)) as u64)
+}
+
+/// A string: its byte length as a varint, then its UTF-8.
+pub fn string(s: &str) -> Vec<u8> {
+    [varint(s.len() as u64), s.as_bytes().to_vec()].concat()
+}
+
+// ---- version 1 (migrations/0001-initial.md) ----
+
+/// Kind tags, the first byte of an `items` key.
+pub const TASK_MANAGER: u8 = b'T';
+pub const NODE: u8 = b'N';
+
+/// Action codes of `BlockV1`.
+pub const MARK_BLOCKED: u8 = 0;
+pub const EVACUATE: u8 = 1;
+
+/// The end of a permanent item (`i64::MAX`); it has no `expiry` entry.
+pub const PERMANENT: i64 = i64::MAX;
+
+/// `meta/schema_version`: u32 big-endian.
+pub fn schema_version(version: u32) -> [u8; 4] {
+    version.to_be_bytes()
+}
+
+/// `items` key: kind tag ++ id.
+pub fn v1_item_key(kind: u8, id: &str) -> Vec<u8> {
+    [&[kind][..], id.as_bytes()].concat()
+}
+
+/// `BlockV1 { action: u8, start: i64, end: i64, cause: String }`, without a format byte:
+/// the body of an `items` value, and the `block` of a format-2 item change (0003).
+pub fn v1_block(action: u8, start: i64, end: i64, cause: &str) -> Vec<u8> {
+    [vec![action], signed(start), signed(end), string(cause)].concat()
+}
+
+/// `items` value: format byte `0x01` ++ `BlockV1`.
+pub fn v1_item(action: u8, start: i64, end: i64, cause: &str) -> Vec<u8> {
+    [vec![0x01], v1_block(action, start, end, cause)].concat()
+}
+
+/// `expiry` key: end (8 bytes big-endian) ++ kind tag ++ id; the value is empty.
+pub fn v1_expiry_key(end: i64, kind: u8, id: &str) -> Vec<u8> {
+    [&(end as u64).to_be_bytes()[..], &[kind], id.as_bytes()].concat()
+}
+
+/// `tm_node` value (the key is the task manager id): `0x01` ++ node id.
+pub fn v1_registration(node: &str) -> Vec<u8> {
+    [&[0x01][..], node.as_bytes()].concat()
+}
+
+/// `node_tms` key: node id ++ `0x00` ++ task manager id; the value is empty.
+pub fn v1_node_tms_key(node: &str, tm: &str) -> Vec<u8> {
+    [node.as_bytes(), &[0x00], tm.as_bytes()].concat()
+}
+
+// ---- version 2 (migrations/0002-change-feed.md) ----
+
+/// Event codes, the same in every event format.
+pub const ADDED: u8 = 0;
+pub const EXPIRED: u8 = 3;
+pub const REGISTERED: u8 = 4;
+
+/// `events` key: the revision, 8 bytes big-endian.
+pub fn v2_event_key(revision: u64) -> [u8; 8] {
+    revision.to_be_bytes()
+}
+
+/// `meta/revision`: the last revision handed out, u64 big-endian.
+pub fn v2_revision(revision: u64) -> [u8; 8] {
+    revision.to_be_bytes()
+}
+
+/// The slot of (kind, action) in `meta/item_counts`: (taskmanager, MARK_BLOCKED),
+/// (taskmanager, MARK_BLOCKED_AND_EVACUATE_TASKS), (node, …), (node, …).
+pub fn v2_count_slot(kind: u8, action: u8) -> usize {
+    usize::from(kind == NODE) * 2 + usize::from(action)
+}
+
+/// `meta/item_counts`: 4 × u64 big-endian, in [`v2_count_slot`] order.
+pub fn v2_item_counts(counts: [u64; 4]) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_be_bytes()).collect()
+}
+
+/// `events` value, format `0x01`: `EventV1 { event: u8, at: i64, data: String }`, `data`
+/// the finished JSON of the feed.
+pub fn v2_event(event: u8, at: i64, data: &str) -> Vec<u8> {
+    [vec![0x01, event], signed(at), string(data)].concat()
+}
+
+// ---- version 3 (migrations/0003-compact-events.md) ----
+
+/// `ChangeV2::Item` (variant 0): `kind: u8` (the key byte), `id: String`, then `block`.
+pub fn v3_item_change(kind: u8, id: &str, block: &[u8]) -> Vec<u8> {
+    [varint(0), vec![kind], string(id), block.to_vec()].concat()
+}
+
+/// `ChangeV2::Registration` (variant 1): `tm: String`, `node: String`.
+pub fn v3_registration_change(tm: &str, node: &str) -> Vec<u8> {
+    [varint(1), string(tm), string(node)].concat()
+}
+
+/// `events` value, format `0x02`: `EventV2 { event: u8, at: i64, change: ChangeV2 }`.
+pub fn v3_event(event: u8, at: i64, change: &[u8]) -> Vec<u8> {
+    [vec![0x02, event], signed(at), change.to_vec()].concat()
+}
+
+// ---- version 4 (migrations/0004-event-chunks.md) ----
+
+/// `events` value, format `0x03`, stored under its first revision:
+/// `ChunkV3 { at: i64, events: Vec<(u8, ChangeV2)> }`, each event its code and change.
+pub fn v4_chunk(at: i64, events: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = [vec![0x03], signed(at), varint(events.len() as u64)].concat();
+    for (event, change) in events {
+        out.push(*event);
+        out.extend_from_slice(change);
+    }
+    out
+}
+
+// ---- version 5 (migrations/0005-expiry-watermark.md) ----
+
+/// `meta/expiry_watermark`: the expiry key of the last item announced expired.
+pub fn v5_watermark(end: i64, kind: u8, id: &str) -> Vec<u8> {
+    v1_expiry_key(end, kind, id)
+}
+
+/// `meta/unreclaimed`: how many `expiry` entries are at or before the watermark, u64
+/// big-endian.
+pub fn v5_unreclaimed(entries: u64) -> [u8; 8] {
+    entries.to_be_bytes()
+}
