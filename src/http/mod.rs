@@ -9,6 +9,7 @@ mod extract;
 mod observe;
 mod openapi;
 mod ops;
+mod reply;
 mod stream;
 mod taskmanagers;
 
@@ -16,8 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Method, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Method, Uri};
 use axum::{middleware, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -30,6 +30,7 @@ use tokio::task::AbortHandle;
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
 pub use openapi::ApiDoc;
+pub use reply::REVISION_HEADER;
 
 use crate::check::Checker;
 use crate::metrics::Metrics;
@@ -139,18 +140,6 @@ impl AppState {
         self.store.settle_scan(seen).await?;
         Ok((value, revision))
     }
-}
-
-/// The header that carries the revision a response reflects.
-pub const REVISION_HEADER: &str = "x-blocklist-revision";
-
-/// Adds the `X-Blocklist-Revision` header to a response.
-pub(crate) fn with_revision(revision: u64, response: impl IntoResponse) -> Response {
-    let mut response = response.into_response();
-    response
-        .headers_mut()
-        .insert(REVISION_HEADER, HeaderValue::from(revision));
-    response
 }
 
 /// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
