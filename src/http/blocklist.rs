@@ -16,7 +16,7 @@ use super::error::{
 };
 use super::extract::{IdPath, JsonBody};
 use super::reply::{with_revision, Empty};
-use super::AppState;
+use super::state::AppState;
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::store::{self, AddOutcome, Seen, Store};

@@ -16,7 +16,7 @@ use super::error::{
     UnsupportedMediaType,
 };
 use super::extract::{IdPath, JsonBody};
-use super::AppState;
+use super::state::AppState;
 use crate::check::{Checked, Verdict};
 use crate::store::StoreError;
 use crate::validate;

@@ -23,7 +23,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::{ApiError, ErrorBody, Result, Unauthorized};
 use super::reply::with_revision;
-use super::AppState;
+use super::state::AppState;
 use crate::model::Event;
 use crate::store::Store;
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Number, Value};
 use utoipa::IntoParams;
 
 use super::error::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::model::validate_id;
 
 /// A request body that must be JSON (`application/json` or `application/*+json`).

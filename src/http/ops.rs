@@ -12,7 +12,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::ToSchema;
 
 use super::error::{Result, Unavailable};
-use super::AppState;
+use super::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -24,7 +24,7 @@ use tokio_stream::Stream;
 
 use super::error::{self, ApiError};
 use super::reply::with_revision;
-use super::AppState;
+use super::state::AppState;
 use crate::listing::{self, Listing};
 use crate::store::{Seen, Store, StoreError};
 

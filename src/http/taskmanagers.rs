@@ -14,7 +14,7 @@ use super::error::{
 };
 use super::extract::{IdPath, JsonBody};
 use super::reply::{with_revision, Empty};
-use super::AppState;
+use super::state::AppState;
 use crate::store::Registered;
 use crate::validate;
 
