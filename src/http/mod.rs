@@ -1,4 +1,11 @@
 //! The HTTP front end: parse, validate, call the store, map errors. Nothing else.
+//!
+//! Here: the router, its layers, and the accept loop. Each resource module (`blocklist`,
+//! `check`, `events`, `taskmanagers`, `ops`) has its `router()`, its handlers and the schemas
+//! of its requests and responses; `openapi` only gathers those into the document. What they
+//! share: `state` (`AppState`), `error` (`ApiError`, the error body and responses),
+//! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
+//! body), `stream` (streamed listings), `auth` and `observe` (the layers).
 
 mod auth;
 mod blocklist;
