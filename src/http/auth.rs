@@ -5,6 +5,7 @@
 //! are never logged: only the method and path of a refused request are.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
@@ -14,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use super::AppState;
 
 /// The accepted tokens and what they protect.
 #[derive(Clone)]
@@ -74,11 +74,8 @@ impl Auth {
 }
 
 /// Middleware: refuses a protected request without a valid token with 401. Installed only
-/// when a token file was given (`http::router`); without one it lets everything through.
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(auth) = &state.auth else {
-        return next.run(req).await;
-    };
+/// when a token file was given (`http::router`).
+pub async fn require_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     if !auth.protects(req.method(), req.uri().path()) {
         return next.run(req).await;
     }

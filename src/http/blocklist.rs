@@ -6,15 +6,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::{KnownFormat, RefOr, SchemaFormat};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, Result};
-use super::extract::{IdPath, JsonBody};
-use super::openapi::{
-    AddRequest, BadId, Empty, IdParam, Internal, PayloadTooLarge, RequestTimeout, Unauthorized,
+use super::error::{
+    ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
     Unavailable, UnsupportedMediaType,
 };
-use super::{with_revision, AppState};
+use super::extract::{IdPath, JsonBody};
+use super::reply::{with_revision, Empty};
+use super::state::AppState;
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::store::{self, AddOutcome, Seen, Store};
@@ -99,9 +101,8 @@ fn blocklist_listing(revision: u64, now: i64) -> Listing {
 }
 
 /// The whole blocklist, each list sorted by id.
-// The schema of `GET /blocklist`, whose body is streamed by `blocklist_listing` rather than
-// built from this struct; only the test that checks the two agree builds it.
-#[cfg_attr(not(test), allow(dead_code))]
+// The schema of `GET /blocklist`, whose body `blocklist_listing` streams rather than builds
+// from this struct; only the test that checks the two agree builds it.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Blocklist {
@@ -227,13 +228,121 @@ async fn add(
 
 async fn remove(State(state): State<AppState>, kind: Kind, IdPath(id): IdPath) -> Result<Response> {
     match state.store.remove(kind, id.clone()).await? {
-        (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
+        (Some(_), revision) => Ok(with_revision(revision, Json(Empty {}))),
         (None, _) => Err(not_blocked(kind, &id)),
     }
 }
 
 fn not_blocked(kind: Kind, id: &str) -> ApiError {
     ApiError::NotFound(format!("{} {id:?} is not blocked", kind.singular()))
+}
+
+// ---- The add request's schema ---------------------------------------------------------
+// `add` parses its body by hand in `crate::validate` (lenient numbers and booleans, every
+// error named), not by serde, so these types only document it: field names and optionality
+// mirror `validate`, which rejects any other field. `Serialize` is derived only so that the
+// serde attributes the schema derive reads (`untagged`, `rename_all`,
+// `deny_unknown_fields`) are accepted by the compiler.
+
+/// One element of an add request.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct AddElement {
+    /// The id to block: 1–256 bytes of UTF-8 without control characters.
+    #[schema(min_length = 1, max_length = 256)]
+    id: String,
+    action: crate::model::Action,
+    /// Why: 1 byte to 1 KiB of UTF-8.
+    #[schema(min_length = 1, max_length = 1024)]
+    cause: String,
+    /// The item ends this many ms after the request arrives (> 0). At most one of
+    /// `timeout` and `endTimestamp`; neither means permanent.
+    #[schema(schema_with = lenient_timeout)]
+    timeout: Option<i64>,
+    /// The item ends at this unix ms, which must be in the future.
+    #[schema(schema_with = lenient_end)]
+    end_timestamp: Option<i64>,
+    /// Merge into an active item with the same id instead of a 409. Default false.
+    #[schema(schema_with = lenient_allow_merge)]
+    allow_merge: Option<bool>,
+    /// Alias of `allowMerge` (give one or the other, not both).
+    #[schema(schema_with = lenient_merge_on_conflict)]
+    merge_on_conflict: Option<bool>,
+}
+
+/// The body of an add: a non-empty array of elements, or `{"items": [...]}`. Validated whole
+/// and applied atomically, or not at all.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[expect(
+    dead_code,
+    reason = "documents the JSON that `validate::add_batch` parses"
+)]
+pub(super) enum AddRequest {
+    #[schema(title = "Elements")]
+    Array(Vec<AddElement>),
+    #[schema(title = "Wrapped")]
+    Wrapped {
+        #[schema(min_items = 1)]
+        items: Vec<AddElement>,
+    },
+}
+
+/// An integer that may also be sent as a decimal string; `null` counts as absent.
+fn lenient_integer(description: &str) -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[+-]?[0-9]+$")),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(description))
+        .into()
+}
+
+/// A boolean that may also be sent as the string `"true"` or `"false"`; `null` counts as
+/// absent.
+fn lenient_boolean(description: &str) -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::Boolean))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["true", "false"])),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(description))
+        .into()
+}
+
+fn lenient_timeout() -> RefOr<Schema> {
+    lenient_integer(
+        "The item ends this many ms after the request arrives (> 0). A JSON integer or a \
+         decimal string. At most one of `timeout` and `endTimestamp`; neither means permanent.",
+    )
+}
+
+fn lenient_end() -> RefOr<Schema> {
+    lenient_integer(
+        "The item ends at this unix ms, which must be in the future. A JSON integer or a \
+         decimal string.",
+    )
+}
+
+fn lenient_allow_merge() -> RefOr<Schema> {
+    lenient_boolean(
+        "Merge into an active item with the same id instead of answering 409. Default false.",
+    )
+}
+
+fn lenient_merge_on_conflict() -> RefOr<Schema> {
+    lenient_boolean("Alias of `allowMerge` (give one or the other, not both).")
 }
 
 // ---- Per-kind handlers: thin wrappers that exist to carry the documentation. ----
@@ -305,7 +414,7 @@ macro_rules! kind_handlers {
             get,
             path = $path_id,
             tag = "blocklist",
-            params(IdParam),
+            params(IdPath),
             responses(
                 (status = 200, description = $get_desc, body = $entry),
                 (status = 400, response = BadId),
@@ -325,7 +434,7 @@ macro_rules! kind_handlers {
             delete,
             path = $path_id,
             tag = "blocklist",
-            params(IdParam),
+            params(IdPath),
             responses(
                 (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),

@@ -11,13 +11,12 @@ use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ErrorBody, Result};
-use super::extract::{IdPath, JsonBody};
-use super::openapi::{
-    BadId, CheckRequest, IdParam, Internal, PayloadTooLarge, RequestTimeout, Unauthorized,
-    Unavailable, UnsupportedMediaType,
+use super::error::{
+    BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized, Unavailable,
+    UnsupportedMediaType,
 };
-use super::AppState;
+use super::extract::{IdPath, JsonBody};
+use super::state::AppState;
 use crate::check::{Checked, Verdict};
 use crate::store::StoreError;
 use crate::validate;
@@ -51,7 +50,7 @@ fn verdict_json(checked: &Checked) -> Response {
     get,
     path = "/blocklist/check/taskmanagers/{id}",
     tag = "check",
-    params(IdParam),
+    params(IdPath),
     responses(
         (status = 200, description = "The verdict", body = Verdict),
         (status = 400, response = BadId),
@@ -74,7 +73,7 @@ pub(super) async fn check_task_manager(
     get,
     path = "/blocklist/check/nodes/{id}",
     tag = "check",
-    params(IdParam),
+    params(IdPath),
     responses(
         (status = 200, description = "The verdict (never with `node`)", body = Verdict),
         (status = 400, response = BadId),
@@ -90,6 +89,18 @@ pub(super) async fn check_node(
 ) -> Result<Response> {
     let checked = state.checker.node(&id, state.store.now()).await?;
     Ok(verdict_json(&checked))
+}
+
+/// The body of `POST /blocklist/check`: either list may be absent or null. At most
+/// `--max-batch` ids in all.
+// `check_many` parses its body by hand (`validate::check_request`, every error named), so
+// this type only documents it; `Serialize` is derived so that the serde attributes the
+// schema derive reads are accepted.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct CheckRequest {
+    task_managers: Option<Vec<String>>,
+    nodes: Option<Vec<String>>,
 }
 
 /// One verdict per id, in request order.

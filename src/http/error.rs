@@ -1,9 +1,11 @@
-//! The one error type of the HTTP layer and its `{"errors": [...]}` response.
+//! The one error type of the HTTP layer, its `{"errors": [...]}` response, and the
+//! reusable error responses of the OpenAPI document.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
+use utoipa::ToResponse;
 
 use crate::store::StoreError;
 use crate::validate::Invalid;
@@ -97,6 +99,73 @@ pub struct ErrorBody {
     /// there is one.
     pub errors: Vec<String>,
 }
+
+// ---- Reusable error responses ----------------------------------------------------------
+// What several operations list in one line each (`(status = 401, response = Unauthorized)`):
+// a description of when the status is sent, over the same `ErrorBody`. They are never built:
+// the handlers answer with an `ApiError`, whose status picks the case.
+
+/// The `{id}` in the path breaks the id rules (empty, over 256 bytes, a control character,
+/// or not valid percent-encoded UTF-8).
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct BadId(ErrorBody);
+
+/// `--token-file` is set and this request carries no valid `Authorization: Bearer` token
+/// (mutations always need one; reads only with `--auth-reads`).
+#[derive(ToResponse)]
+#[response(headers(("WWW-Authenticate" = String, description = "`Bearer realm=\"blocklistd\"`")))]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct Unauthorized(ErrorBody);
+
+/// The body did not arrive within `--body-timeout-ms`.
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct RequestTimeout(ErrorBody);
+
+/// The body is over `--max-body-bytes`, or holds more than `--max-batch` elements (ids, for a
+/// check).
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct PayloadTooLarge(ErrorBody);
+
+/// `Content-Type` is not `application/json` (or `application/*+json`).
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct UnsupportedMediaType(ErrorBody);
+
+/// A stored value does not decode (details in the daemon's log).
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct Internal(ErrorBody);
+
+/// The store is unavailable (disk full, I/O error, reopening after a storage fault, shutting
+/// down). Retry later. A write answered 503 was not acknowledged, and may or may not have
+/// been applied: re-read before retrying, or retry an add with allowMerge.
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct Unavailable(ErrorBody);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

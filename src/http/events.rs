@@ -21,9 +21,9 @@ use std::collections::HashMap;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::error::{ApiError, ErrorBody, Result};
-use super::openapi::Unauthorized;
-use super::{with_revision, AppState};
+use super::error::{ApiError, ErrorBody, Result, Unauthorized};
+use super::reply::with_revision;
+use super::state::AppState;
 use crate::model::Event;
 use crate::store::Store;
 

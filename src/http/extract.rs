@@ -8,9 +8,10 @@ use axum::http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+use utoipa::IntoParams;
 
 use super::error::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::model::validate_id;
 
 /// A request body that must be JSON (`application/json` or `application/*+json`).
@@ -145,8 +146,17 @@ fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-/// The `{id}` of a path, percent-decoded and checked against the id rules.
-pub struct IdPath(pub String);
+/// The `{id}` of a path, percent-decoded and checked against the id rules. Also the
+/// parameter's documentation (`params(IdPath)` on every single-resource route).
+#[derive(IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+pub struct IdPath(
+    /// The id, percent-encoded (`a%2Fb` for `a/b`): 1–256 bytes of UTF-8 without control
+    /// characters; `/`, spaces, `%` and non-ASCII are fine. (`maxLength` counts characters,
+    /// so it is only an upper bound of the byte limit.)
+    #[param(min_length = 1, max_length = 256)]
+    pub String,
+);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdPath {
     type Rejection = ApiError;

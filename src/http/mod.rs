@@ -1,4 +1,11 @@
 //! The HTTP front end: parse, validate, call the store, map errors. Nothing else.
+//!
+//! Here: the router, its layers, and the accept loop. Each resource module (`blocklist`,
+//! `check`, `events`, `taskmanagers`, `ops`) has its `router()`, its handlers and the schemas
+//! of its requests and responses; `openapi` only gathers those into the document. What they
+//! share: `state` (`AppState`), `error` (`ApiError`, the error body and responses),
+//! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
+//! body), `stream` (streamed listings), `auth` and `observe` (the layers).
 
 mod auth;
 mod blocklist;
@@ -9,6 +16,8 @@ mod extract;
 mod observe;
 mod openapi;
 mod ops;
+mod reply;
+mod state;
 mod stream;
 mod taskmanagers;
 
@@ -16,142 +25,20 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Method, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Method, Uri};
 use axum::{middleware, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
-use tokio::task::AbortHandle;
+use tokio::sync::Semaphore;
 
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
 pub use openapi::ApiDoc;
-
-use crate::check::Checker;
-use crate::metrics::Metrics;
-use crate::store::{self, Store};
-
-/// Request limits, from the flags.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_body_bytes: usize,
-    pub max_batch: usize,
-    /// Between heartbeat comments on idle watch streams.
-    pub events_heartbeat: Duration,
-    /// How many events a watcher may fall behind the head before it is disconnected.
-    pub events_max_lag: u64,
-    /// Deadline for a request's headers.
-    pub header_timeout: Duration,
-    /// Deadline for a request's body.
-    pub body_timeout: Duration,
-    /// The most open connections.
-    pub max_connections: usize,
-}
-
-/// What every handler gets. Every request clones it several times (each middleware and
-/// extractor takes its own), so it is one `Arc`: a clone is one atomic increment.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-/// The state behind [`AppState`].
-pub struct Shared {
-    pub store: Store,
-    /// Answers checks, keeping recent verdicts.
-    pub checker: Checker,
-    pub limits: Limits,
-    /// Bearer-token checking; `None` when no `--token-file` was given.
-    pub auth: Option<Arc<Auth>>,
-    pub metrics: Arc<Metrics>,
-    /// The sweeper task, for the readiness probe.
-    sweeper: AbortHandle,
-    /// Set to true when the server stops: long-lived responses (watch streams) end on it,
-    /// or graceful shutdown would wait for them forever.
-    stop: Arc<watch::Sender<bool>>,
-}
-
-impl AppState {
-    pub fn new(
-        store: Store,
-        limits: Limits,
-        auth: Option<Auth>,
-        metrics: Arc<Metrics>,
-        sweeper: AbortHandle,
-        check_cache_bytes: u64,
-    ) -> AppState {
-        AppState(Arc::new(Shared {
-            checker: Checker::new(store.clone(), check_cache_bytes),
-            store,
-            limits,
-            auth: auth.map(Arc::new),
-            metrics,
-            sweeper,
-            stop: Arc::new(watch::Sender::new(false)),
-        }))
-    }
-
-    /// A receiver that turns true when the server stops.
-    fn stopping(&self) -> watch::Receiver<bool> {
-        self.stop.subscribe()
-    }
-
-    /// Runs a store call that may scan (a listing) on the blocking pool, off the async workers.
-    async fn blocking<T, F>(&self, f: F) -> error::Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Store) -> store::Result<T> + Send + 'static,
-    {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(|e| {
-                ApiError::Store(store::StoreError::CommitFailed(format!(
-                    "read task failed: {e}"
-                )))
-            })?
-            .map_err(ApiError::from)
-    }
-
-    /// Runs a listing built whole in memory (`GET /taskmanagers`; the blocklist's listings
-    /// are streamed, see [`stream`]) on the blocking pool so that it reflects
-    /// one revision, then waits until that revision is durable: a listing never shows a
-    /// change that a crash could still take back.
-    async fn listing<T, F>(&self, read: F) -> error::Result<(T, u64)>
-    where
-        T: Send + 'static,
-        F: Fn(&Store) -> store::Result<T> + Send + 'static,
-    {
-        let ((value, revision), seen) = self
-            .blocking(move |store| Ok((store.consistent_read(&read)?, store.scan_ended())))
-            .await?;
-        // What the scan saw may be newer than `revision` when it settled for a lower bound.
-        self.store.settle_scan(seen).await?;
-        Ok((value, revision))
-    }
-}
-
-/// The header that carries the revision a response reflects.
-pub const REVISION_HEADER: &str = "x-blocklist-revision";
-
-/// Adds the `X-Blocklist-Revision` header to a response.
-pub(crate) fn with_revision(revision: u64, response: impl IntoResponse) -> Response {
-    let mut response = response.into_response();
-    response
-        .headers_mut()
-        .insert(REVISION_HEADER, HeaderValue::from(revision));
-    response
-}
+pub use reply::REVISION_HEADER;
+pub use state::{AppState, Limits, Shared};
 
 /// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
 /// hand because an axum `Router` cannot list its routes: a unit test checks that the OpenAPI
@@ -201,9 +88,9 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed);
     // Without a token there is nothing to check: no layer, rather than one that passes
     // every request through (it would cost every request a boxed future).
-    if state.auth.is_some() {
+    if let Some(auth) = &state.auth {
         app = app.layer(middleware::from_fn_with_state(
-            state.clone(),
+            auth.clone(),
             auth::require_token,
         ));
     }

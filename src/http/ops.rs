@@ -7,17 +7,25 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::ToSchema;
 
-use super::error::Result;
-use super::openapi::{Health, Readiness, Unavailable};
-use super::AppState;
+use super::error::{Result, Unavailable};
+use super::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+}
+
+/// Liveness: always `{"status": "ok"}` while the process answers.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Health {
+    #[schema(pattern = "^ok$")]
+    status: &'static str,
 }
 
 /// Liveness: the process answers
@@ -27,8 +35,34 @@ pub fn router() -> Router<AppState> {
     tag = "operations",
     responses((status = 200, description = "Alive", body = Health)),
 )]
-pub(super) async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness of the store, its committer and the sweeper.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Readiness {
+    /// `ready` when the committer and the sweeper run, else `not ready`.
+    #[schema(schema_with = ready_status)]
+    status: &'static str,
+    /// Always `open`: the listener opens only after the store did.
+    store: &'static str,
+    /// `running` or `stopped`.
+    committer: &'static str,
+    /// `running` or `stopped`.
+    sweeper: &'static str,
+    /// The current revision.
+    revision: u64,
+}
+
+fn ready_status() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["ready", "not ready"]))
+        .description(Some(
+            "`ready` when the committer and the sweeper run, else `not ready`",
+        ))
+        .into()
 }
 
 /// Readiness: the store is open, its committer runs, and the sweeper runs
@@ -46,13 +80,20 @@ pub(super) async fn healthz() -> Json<serde_json::Value> {
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let committer = state.store.committer_alive();
     let sweeper = !state.sweeper.is_finished();
-    let body = json!({
-        "status": if committer && sweeper { "ready" } else { "not ready" },
-        "store": "open",
-        "committer": if committer { "running" } else { "stopped" },
-        "sweeper": if sweeper { "running" } else { "stopped" },
-        "revision": state.store.revision(),
-    });
+    let readiness = Readiness {
+        status: if committer && sweeper {
+            "ready"
+        } else {
+            "not ready"
+        },
+        store: "open",
+        committer: if committer { "running" } else { "stopped" },
+        sweeper: if sweeper { "running" } else { "stopped" },
+        revision: state.store.revision(),
+    };
+    // Sent as a `serde_json::Value`, whose object keys are sorted (`committer` first): that
+    // is this body's key order on the wire, while the struct keeps the documented order.
+    let body = serde_json::to_value(readiness).expect("readiness serializes");
     let status = if committer && sweeper {
         StatusCode::OK
     } else {

@@ -23,7 +23,8 @@ use tokio::sync::mpsc::{self, error::TrySendError, OwnedPermit};
 use tokio_stream::Stream;
 
 use super::error::{self, ApiError};
-use super::{with_revision, AppState};
+use super::reply::with_revision;
+use super::state::AppState;
 use crate::listing::{self, Listing};
 use crate::store::{Seen, Store, StoreError};
 

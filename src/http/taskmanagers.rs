@@ -8,13 +8,13 @@ use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, Result};
-use super::extract::{IdPath, JsonBody};
-use super::openapi::{
-    BadId, Empty, IdParam, Internal, PayloadTooLarge, RegistrationBatch, RegistrationBody,
-    RequestTimeout, Unauthorized, Unavailable, UnsupportedMediaType,
+use super::error::{
+    ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
+    Unavailable, UnsupportedMediaType,
 };
-use super::{with_revision, AppState};
+use super::extract::{IdPath, JsonBody};
+use super::reply::{with_revision, Empty};
+use super::state::AppState;
 use crate::store::Registered;
 use crate::validate;
 
@@ -68,7 +68,7 @@ pub(super) async fn list(State(state): State<AppState>) -> Result<Response> {
     path = "/taskmanagers/{id}",
     tag = "membership",
     operation_id = "get_registration",
-    params(IdParam),
+    params(IdPath),
     responses(
         (status = 200, description = "The registration", body = Registration),
         (status = 400, response = BadId),
@@ -90,12 +90,25 @@ pub(super) async fn get_one(
     }
 }
 
+// The request bodies are parsed by hand (`validate::registration`, `validate::registrations`:
+// every error named), so `RegistrationBody` and `RegistrationBatch` only document them;
+// `Serialize` is derived so that the serde attributes the schema derive reads are accepted.
+
+/// The body of `PUT /taskmanagers/{id}`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RegistrationBody {
+    /// The node the task manager runs on (id rules apply).
+    #[schema(min_length = 1, max_length = 256)]
+    node: String,
+}
+
 /// Register a task manager on a node (or move it)
 #[utoipa::path(
     put,
     path = "/taskmanagers/{id}",
     tag = "membership",
-    params(IdParam),
+    params(IdPath),
     request_body(content = RegistrationBody, content_type = "application/json"),
     responses(
         (status = 201, description = "New", body = Registration,
@@ -130,6 +143,24 @@ pub(super) async fn register(
         revision,
         (status, Json(Registration { id, node })),
     ))
+}
+
+/// The body of `PUT /taskmanagers`: a non-empty array of registrations, or
+/// `{"items": [...]}`. Atomic; a later element for the same id wins.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[expect(
+    dead_code,
+    reason = "documents the JSON that `validate::registrations` parses"
+)]
+pub(super) enum RegistrationBatch {
+    #[schema(title = "Elements")]
+    Array(Vec<Registration>),
+    #[schema(title = "Wrapped")]
+    Wrapped {
+        #[schema(min_items = 1)]
+        items: Vec<Registration>,
+    },
 }
 
 /// Counts of what a batch registration did.
@@ -193,7 +224,7 @@ pub(super) async fn register_many(
     delete,
     path = "/taskmanagers/{id}",
     tag = "membership",
-    params(IdParam),
+    params(IdPath),
     responses(
         (status = 200, description = "Unregistered (durably)", body = Empty,
             headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
@@ -210,7 +241,7 @@ pub(super) async fn unregister(
     IdPath(id): IdPath,
 ) -> Result<Response> {
     match state.store.unregister(id.clone()).await? {
-        (Some(_), revision) => Ok(with_revision(revision, Json(serde_json::json!({})))),
+        (Some(_), revision) => Ok(with_revision(revision, Json(Empty {}))),
         (None, _) => Err(not_registered(&id)),
     }
 }

@@ -1,0 +1,119 @@
+//! What every handler gets: the shared state behind the router, and the request limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use super::auth::Auth;
+use super::error::{self, ApiError};
+use crate::check::Checker;
+use crate::metrics::Metrics;
+use crate::store::{self, Store};
+
+/// Request limits, from the flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_batch: usize,
+    /// Between heartbeat comments on idle watch streams.
+    pub events_heartbeat: Duration,
+    /// How many events a watcher may fall behind the head before it is disconnected.
+    pub events_max_lag: u64,
+    /// Deadline for a request's headers.
+    pub header_timeout: Duration,
+    /// Deadline for a request's body.
+    pub body_timeout: Duration,
+    /// The most open connections.
+    pub max_connections: usize,
+}
+
+/// What every handler gets. Every request clones it several times (each middleware and
+/// extractor takes its own), so it is one `Arc`: a clone is one atomic increment.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The state behind [`AppState`].
+pub struct Shared {
+    pub store: Store,
+    /// Answers checks, keeping recent verdicts.
+    pub checker: Checker,
+    pub limits: Limits,
+    /// Bearer-token checking; `None` when no `--token-file` was given.
+    pub auth: Option<Arc<Auth>>,
+    pub metrics: Arc<Metrics>,
+    /// The sweeper task, for the readiness probe.
+    pub(super) sweeper: AbortHandle,
+    /// Set to true when the server stops: long-lived responses (watch streams) end on it,
+    /// or graceful shutdown would wait for them forever.
+    pub(super) stop: Arc<watch::Sender<bool>>,
+}
+
+impl AppState {
+    pub fn new(
+        store: Store,
+        limits: Limits,
+        auth: Option<Auth>,
+        metrics: Arc<Metrics>,
+        sweeper: AbortHandle,
+        check_cache_bytes: u64,
+    ) -> AppState {
+        AppState(Arc::new(Shared {
+            checker: Checker::new(store.clone(), check_cache_bytes),
+            store,
+            limits,
+            auth: auth.map(Arc::new),
+            metrics,
+            sweeper,
+            stop: Arc::new(watch::Sender::new(false)),
+        }))
+    }
+
+    /// A receiver that turns true when the server stops.
+    pub(super) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Runs a store call that may scan (a listing) on the blocking pool, off the async workers.
+    pub(super) async fn blocking<T, F>(&self, f: F) -> error::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> store::Result<T> + Send + 'static,
+    {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| {
+                ApiError::Store(store::StoreError::CommitFailed(format!(
+                    "read task failed: {e}"
+                )))
+            })?
+            .map_err(ApiError::from)
+    }
+
+    /// Runs a listing built whole in memory (`GET /taskmanagers`; the blocklist's listings
+    /// are streamed, see [`super::stream`]) on the blocking pool so that it reflects
+    /// one revision, then waits until that revision is durable: a listing never shows a
+    /// change that a crash could still take back.
+    pub(super) async fn listing<T, F>(&self, read: F) -> error::Result<(T, u64)>
+    where
+        T: Send + 'static,
+        F: Fn(&Store) -> store::Result<T> + Send + 'static,
+    {
+        let ((value, revision), seen) = self
+            .blocking(move |store| Ok((store.consistent_read(&read)?, store.scan_ended())))
+            .await?;
+        // What the scan saw may be newer than `revision` when it settled for a lower bound.
+        self.store.settle_scan(seen).await?;
+        Ok((value, revision))
+    }
+}
