@@ -26,7 +26,7 @@ use sled::transaction::{ConflictableTransactionResult, TransactionalTree};
 use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
-use super::sync::{self, Group, Stage};
+use super::pipeline::{self, Answer, Decided, Group, Stage};
 use super::{
     after_watermark, announced, codec, count_slot, encode_counts, keys, open_handles, registration,
     Counts, Feed, Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY,
@@ -35,11 +35,8 @@ use super::{
 use crate::metrics::Metrics;
 use crate::model::{Block, Change, Event, EventType, Item, Kind, NewItem};
 
-/// A request's answer: its outcome and the revision after it.
-pub(crate) type Answer = Result<(Outcome, u64), StoreError>;
-
-/// Where a request's answer goes.
-pub(crate) type Reply = oneshot::Sender<Answer>;
+/// Where a request's answer goes: its outcome and the revision after it.
+pub(crate) type Reply = pipeline::Reply<Outcome>;
 
 /// A request to the committer; `op: None` asks it to stop.
 pub(crate) struct Commit {
@@ -441,14 +438,16 @@ impl Committer {
                     self.sweep.deadline_added(earliest);
                 }
                 let mut outcomes = outcomes.into_iter();
-                let replies = batch
+                let answers = batch
                     .drain(..)
                     // The shutdown request has no op (and so no outcome) and no reply.
                     .filter(|commit| commit.op.is_some())
                     .filter_map(|commit| {
                         let outcome = outcomes.next().expect("one outcome per op");
                         let answer = outcome.map(|a| (a.outcome, a.revision));
-                        commit.reply.map(|reply| (reply, answer))
+                        commit
+                            .reply
+                            .map(|reply| Box::new(Decided { reply, answer }) as Box<dyn Answer>)
                     })
                     .collect();
                 let blobs_failed = self.sync_blobs().err();
@@ -459,7 +458,7 @@ impl Committer {
                     seq: settled,
                     blobs_failed,
                     events,
-                    replies,
+                    answers,
                     started,
                 };
                 if let Some(stages) = &self.stages {
@@ -467,8 +466,8 @@ impl Committer {
                     if let Err(unsent) = stages.send(Stage::Group(group)) {
                         tracing::error!("the durability thread is gone");
                         if let Stage::Group(group) = unsent.0 {
-                            for (reply, _) in group.replies {
-                                let _ = reply.send(Err(StoreError::Closed));
+                            for answer in group.answers {
+                                answer.fail(StoreError::Closed);
                             }
                         }
                     }
@@ -583,7 +582,7 @@ impl Committer {
         self.feed.durable.send_replace(revision);
         // The database holds exactly what is on disk now.
         self.feed.durability.publish(settled);
-        sync::publish(
+        pipeline::publish(
             &self.feed,
             &self.metrics,
             std::mem::take(&mut self.unpublished),

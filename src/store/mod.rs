@@ -33,6 +33,7 @@ mod datadir;
 mod durable;
 pub mod keys;
 mod migrate;
+mod pipeline;
 mod salvage;
 mod stamps;
 mod sync;

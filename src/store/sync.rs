@@ -20,44 +20,11 @@ use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio::sync::oneshot;
-
+use super::pipeline::{publish, Group, Stage};
 use super::{Feed, Handles, StoreError};
 use crate::metrics::Metrics;
 use crate::model::Event;
-
-use super::commit::{Answer, Reply};
-
-/// A committed transaction on its way to disk.
-pub(crate) struct Group {
-    /// The database the transaction ran on (kept alive for the flush).
-    pub handles: Arc<Handles>,
-    /// The log file to fsync; `None` when power-loss durability is off.
-    pub log: Option<Arc<File>>,
-    /// The revision after the transaction.
-    pub revision: u64,
-    /// The commit sequence number after the transaction (see `super::durable`).
-    pub seq: u64,
-    /// Why the blob files the transaction wrote could not be fsynced: the group must fail
-    /// like one whose flush failed.
-    pub blobs_failed: Option<String>,
-    /// Its events, in revision order.
-    pub events: Vec<Event>,
-    /// Each request's reply channel and what to answer once durable.
-    pub replies: Vec<(Reply, Answer)>,
-    /// When the committer started the transaction, for the commit-latency metric.
-    pub started: Instant,
-}
-
-/// What the committer sends this thread.
-pub(crate) enum Stage {
-    Group(Group),
-    /// Answered once every earlier group is answered, with the events of failed passes;
-    /// clears the failed state. The committer sends it before reopening the database.
-    Barrier(oneshot::Sender<Vec<Event>>),
-}
 
 /// How many committed groups may wait for the disk before the committer blocks; while it
 /// waits, requests pile up and its next group is bigger.
@@ -138,9 +105,9 @@ impl Syncer {
                     publish(&self.feed, &self.metrics, group.events);
                     let elapsed = group.started.elapsed();
                     self.metrics.commit_seconds.observe(elapsed.as_secs_f64());
-                    tracing::trace!(requests = group.replies.len(), ?elapsed, "group commit");
-                    for (reply, answer) in group.replies {
-                        let _ = reply.send(answer);
+                    tracing::trace!(requests = group.answers.len(), ?elapsed, "group commit");
+                    for answer in group.answers {
+                        answer.send();
                     }
                 }
             }
@@ -149,8 +116,8 @@ impl Syncer {
                 self.failed.store(true, Ordering::SeqCst);
                 for group in groups.drain(..) {
                     self.stash.extend(group.events);
-                    for (reply, _) in group.replies {
-                        let _ = reply.send(Err(StoreError::CommitFailed(e.clone())));
+                    for answer in group.answers {
+                        answer.fail(StoreError::CommitFailed(e.clone()));
                     }
                 }
             }
@@ -180,26 +147,4 @@ fn make_durable(handles: &Handles, log: Option<&File>) -> Result<(), StoreError>
         }
     }
     Ok(())
-}
-
-/// Hands durable events to subscribers, in revision order (the durable revision is
-/// announced first by the caller).
-pub(crate) fn publish(feed: &Feed, metrics: &Metrics, events: Vec<Event>) {
-    for event in events {
-        metrics.change(event.event);
-        log_change(&event);
-        // No subscribers is fine; a lagging one catches up from the log on its side.
-        let _ = feed.live.send(Arc::new(event));
-    }
-}
-
-/// One line per state change, at debug: at thousands of changes a second an info line each
-/// cost more than the change. The change feed and the event log are the audit trail.
-fn log_change(event: &Event) {
-    tracing::debug!(
-        revision = event.revision,
-        event = event.event.as_str(),
-        data = %event.data(),
-        "change"
-    );
 }
