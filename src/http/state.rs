@@ -92,11 +92,7 @@ impl AppState {
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || f(&store))
             .await
-            .map_err(|e| {
-                ApiError::Store(store::StoreError::CommitFailed(format!(
-                    "read task failed: {e}"
-                )))
-            })?
+            .map_err(|e| ApiError::Store(store::StoreError::ReadTaskFailed(e)))?
             .map_err(ApiError::from)
     }
 

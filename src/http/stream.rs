@@ -189,9 +189,7 @@ impl Stream for ChunkStream {
         Poll::Ready(Some(match next {
             Some(Chunk::More(bytes) | Chunk::Last(bytes)) => Ok(bytes),
             Some(Chunk::Failed(e)) => Err(e),
-            None => Err(ApiError::Store(StoreError::CommitFailed(
-                "the listing stopped before its end".into(),
-            ))),
+            None => Err(ApiError::Store(StoreError::ListingStopped)),
         }))
     }
 }

@@ -26,7 +26,7 @@ use sled::transaction::{ConflictableTransactionResult, TransactionalTree};
 use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
-use super::pipeline::{self, Answer, Decided, Group, Stage};
+use super::pipeline::{self, Answer, CommitError, Decided, Group, Stage};
 use super::{
     after_watermark, announced, codec, count_slot, encode_counts, keys, open_handles, registration,
     Counts, Feed, Handles, Opened, StoreConfig, StoreError, SweepSignal, Watched, COUNTS_KEY,
@@ -365,7 +365,7 @@ impl Committer {
             Err(e) => {
                 tracing::error!(error = %e, "reading the expiry index failed");
                 self.broken = true;
-                fail_all(batch, &e.to_string());
+                fail_all(batch, &CommitError::TransactionFailed(Arc::new(e)));
                 return;
             }
         };
@@ -487,7 +487,7 @@ impl Committer {
                 // sled 0.34 keeps failing every write after an I/O error; the next batch
                 // reopens the database once the storage works again.
                 self.broken = true;
-                fail_all(batch, &e.to_string());
+                fail_all(batch, &CommitError::TransactionFailed(Arc::new(e)));
             }
         }
     }
@@ -496,7 +496,7 @@ impl Committer {
     /// the group goes to be flushed: here, because the transaction that wrote them has
     /// returned, so each is complete (the syncer, running beside the next transaction, could
     /// meet one half written and take it as synced).
-    fn sync_blobs(&mut self) -> Result<(), String> {
+    fn sync_blobs(&mut self) -> Result<(), CommitError> {
         let Some(blobs) = self.blobs.as_mut() else {
             return Ok(());
         };
@@ -512,22 +512,23 @@ impl Committer {
             }
             Err(e) => {
                 tracing::error!(error = %e, "fsync of sled's blob files failed");
-                Err(format!("fsync of sled's blob files failed: {e}"))
+                Err(CommitError::BlobSyncFailed(Arc::new(e)))
             }
         }
     }
 
     /// [`Committer::recover`], once nothing may still be flushing the database about to be
     /// closed.
-    fn drain_and_recover(&mut self) -> Result<(), String> {
+    fn drain_and_recover(&mut self) -> Result<(), CommitError> {
         self.drain_syncer();
         self.recover()
     }
 
     /// After a storage error: if the data dir takes a synced write again, closes and
     /// reopens the database, and reloads the counters from what is really on disk.
-    fn recover(&mut self) -> Result<(), String> {
-        probe_storage(&self.config.data_dir).map_err(|e| format!("storage probe failed: {e}"))?;
+    fn recover(&mut self) -> Result<(), CommitError> {
+        probe_storage(&self.config.data_dir)
+            .map_err(|e| CommitError::StorageStillFailing(Arc::new(e)))?;
         tracing::info!("storage works again; reopening the database");
         if let Some(old) = self.handles.take() {
             self.slot.store(None);
@@ -539,6 +540,7 @@ impl Committer {
             }
             drop(old);
         }
+        let reopen_failed = |e: StoreError| CommitError::ReopenFailed(Arc::new(e));
         let Opened {
             handles,
             revision,
@@ -546,11 +548,10 @@ impl Committer {
             first_retained,
             watermark,
             unreclaimed,
-        } = open_handles(&self.config).map_err(|e| format!("reopening failed: {e}"))?;
+        } = open_handles(&self.config).map_err(reopen_failed)?;
         self.log = if self.config.fsync {
-            Some(Arc::new(
-                File::open(self.config.data_dir.join("db")).map_err(|e| e.to_string())?,
-            ))
+            let log = File::open(self.config.data_dir.join("db"));
+            Some(Arc::new(log.map_err(|e| reopen_failed(e.into()))?))
         } else {
             None
         };
@@ -754,11 +755,11 @@ struct Transacted {
     unreclaimed: u64,
 }
 
-/// Answers every request of a batch with the same failure.
-fn fail_all(batch: &mut Vec<Commit>, message: &str) {
+/// Answers every request of a batch with the same failure: nothing of it was committed.
+fn fail_all(batch: &mut Vec<Commit>, error: &CommitError) {
     for commit in batch.drain(..) {
         if let Some(reply) = commit.reply {
-            let _ = reply.send(Err(StoreError::CommitFailed(message.to_owned())));
+            let _ = reply.send(Err(StoreError::NotCommitted(error.clone())));
         }
     }
 }

@@ -6,6 +6,9 @@
 //! - newer than [`CURRENT`]: refuse, so an old binary never misreads a newer layout;
 //! - a sled database without our version key: refuse as foreign.
 
+use std::convert::Infallible;
+
+use sled::transaction::TransactionError;
 use sled::Db;
 
 use super::StoreError;
@@ -94,9 +97,12 @@ fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
         }
         meta.insert(super::COUNTS_KEY, counts.clone())?;
         meta.insert(SCHEMA_VERSION_KEY, &2u32.to_be_bytes())?;
-        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+        Ok::<_, sled::transaction::ConflictableTransactionError<Infallible>>(())
     })
-    .map_err(|e| StoreError::CommitFailed(format!("upgrade to schema 2: {e:?}")))?;
+    .map_err(|e| match e {
+        TransactionError::Storage(source) => StoreError::UpgradeFailed { to: 2, source },
+        TransactionError::Abort(never) => match never {},
+    })?;
     db.flush()?;
     tracing::info!(from = 1, to = 2, "upgraded the database schema");
     Ok(())

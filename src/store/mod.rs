@@ -53,6 +53,7 @@ pub use codec::CodecError;
 pub use commit::{AddOutcome, Expired, Registered, Retention};
 pub use durable::{Seen, READ_TIMEOUT};
 pub use migrate::CURRENT as SCHEMA_VERSION;
+pub use pipeline::CommitError;
 pub use salvage::{salvage, Salvaged};
 pub use stamps::{ReadMark, Watched};
 
@@ -101,8 +102,31 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
     #[error("corrupt value under key {key:?}: {source}")]
     Corrupt { key: String, source: CodecError },
+    /// A write was not committed, or not made durable; [`CommitError`] says why. 503 (see
+    /// [`StoreError::is_unavailable`]): the storage failed, not the request; the detail
+    /// names paths and sled internals, so it goes to the log and the client gets the
+    /// generic message.
     #[error("the write was not committed: {0}")]
-    CommitFailed(String),
+    NotCommitted(#[from] CommitError),
+    /// A read run on the blocking pool panicked or was cancelled. 503, as a failure of the
+    /// daemon rather than of the request; a panic message is no business of the client's.
+    #[error("read task failed: {0}")]
+    ReadTaskFailed(#[source] tokio::task::JoinError),
+    /// A streamed listing's producer stopped before its last chunk: the body fails rather
+    /// than end early, so a client never takes a cut-off listing for a complete one. Met
+    /// after the status is sent, so no status of its own is ever answered; it counts as
+    /// 503 and stays out of the body like every storage failure.
+    #[error("the listing stopped before its end")]
+    ListingStopped,
+    /// The transaction of a schema upgrade step failed on a storage error. Met while
+    /// opening, so it stops the start (or fails a reopen) rather than reach a client; it
+    /// counts as 503 like the storage error it is, with the detail kept to the log.
+    #[error("upgrade to schema {to} failed: {source}")]
+    UpgradeFailed {
+        to: u32,
+        #[source]
+        source: sled::Error,
+    },
     #[error("the store is shut down")]
     Closed,
     #[error("the database is being reopened after a storage error")]
@@ -151,7 +175,10 @@ impl StoreError {
             self,
             StoreError::Sled(_)
                 | StoreError::Io(_)
-                | StoreError::CommitFailed(_)
+                | StoreError::NotCommitted(_)
+                | StoreError::ReadTaskFailed(_)
+                | StoreError::ListingStopped
+                | StoreError::UpgradeFailed { .. }
                 | StoreError::Closed
                 | StoreError::Reopening
                 | StoreError::NotDurable(_)

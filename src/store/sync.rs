@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
-use super::pipeline::{publish, Group, Stage};
+use super::pipeline::{publish, CommitError, Group, Stage};
 use super::{Feed, Handles, StoreError};
 use crate::metrics::Metrics;
 use crate::model::Event;
@@ -90,11 +90,12 @@ impl Syncer {
     fn sync(&mut self, groups: &mut Vec<Group>) {
         let last = groups.last().expect("at least one group");
         let result = if self.failed.load(Ordering::SeqCst) {
-            Err("an earlier flush failed; the database is being reopened".to_owned())
+            Err(CommitError::EarlierSyncFailed)
         } else if let Some(e) = groups.iter().find_map(|g| g.blobs_failed.as_ref()) {
             Err(e.clone())
         } else {
-            make_durable(&last.handles, last.log.as_deref()).map_err(|e| e.to_string())
+            make_durable(&last.handles, last.log.as_deref())
+                .map_err(|e| CommitError::SyncFailed(Arc::new(e)))
         };
         match result {
             Ok(()) => {
@@ -117,7 +118,7 @@ impl Syncer {
                 for group in groups.drain(..) {
                     self.stash.extend(group.events);
                     for answer in group.answers {
-                        answer.fail(StoreError::CommitFailed(e.clone()));
+                        answer.fail(StoreError::NotCommitted(e.clone()));
                     }
                 }
             }
