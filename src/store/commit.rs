@@ -432,7 +432,7 @@ impl Committer {
                 let earliest = outcomes
                     .iter()
                     .filter_map(|o| o.as_ref().ok())
-                    .map(|applied| applied.earliest_end)
+                    .filter_map(|applied| applied.earliest_end)
                     .min();
                 if let Some(earliest) = earliest {
                     self.sweep.deadline_added(earliest);
@@ -789,11 +789,16 @@ fn probe_storage(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// What one op did, the revision after it, and the earliest finite end it wrote (to wake
-/// the sweeper).
+/// the sweeper; `None` when it wrote none).
 struct Applied {
     outcome: Outcome,
     revision: u64,
-    earliest_end: i64,
+    earliest_end: Option<i64>,
+}
+
+/// `end`, or `earliest` when that comes first.
+fn earlier(earliest: Option<i64>, end: i64) -> Option<i64> {
+    Some(earliest.map_or(end, |earliest| earliest.min(end)))
 }
 
 type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
@@ -867,7 +872,7 @@ impl Tx<'_> {
     fn register(
         &self,
         registrations: &[(String, String)],
-    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    ) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         // Read every old node first, so a corrupt value fails the request before any write.
         let mut current: HashMap<&str, Option<String>> = HashMap::new();
         for (tm, _) in registrations {
@@ -898,14 +903,14 @@ impl Tx<'_> {
             }
             results.push(result);
         }
-        Ok(Ok((Outcome::Registered(results), i64::MAX)))
+        Ok(Ok((Outcome::Registered(results), None)))
     }
 
     fn import(
         &self,
         items: &[(Kind, Item)],
         merge: bool,
-    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    ) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         // Read everything first, so a corrupt value fails the request before any write.
         let mut olds = Vec::with_capacity(items.len());
         for (kind, item) in items {
@@ -915,7 +920,7 @@ impl Tx<'_> {
             }
         }
         let mut written = 0;
-        let mut earliest_end = i64::MAX;
+        let mut earliest_end = None;
         for ((kind, item), old) in items.iter().zip(olds) {
             if item.end_timestamp <= self.now {
                 continue; // expired since the export
@@ -932,7 +937,7 @@ impl Tx<'_> {
             };
             self.store(kind, id, old.as_ref(), &block)?;
             if !block.is_permanent() {
-                earliest_end = earliest_end.min(block.end);
+                earliest_end = earlier(earliest_end, block.end);
             }
             written += 1;
         }
@@ -943,7 +948,7 @@ impl Tx<'_> {
         &self,
         items: &[(Kind, String)],
         tms: &[String],
-    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    ) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         // Read everything first, so a corrupt value fails the request before any removal:
         // the transaction commits the group's other ops, and half a clear would go with it.
         for (kind, id) in items {
@@ -969,10 +974,10 @@ impl Tx<'_> {
                 return Ok(Err(e));
             }
         }
-        Ok(Ok((Outcome::Count(removed), i64::MAX)))
+        Ok(Ok((Outcome::Count(removed), None)))
     }
 
-    fn unregister(&self, tm: &str) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    fn unregister(&self, tm: &str) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         let old = match self.node_of(tm)? {
             Ok(old) => old,
             Err(e) => return Ok(Err(e)),
@@ -982,7 +987,7 @@ impl Tx<'_> {
             self.node_tms.remove(keys::node_tm_key(node, tm))?;
             self.emit(EventType::Unregistered, registration_change(tm, node))?;
         }
-        Ok(Ok((Outcome::Unregistered(old), i64::MAX)))
+        Ok(Ok((Outcome::Unregistered(old), None)))
     }
 
     /// The node `tm` is registered on.
@@ -998,7 +1003,7 @@ impl Tx<'_> {
         kind: Kind,
         items: &[NewItem],
         start: i64,
-    ) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    ) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         // The state each id has as the batch goes: first the stored state, then each
         // element's result, so a later element of the batch arrives after an earlier one.
         let mut stored: HashMap<&str, Option<Block>> = HashMap::new();
@@ -1031,19 +1036,16 @@ impl Tx<'_> {
             }
         }
         if !conflicts.is_empty() {
-            return Ok(Ok((
-                Outcome::Added(AddOutcome::Conflict(conflicts)),
-                i64::MAX,
-            )));
+            return Ok(Ok((Outcome::Added(AddOutcome::Conflict(conflicts)), None)));
         }
-        let mut earliest_end = i64::MAX;
+        let mut earliest_end = None;
         for id in &order {
             let block = state[id]
                 .as_ref()
                 .expect("every touched id ends with a block");
             self.store(kind, id, stored[id].as_ref(), block)?;
             if !block.is_permanent() {
-                earliest_end = earliest_end.min(block.end);
+                earliest_end = earlier(earliest_end, block.end);
             }
         }
         let merged = merged
@@ -1061,19 +1063,19 @@ impl Tx<'_> {
         )))
     }
 
-    fn remove(&self, kind: Kind, id: &str) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    fn remove(&self, kind: Kind, id: &str) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         let old = match self.read(kind, id)? {
             Ok(old) => old,
             Err(e) => return Ok(Err(e)),
         };
         let Some(old) = old else {
-            return Ok(Ok((Outcome::Removed(None), i64::MAX)));
+            return Ok(Ok((Outcome::Removed(None), None)));
         };
         let was_announced = self.is_announced(kind, id, &old);
         self.delete(kind, id, &old)?;
         if was_announced {
             // Already expired for everyone; only its storage was left.
-            return Ok(Ok((Outcome::Removed(None), i64::MAX)));
+            return Ok(Ok((Outcome::Removed(None), None)));
         }
         // An expired item the sweeper has not reached is gone for the caller too (404), but
         // deleting it here is still right: it saves the sweeper the work. Subscribers learn
@@ -1087,14 +1089,14 @@ impl Tx<'_> {
         let removed = old
             .is_active(self.now)
             .then(|| Item::new(id.to_owned(), old));
-        Ok(Ok((Outcome::Removed(removed), i64::MAX)))
+        Ok(Ok((Outcome::Removed(removed), None)))
     }
 
     /// Announces the items behind `due` (scanned by [`Committer::scan_due`], in key
     /// order) expired: an `expired` event each, out of the counts, and the watermark moved
     /// past their keys. Their entries stay for [`Tx::reclaim`]: deleting them here doubled
     /// the cost of a mass expiry to the writers sharing the committer.
-    fn announce(&self, due: &[Vec<u8>]) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    fn announce(&self, due: &[Vec<u8>]) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         let mut expired = Vec::new();
         for key in due {
             if self.announcing_stopped.get() {
@@ -1134,14 +1136,17 @@ impl Tx<'_> {
             }
             self.watermark.borrow_mut().clone_from(key);
         }
-        Ok(Ok((Outcome::Expired(expired), i64::MAX)))
+        Ok(Ok((Outcome::Expired(expired), None)))
     }
 
     /// Deletes the entries behind `expiry_keys` (from [`super::Store::reclaimable`]) that
     /// are still there and at or before the watermark, and each one's item where it is
     /// still the announced one (same end). No event and no count: both happened when it
     /// was announced.
-    fn reclaim(&self, expiry_keys: &[Vec<u8>]) -> TxResult<Result<(Outcome, i64), StoreError>> {
+    fn reclaim(
+        &self,
+        expiry_keys: &[Vec<u8>],
+    ) -> TxResult<Result<(Outcome, Option<i64>), StoreError>> {
         let mut deleted = 0;
         for key in expiry_keys {
             if key.as_slice() > self.watermark.borrow().as_slice() {
@@ -1162,7 +1167,7 @@ impl Tx<'_> {
             }
         }
         self.add_unreclaimed(-(deleted as i64));
-        Ok(Ok((Outcome::Count(deleted), i64::MAX)))
+        Ok(Ok((Outcome::Count(deleted), None)))
     }
 
     fn add_unreclaimed(&self, delta: i64) {
