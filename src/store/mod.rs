@@ -46,7 +46,7 @@ use std::thread::JoinHandle;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use sled::{Db, Tree};
-use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
@@ -58,8 +58,8 @@ pub use salvage::{salvage, Salvaged};
 pub use stamps::{ReadMark, Watched};
 
 use crate::metrics::Metrics;
-use crate::model::{Action, Block, Event, Item, Kind, NewItem};
-use commit::{Commit, Op, Outcome};
+use crate::model::{Action, Block, Event, Item, Kind};
+use commit::Message;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -239,7 +239,7 @@ struct Shared {
     /// (sled 0.34 refuses every write after an I/O error until reopened); readers then get
     /// a 503 for those few milliseconds.
     handles: Arc<ArcSwapOption<Handles>>,
-    commits: mpsc::Sender<Commit>,
+    commits: mpsc::Sender<Message>,
     /// The committer thread, taken by [`Store::shutdown`]. A std mutex: only touched once,
     /// never across an await.
     committer: Mutex<Option<JoinHandle<()>>>,
@@ -708,7 +708,7 @@ impl Store {
         if let Some(handle) = handle {
             // A shutdown marker rather than dropping the sender: HTTP handlers still hold
             // clones of the store.
-            let _ = self.shared.commits.blocking_send(Commit::shutdown());
+            let _ = self.shared.commits.blocking_send(Message::Shutdown);
             let _ = handle.join();
         }
         self.handles()?.db.flush()?;
@@ -1222,95 +1222,6 @@ impl Store {
             trees,
             on_disk: handles.db.size_on_disk()?,
         })
-    }
-
-    // ---- writes: through the committer, acknowledged once durable ----
-
-    /// Adds (or merges) a validated batch as one atomic unit.
-    pub async fn add(
-        &self,
-        kind: Kind,
-        items: Vec<NewItem>,
-        now: i64,
-    ) -> Result<(AddOutcome, u64)> {
-        match self.submit(Op::Add { kind, items, now }).await? {
-            (Outcome::Added(outcome), revision) => Ok((outcome, revision)),
-            other => unreachable!("add answered with {other:?}"),
-        }
-    }
-
-    /// Removes the active item `(kind, id)`; `None` when there is none.
-    pub async fn remove(&self, kind: Kind, id: String) -> Result<(Option<Item>, u64)> {
-        match self.submit(Op::Remove { kind, id }).await? {
-            (Outcome::Removed(item), revision) => Ok((item, revision)),
-            other => unreachable!("remove answered with {other:?}"),
-        }
-    }
-
-    /// Registers (or moves) task managers on nodes, atomically; one result per pair.
-    pub async fn register(
-        &self,
-        registrations: Vec<(String, String)>,
-    ) -> Result<(Vec<Registered>, u64)> {
-        match self.submit(Op::Register { registrations }).await? {
-            (Outcome::Registered(results), revision) => Ok((results, revision)),
-            other => unreachable!("register answered with {other:?}"),
-        }
-    }
-
-    /// Removes a task manager's registration; the node it was on, or `None`.
-    pub async fn unregister(&self, tm: String) -> Result<(Option<String>, u64)> {
-        match self.submit(Op::Unregister { tm }).await? {
-            (Outcome::Unregistered(node), revision) => Ok((node, revision)),
-            other => unreachable!("unregister answered with {other:?}"),
-        }
-    }
-
-    /// Writes exported items (see [`crate::backup`]) as they were, merging into active ones
-    /// when `merge`. The ids must be distinct. Returns how many were written.
-    pub async fn import(&self, items: Vec<(Kind, Item)>, merge: bool) -> Result<usize> {
-        match self.submit(Op::Import { items, merge }).await? {
-            (Outcome::Count(n), _) => Ok(n),
-            other => unreachable!("import answered with {other:?}"),
-        }
-    }
-
-    /// Removes these items and registrations in one transaction; returns how many items.
-    pub async fn clear(&self, items: Vec<(Kind, String)>, tms: Vec<String>) -> Result<usize> {
-        match self.submit(Op::Clear { items, tms }).await? {
-            (Outcome::Count(n), _) => Ok(n),
-            other => unreachable!("clear answered with {other:?}"),
-        }
-    }
-
-    /// Announces up to `limit` items due by `upto` (and by the commit time) expired, in
-    /// expiry-key order from the watermark: their `expired` events, the counts, the
-    /// watermark, in one commit. Their entries stay until [`Store::reclaim`].
-    pub async fn announce(&self, upto: i64, limit: usize) -> Result<(Vec<Expired>, u64)> {
-        match self.submit(Op::Announce { upto, limit }).await? {
-            (Outcome::Expired(expired), revision) => Ok((expired, revision)),
-            other => unreachable!("announce answered with {other:?}"),
-        }
-    }
-
-    /// Deletes the entries behind these expiry keys (from [`Store::reclaimable`]) and
-    /// their items, where the item is still the announced one. Returns how many entries
-    /// it deleted.
-    pub async fn reclaim(&self, expiry_keys: Vec<Vec<u8>>) -> Result<usize> {
-        match self.submit(Op::Reclaim { expiry_keys }).await? {
-            (Outcome::Count(n), _) => Ok(n),
-            other => unreachable!("reclaim answered with {other:?}"),
-        }
-    }
-
-    async fn submit(&self, op: Op) -> Result<(Outcome, u64)> {
-        let (reply, answer) = oneshot::channel();
-        self.shared
-            .commits
-            .send(Commit::new(op, reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
     }
 }
 

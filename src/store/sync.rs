@@ -1,8 +1,8 @@
 //! The durability stage of group commit: makes committed groups durable and answers them.
 //!
 //! The committer runs group k+1's transaction while this thread flushes and fsyncs group
-//! k, so the disk round trip (sled's `flush()` ≈ 0.5–1 ms, `fdatasync` ≈ 0.5–1.5 ms) no
-//! longer stalls the only writer. Each pass takes every group waiting, calls `flush()` once
+//! k, so the disk round trip (sled's `flush()` ≈ 0.5–1 ms, `fdatasync` ≈ 0.5–1.5 ms) does
+//! not stall the only writer. Each pass takes every group waiting, calls `flush()` once
 //! — which covers every transaction that returned before the call, since sled flushes up
 //! to the last log position reserved — then fsyncs the log once, and only then publishes
 //! the groups' revision and events and replies to their requests, in commit order.

@@ -1,0 +1,78 @@
+//! Importing exported items as they were (start included): items expired since the export
+//! are skipped, and an active item is replaced, or merged into when the import merges.
+
+use super::{earlier, Applied, Command, Op, Request, Tx, TxResult};
+use crate::model::{Item, Kind};
+use crate::store::{Result, Store, Watched};
+
+pub(crate) struct Import {
+    /// Distinct ids.
+    items: Vec<(Kind, Item)>,
+    /// Merge into active items rather than replace them.
+    merge: bool,
+}
+
+impl Command for Import {
+    /// How many items it wrote.
+    type Outcome = usize;
+
+    fn op(request: Request<Import>) -> Op {
+        Op::Import(request)
+    }
+
+    fn weight(&self) -> usize {
+        self.items.len()
+    }
+
+    fn touched(&self, _due: &[Vec<u8>], mut visit: impl FnMut(Watched<'_>)) {
+        for (kind, item) in &self.items {
+            visit(Watched::Item(*kind, &item.id));
+        }
+    }
+
+    fn apply(&self, tx: &Tx<'_>, _due: &[Vec<u8>]) -> TxResult<Result<Applied<usize>>> {
+        // Read everything first, so a corrupt value fails the request before any write.
+        let mut olds = Vec::with_capacity(self.items.len());
+        for (kind, item) in &self.items {
+            match tx.read(*kind, &item.id)? {
+                Ok(old) => olds.push(old),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        let mut written = 0;
+        let mut earliest_end = None;
+        for ((kind, item), old) in self.items.iter().zip(olds) {
+            if item.end_timestamp <= tx.now {
+                continue; // expired since the export
+            }
+            let (kind, id) = (*kind, item.id.as_str());
+            let active = old.as_ref().filter(|b| b.is_active(tx.now));
+            let block = match active {
+                Some(existing) if self.merge => {
+                    let mut merged = existing.clone();
+                    merged.merge(item.action, item.end_timestamp, &item.cause);
+                    merged
+                }
+                _ => item.block(),
+            };
+            tx.store(kind, id, old.as_ref(), &block)?;
+            if !block.is_permanent() {
+                earliest_end = earlier(earliest_end, Some(block.end));
+            }
+            written += 1;
+        }
+        Ok(Ok(Applied {
+            outcome: written,
+            earliest_end,
+        }))
+    }
+}
+
+impl Store {
+    /// Writes exported items (see [`crate::backup`]) as they were, merging into active ones
+    /// when `merge`. The ids must be distinct. Returns how many were written.
+    pub async fn import(&self, items: Vec<(Kind, Item)>, merge: bool) -> Result<usize> {
+        let (written, _) = self.submit(Import { items, merge }).await?;
+        Ok(written)
+    }
+}

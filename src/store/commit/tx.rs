@@ -1,0 +1,270 @@
+//! The batch's one transaction, and the helpers every operation reads and writes through.
+//!
+//! Every change goes through [`Tx::write`] or [`Tx::delete`] (which keep the expiry index
+//! and the counts with the item) and has its event from [`Tx::emit`]; the events, the
+//! revision, the counts, the watermark and the unreclaimed count go to their trees once all
+//! operations have run.
+
+use std::cell::{Cell, RefCell};
+
+use sled::transaction::{ConflictableTransactionResult, TransactionError, TransactionalTree};
+use sled::Transactional;
+
+use super::{Committer, Op};
+use crate::model::{Block, Change, Event, EventType, Item, Kind};
+use crate::store::{
+    announced, codec, count_slot, encode_counts, keys, registration, Counts, StoreError,
+    COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
+};
+
+pub(crate) type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
+
+/// What a committed transaction did: the events in revision order, and the revision,
+/// counts, watermark and unreclaimed count after it. Each request's outcome stays with the
+/// request (see [`super::Request`]).
+pub(super) struct Transacted {
+    pub events: Vec<Event>,
+    pub revision: u64,
+    pub counts: Counts,
+    pub watermark: Vec<u8>,
+    pub unreclaimed: u64,
+}
+
+impl Committer {
+    /// Applies every op of `batch` in one transaction (`due[i]`: what op `i` announces).
+    /// The closure may be re-run, so it only computes.
+    pub(super) fn transact(
+        &self,
+        batch: &[Op],
+        due: &[Vec<Vec<u8>>],
+        now: i64,
+    ) -> Result<Transacted, StoreError> {
+        let t = &self.handles().trees;
+        let trees = (
+            &t.items,
+            &t.expiry,
+            &t.tm_node,
+            &t.node_tms,
+            &t.events,
+            &t.meta,
+        );
+        trees
+            .transaction(|(items, expiry, tm_node, node_tms, events, meta)| {
+                // Built afresh on every run of the closure: sled may re-run it.
+                let tx = Tx {
+                    items,
+                    expiry,
+                    tm_node,
+                    node_tms,
+                    now,
+                    revision: Cell::new(self.revision),
+                    emitted: RefCell::new(Vec::new()),
+                    counts: Cell::new(self.counts.map(|c| c as i64)),
+                    watermark: RefCell::new(self.watermark.clone()),
+                    unreclaimed: Cell::new(self.unreclaimed as i64),
+                    announcing_stopped: Cell::new(false),
+                };
+                for (op, due) in batch.iter().zip(due) {
+                    op.apply(&tx, due)?;
+                }
+                for chunk in codec::chunks(&tx.emitted.borrow()) {
+                    events.insert(
+                        &keys::event_key(chunk[0].revision),
+                        codec::encode_chunk(chunk),
+                    )?;
+                }
+                let revision = tx.revision.get();
+                if revision != self.revision {
+                    meta.insert(REVISION_KEY, &revision.to_be_bytes())?;
+                }
+                let counts = tx.counts.get().map(|c| c.max(0) as u64);
+                if counts != self.counts {
+                    meta.insert(COUNTS_KEY, encode_counts(&counts))?;
+                }
+                let watermark = tx.watermark.into_inner();
+                if watermark != self.watermark {
+                    meta.insert(WATERMARK_KEY, watermark.as_slice())?;
+                }
+                let unreclaimed = tx.unreclaimed.get().max(0) as u64;
+                if unreclaimed != self.unreclaimed {
+                    meta.insert(UNRECLAIMED_KEY, &unreclaimed.to_be_bytes())?;
+                }
+                Ok(Transacted {
+                    events: tx.emitted.into_inner(),
+                    revision,
+                    counts,
+                    watermark,
+                    unreclaimed,
+                })
+            })
+            .map_err(|e| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(e) => StoreError::Sled(e),
+            })
+    }
+}
+
+/// One transaction's view of the trees.
+pub(crate) struct Tx<'a> {
+    pub(super) items: &'a TransactionalTree,
+    pub(super) expiry: &'a TransactionalTree,
+    pub(super) tm_node: &'a TransactionalTree,
+    pub(super) node_tms: &'a TransactionalTree,
+    /// Commit time: what counts as expired, and the time stamped on events.
+    pub(super) now: i64,
+    /// The last revision handed out in this transaction.
+    revision: Cell<u64>,
+    /// The events written, in revision order, for publishing once durable.
+    emitted: RefCell<Vec<Event>>,
+    /// Stored items per (kind, action) as this transaction goes.
+    counts: Cell<[i64; 4]>,
+    /// The expiry watermark as this transaction goes.
+    pub(super) watermark: RefCell<Vec<u8>>,
+    /// Expiry entries at or before the watermark, as this transaction goes.
+    unreclaimed: Cell<i64>,
+    /// An announce op met an item not due yet: later ones in this transaction announce
+    /// nothing, since their keys were scanned past it and the watermark must not skip it.
+    pub(super) announcing_stopped: Cell<bool>,
+}
+
+impl Tx<'_> {
+    /// The last revision handed out so far in this transaction.
+    pub(super) fn revision(&self) -> u64 {
+        self.revision.get()
+    }
+
+    /// Records the event of one change under the next revision, for this transaction.
+    pub(super) fn emit(&self, event: EventType, change: Change) -> TxResult<()> {
+        let revision = self.revision.get() + 1;
+        self.revision.set(revision);
+        // Stored with the transaction's other events, in chunks, once all ops have run.
+        let event = Event::new(revision, event, self.now, change);
+        self.emitted.borrow_mut().push(event);
+        Ok(())
+    }
+
+    pub(super) fn emit_item(
+        &self,
+        event: EventType,
+        kind: Kind,
+        id: &str,
+        block: &Block,
+    ) -> TxResult<()> {
+        let item = Item::new(id.to_owned(), block.clone());
+        self.emit(event, Change::Item { kind, item })
+    }
+
+    pub(super) fn add_unreclaimed(&self, delta: i64) {
+        self.unreclaimed.set(self.unreclaimed.get() + delta);
+    }
+
+    /// Whether `(kind, id)`'s `block` has been announced expired (see
+    /// [`crate::store::WATERMARK_KEY`]).
+    pub(super) fn is_announced(&self, kind: Kind, id: &str, block: &Block) -> bool {
+        announced(&self.watermark.borrow(), block.end, kind, id)
+    }
+
+    /// The stored block (active or not) of `(kind, id)`.
+    pub(super) fn read(&self, kind: Kind, id: &str) -> TxResult<Result<Option<Block>, StoreError>> {
+        let key = keys::item_key(kind, id);
+        let Some(bytes) = self.items.get(&key)? else {
+            return Ok(Ok(None));
+        };
+        Ok(codec::decode_block(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Corrupt {
+                key: format!("{}/{id}", kind.plural()),
+                source,
+            }))
+    }
+
+    /// The node `tm` is registered on.
+    pub(super) fn node_of(&self, tm: &str) -> TxResult<Result<Option<String>, StoreError>> {
+        let Some(bytes) = self.tm_node.get(tm.as_bytes())? else {
+            return Ok(Ok(None));
+        };
+        Ok(registration(tm, &bytes).map(Some))
+    }
+
+    pub(super) fn count(&self, kind: Kind, block: &Block, delta: i64) {
+        let mut counts = self.counts.get();
+        counts[count_slot(kind, block.action)] += delta;
+        self.counts.set(counts);
+    }
+
+    /// Stores `new` for `(kind, id)`, moving its expiry entry from `old`'s end to `new`'s.
+    pub(super) fn write(
+        &self,
+        kind: Kind,
+        id: &str,
+        old: Option<&Block>,
+        new: &Block,
+    ) -> TxResult<()> {
+        match old {
+            // Announced: out of the counts already, and its entry goes below.
+            Some(old) if self.is_announced(kind, id, old) => self.add_unreclaimed(-1),
+            Some(old) => self.count(kind, old, -1),
+            None => {}
+        }
+        self.count(kind, new, 1);
+        // Remove the old index entry first: when both ends are equal, the insert below puts
+        // it back (remove-after-insert would lose it).
+        if let Some(old) = old.filter(|b| !b.is_permanent()) {
+            self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
+        }
+        if !new.is_permanent() {
+            self.expiry
+                .insert(keys::expiry_key(new.end, kind, id), &[])?;
+        }
+        self.items
+            .insert(keys::item_key(kind, id), codec::encode_block(new))?;
+        Ok(())
+    }
+
+    /// [`Tx::write`]s `block` over `old` and emits what a subscriber must see.
+    pub(super) fn store(
+        &self,
+        kind: Kind,
+        id: &str,
+        old: Option<&Block>,
+        block: &Block,
+    ) -> TxResult<()> {
+        self.write(kind, id, old, block)?;
+        match old {
+            // Its `expired` event is out already; the new item is simply added.
+            Some(old) if self.is_announced(kind, id, old) => {
+                self.emit_item(EventType::Added, kind, id, block)?
+            }
+            // An expired item the sweeper has not reached yet ends before the new one
+            // starts, so a subscriber sees the old block end first.
+            Some(old) if !old.is_active(self.now) => {
+                self.emit_item(EventType::Expired, kind, id, old)?;
+                self.emit_item(EventType::Added, kind, id, block)?;
+            }
+            Some(_) => self.emit_item(EventType::Merged, kind, id, block)?,
+            None => self.emit_item(EventType::Added, kind, id, block)?,
+        }
+        // An end that came (the request was validated before it) and that the watermark
+        // has already passed: the sweeper will never announce it, so this write does.
+        if self.is_announced(kind, id, block) {
+            self.count(kind, block, -1);
+            self.add_unreclaimed(1);
+            self.emit_item(EventType::Expired, kind, id, block)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes `(kind, id)`, whose stored block is `old`, with its expiry entry.
+    pub(super) fn delete(&self, kind: Kind, id: &str, old: &Block) -> TxResult<()> {
+        if self.is_announced(kind, id, old) {
+            self.add_unreclaimed(-1);
+        } else {
+            self.count(kind, old, -1);
+        }
+        if !old.is_permanent() {
+            self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
+        }
+        self.items.remove(keys::item_key(kind, id))?;
+        Ok(())
+    }
+}
