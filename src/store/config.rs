@@ -1,0 +1,49 @@
+//! How to open the store: the data dir and the knobs of sled, the committer and the feed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{Retention, SEGMENT_BYTES};
+use crate::metrics::Metrics;
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub data_dir: PathBuf,
+    /// sled's page cache budget. RSS runs to a few times this, so it is set explicitly.
+    pub cache_bytes: u64,
+    /// fsync the log file after each group-commit flush, and the blob files sled creates
+    /// (power-loss durability). sled's own flush is `sync_file_range`, which survives a
+    /// killed process but not a power cut.
+    pub fsync: bool,
+    /// sled's segment size for a new data dir (an existing one keeps its own): see
+    /// [`blobs::SEGMENT_BYTES`].
+    pub segment_bytes: usize,
+    /// The most requests one group commit takes.
+    pub max_commit_batch: usize,
+    /// How much of the change log to keep.
+    pub retention: Retention,
+    /// The live feed's ring of recent events; a subscriber that misses some of it catches up
+    /// from the log.
+    pub feed_buffer: usize,
+    /// Where the committer records what it does.
+    pub metrics: Arc<Metrics>,
+}
+
+impl StoreConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            data_dir: data_dir.into(),
+            cache_bytes: 64 * 1024 * 1024,
+            fsync: true,
+            segment_bytes: SEGMENT_BYTES,
+            max_commit_batch: 256,
+            retention: Retention {
+                count: 100_000,
+                max_age_ms: 24 * 3600 * 1000,
+            },
+            feed_buffer: 1024,
+            metrics: Arc::default(),
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! What can go wrong in the store, and which failures are the storage's own (answered 503)
+//! rather than the data's.
+
+use std::path::{Path, PathBuf};
+
+use super::{datadir, CodecError, CommitError};
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("data dir {0} is in use by another process (is another blocklistd running on it?)")]
+    InUse(PathBuf),
+    #[error("not a blocklistd data dir: {0}")]
+    Foreign(String),
+    #[error(
+        "the database has schema version {found}, newer than this binary supports \
+         ({supported}): run a newer blocklistd"
+    )]
+    TooNew { found: u32, supported: u32 },
+    #[error(
+        "sled could not recover the database in {}: {cause}.{}\n{} Keep a copy of the whole \
+         directory, then run `blocklistd --data-dir {} salvage --out items.jsonl` to export \
+         what is still readable, and `blocklistd --data-dir NEW_DIR import items.jsonl` to \
+         load it into a new data dir (docs/operations.md, \"A damaged data dir\")",
+        dir.display(),
+        damage_lines(files),
+        if *untouched {
+            "The data dir was not changed."
+        } else {
+            "sled may have rewritten the end of its log while it tried."
+        },
+        dir.display()
+    )]
+    Damaged {
+        dir: PathBuf,
+        cause: String,
+        /// What looks damaged, one file per line (see [`datadir::damage_report`]).
+        files: Vec<String>,
+        /// Whether the failure was found before sled's recovery ran on the data dir.
+        untouched: bool,
+    },
+    #[error("storage error: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt value under key {key:?}: {source}")]
+    Corrupt { key: String, source: CodecError },
+    /// A write was not committed, or not made durable; [`CommitError`] says why. 503 (see
+    /// [`StoreError::is_unavailable`]): the storage failed, not the request; the detail
+    /// names paths and sled internals, so it goes to the log and the client gets the
+    /// generic message.
+    #[error("the write was not committed: {0}")]
+    NotCommitted(#[from] CommitError),
+    /// A read run on the blocking pool panicked or was cancelled. 503, as a failure of the
+    /// daemon rather than of the request; a panic message is no business of the client's.
+    #[error("read task failed: {0}")]
+    ReadTaskFailed(#[source] tokio::task::JoinError),
+    /// A streamed listing's producer stopped before its last chunk: the body fails rather
+    /// than end early, so a client never takes a cut-off listing for a complete one. Met
+    /// after the status is sent, so no status of its own is ever answered; it counts as
+    /// 503 and stays out of the body like every storage failure.
+    #[error("the listing stopped before its end")]
+    ListingStopped,
+    /// The transaction of a schema upgrade step failed on a storage error. Met while
+    /// opening, so it stops the start (or fails a reopen) rather than reach a client; it
+    /// counts as 503 like the storage error it is, with the detail kept to the log.
+    #[error("upgrade to schema {to} failed: {source}")]
+    UpgradeFailed {
+        to: u32,
+        #[source]
+        source: sled::Error,
+    },
+    #[error("the store is shut down")]
+    Closed,
+    #[error("the database is being reopened after a storage error")]
+    Reopening,
+    #[error(
+        "the disk has not confirmed, within {0:?}, the writes this read depends on; \
+         the answer is withheld rather than risk one a crash could take back"
+    )]
+    NotDurable(std::time::Duration),
+}
+
+impl StoreError {
+    /// [`StoreError::Damaged`] for `dir`, with what [`datadir::damage_report`] finds there.
+    pub(super) fn damaged(dir: &Path, cause: impl Into<String>, untouched: bool) -> StoreError {
+        StoreError::Damaged {
+            dir: dir.to_owned(),
+            cause: cause.into(),
+            files: datadir::damage_report(dir),
+            untouched,
+        }
+    }
+}
+
+/// The damaged files of [`StoreError::Damaged`], as lines of its message.
+fn damage_lines(files: &[String]) -> String {
+    if files.is_empty() {
+        return " No file looks damaged on its own (the log itself may be).".into();
+    }
+    const SHOWN: usize = 10;
+    let mut text = String::from(" Damaged files:");
+    for file in files.iter().take(SHOWN) {
+        text.push_str("\n  ");
+        text.push_str(file);
+    }
+    if files.len() > SHOWN {
+        text.push_str(&format!("\n  … and {} more", files.len() - SHOWN));
+    }
+    text
+}
+
+impl StoreError {
+    /// Whether the failure is the storage's (disk full, I/O error, shutting down) rather than
+    /// a problem with the data: the HTTP layer answers 503 for these.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sled(_)
+                | StoreError::Io(_)
+                | StoreError::NotCommitted(_)
+                | StoreError::ReadTaskFailed(_)
+                | StoreError::ListingStopped
+                | StoreError::UpgradeFailed { .. }
+                | StoreError::Closed
+                | StoreError::Reopening
+                | StoreError::NotDurable(_)
+        )
+    }
+}

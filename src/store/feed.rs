@@ -1,0 +1,137 @@
+//! The revision counters and the change feed: the live broadcast of durable events, the
+//! stored log behind it, and the seqlock that lets a reader tell whether a transaction
+//! committed under its scan.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, watch};
+
+use super::read::bad_key;
+use super::{codec, durable, keys, stamps, ReadMark, Result, Store, StoreError, Watched};
+use crate::model::Event;
+
+/// The revision counters and the live event feed, shared by the committer and readers.
+pub(crate) struct Feed {
+    /// The revision of the last committed transaction (visible in the trees; maybe not yet
+    /// durable).
+    pub committed: AtomicU64,
+    /// Seqlock over transactions: odd while one is being applied. A reader that needs a
+    /// listing consistent with one revision checks it did not move during its scan.
+    pub seq: AtomicU64,
+    /// The revision known durable; listings wait for it to cover what they saw.
+    pub durable: watch::Sender<u64>,
+    /// Durable events, as they commit.
+    pub live: broadcast::Sender<Arc<Event>>,
+    /// The oldest revision still in the log (`committed + 1` when the log is empty).
+    pub first_retained: AtomicU64,
+    /// Stored items per (kind, action), as of the last commit.
+    pub counts: [AtomicU64; 4],
+    /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
+    pub unreclaimed: AtomicU64,
+    /// Which keys changed (or are about to) at which `seq`: for readers that cache, and for
+    /// readers that must not answer before what they read is durable.
+    pub stamps: stamps::ChangeStamps,
+    /// Up to which `seq` everything is durable; see [`durable`].
+    pub durability: durable::Durability,
+}
+
+impl Store {
+    /// The revision of the last committed change.
+    pub fn revision(&self) -> u64 {
+        self.shared.feed.committed.load(Ordering::SeqCst)
+    }
+
+    /// The revision known to be on disk.
+    pub fn durable_revision(&self) -> u64 {
+        *self.shared.feed.durable.borrow()
+    }
+
+    /// The oldest revision whose event is still in the log; `revision() + 1` when empty.
+    pub fn first_retained(&self) -> u64 {
+        self.shared.feed.first_retained.load(Ordering::SeqCst)
+    }
+
+    /// Subscribes to durable events as they commit. Subscribe before reading the log, then
+    /// skip what the log already gave: nothing falls between the two.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.shared.feed.live.subscribe()
+    }
+
+    /// Up to `limit` events with `after < revision <= upto`, in order.
+    pub fn events_between(&self, after: u64, upto: u64, limit: usize) -> Result<Vec<Event>> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        let events = &self.handles()?.trees.events;
+        // Events are stored in chunks under their first revision: start from the chunk
+        // that holds `after + 1`, which may begin before it.
+        let from = keys::event_key(after + 1);
+        let start = match events.range(..=from).next_back() {
+            Some(entry) => entry?.0,
+            None => sled::IVec::from(&from[..]),
+        };
+        let upto_key = sled::IVec::from(&keys::event_key(upto)[..]);
+        let mut out = Vec::new();
+        for entry in events.range(start..=upto_key) {
+            let (key, bytes) = entry?;
+            let first = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
+            let chunk =
+                codec::decode_events(first, &bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!("event {first}"),
+                    source,
+                })?;
+            for event in chunk {
+                if event.revision > after && event.revision <= upto {
+                    out.push(event);
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs a multi-key read built whole in memory (`GET /taskmanagers`) so that it reflects
+    /// exactly one revision, which it returns: the read is retried while a transaction
+    /// commits under it. After a few tries under heavy writes it settles for the revision
+    /// seen before its last read — a lower bound: replaying the feed from it converges to
+    /// the same state, since every event carries the full state after its change.
+    ///
+    /// The streamed listings ([`crate::listing`]) cannot retry a scan whose first chunks are
+    /// already sent, so they always report that lower bound: the revision read before
+    /// their scan starts.
+    pub fn consistent_read<T>(&self, read: impl Fn(&Store) -> Result<T>) -> Result<(T, u64)> {
+        const TRIES: usize = 4;
+        let feed = &self.shared.feed;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let before = feed.seq.load(Ordering::SeqCst);
+            let revision = feed.committed.load(Ordering::SeqCst);
+            let value = read(self)?;
+            let settled = before.is_multiple_of(2) && feed.seq.load(Ordering::SeqCst) == before;
+            if settled || tries == TRIES {
+                return Ok((value, revision));
+            }
+            if !before.is_multiple_of(2) {
+                // A transaction is in flight; they take well under a millisecond.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Where the commit order stands, taken *before* reads whose result a caller keeps;
+    /// `None` while a transaction is being applied (nothing read then may be kept).
+    pub fn read_mark(&self) -> Option<ReadMark> {
+        let seq = self.shared.feed.seq.load(Ordering::SeqCst);
+        seq.is_multiple_of(2).then_some(ReadMark(seq))
+    }
+
+    /// Whether `key` is certainly unchanged since `mark` (false may also mean that a key
+    /// sharing its stamp changed, or that the database was reopened).
+    pub fn unchanged_since(&self, mark: ReadMark, key: Watched<'_>) -> bool {
+        self.shared.feed.stamps.unchanged_since(mark, key)
+    }
+}

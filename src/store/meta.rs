@@ -1,0 +1,125 @@
+//! The `meta` tree: its keys, the item counts and the expiry watermark the committer keeps
+//! there (so neither a scrape nor a start scans the items), and the scans that rebuild or
+//! check them.
+
+use std::ops::Bound;
+
+use sled::Tree;
+
+use super::read::{bad_key, decode};
+use super::{keys, Result, StoreError};
+use crate::model::{Action, Kind};
+
+/// `meta` key of the last revision handed out (u64 big-endian).
+pub(crate) const REVISION_KEY: &[u8] = b"revision";
+
+/// `meta` key of the stored item counts per kind and action: four u64 big-endian, in
+/// [`count_slot`] order. Kept in the same transaction as the items, so metrics never scan.
+pub(crate) const COUNTS_KEY: &[u8] = b"item_counts";
+
+/// `meta` key of the expiry watermark (schema 5): the last expiry key announced expired.
+/// Every item whose expiry key is at or before it has had its `expired` event and left the
+/// counts; its entries may still be in `items` and `expiry` until reclaimed. See
+/// `docs/architecture.md`, "Expiry in two phases".
+pub(crate) const WATERMARK_KEY: &[u8] = b"expiry_watermark";
+
+/// `meta` key of how many items are announced expired but still stored (schema 5; u64
+/// big-endian, absent: 0): the entries at or before the watermark. Kept in the same
+/// transactions, so neither a scrape nor a start scans that backlog, which a crash during
+/// a mass expiry can leave at a million entries.
+pub(crate) const UNRECLAIMED_KEY: &[u8] = b"unreclaimed";
+
+/// Item counts per (kind, action), indexed by [`count_slot`].
+pub type Counts = [u64; 4];
+
+/// The slot of `(kind, action)` in [`Counts`].
+pub fn count_slot(kind: Kind, action: Action) -> usize {
+    let k = match kind {
+        Kind::TaskManager => 0,
+        Kind::Node => 2,
+    };
+    k + match action {
+        Action::MarkBlocked => 0,
+        Action::MarkBlockedAndEvacuateTasks => 1,
+    }
+}
+
+pub(crate) fn encode_counts(counts: &Counts) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_be_bytes()).collect()
+}
+
+pub(crate) fn decode_counts(bytes: &[u8]) -> Option<Counts> {
+    if bytes.len() != 32 {
+        return None;
+    }
+    let mut counts = [0u64; 4];
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        counts[i] = u64::from_be_bytes(chunk.try_into().ok()?);
+    }
+    Some(counts)
+}
+
+/// Counts the stored items not yet announced expired, by scanning (for upgrades and
+/// `verify`).
+pub(crate) fn scan_counts(items: &Tree, watermark: &[u8]) -> Result<Counts> {
+    let mut counts = [0u64; 4];
+    for entry in items.iter() {
+        let (key, bytes) = entry?;
+        let (kind, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+        let block = decode(&key, &bytes)?;
+        if !announced(watermark, block.end, kind, id) {
+            counts[count_slot(kind, block.action)] += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// How many expiry entries are at or before the watermark, by scanning them (for
+/// `verify`).
+pub(super) fn count_unreclaimed(expiry: &Tree, watermark: &[u8]) -> Result<u64> {
+    if watermark.is_empty() {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for key in expiry
+        .range::<&[u8], _>((Bound::Unbounded, Bound::Included(watermark)))
+        .keys()
+    {
+        key?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Where the expiry keys not yet announced begin.
+pub(crate) fn after_watermark(watermark: &[u8]) -> Bound<Vec<u8>> {
+    if watermark.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(watermark.to_vec())
+    }
+}
+
+/// The stored expiry watermark; empty (nothing announced) when there is none yet.
+pub(super) fn read_watermark(meta: &Tree) -> Result<Vec<u8>> {
+    match meta.get(WATERMARK_KEY)? {
+        Some(bytes) if keys::parse_expiry_key(&bytes).is_some() => Ok(bytes.to_vec()),
+        Some(_) => Err(StoreError::Foreign(
+            "its expiry watermark is malformed".into(),
+        )),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Whether the item `(kind, id)` ending at `end` has been announced expired: its expiry
+/// key is at or before the watermark (an empty watermark announces nothing).
+pub(crate) fn announced(watermark: &[u8], end: i64, kind: Kind, id: &str) -> bool {
+    if end == crate::model::PERMANENT || watermark.is_empty() {
+        return false;
+    }
+    // The end decides unless it equals the watermark's; then the whole key does.
+    match keys::expiry_key_end(watermark) {
+        Some(w) if end != w => end < w,
+        _ => keys::expiry_key(end, kind, id).as_slice() <= watermark,
+    }
+}

@@ -1,0 +1,194 @@
+//! Reads: point gets and resumable range scans, straight from the trees. Every read filters
+//! `end <= now` itself, so it never depends on how far the sweeper has got.
+
+use std::ops::Bound;
+
+use super::meta::after_watermark;
+use super::{codec, keys, CodecError, Result, Seen, Store, StoreError, Watched};
+use crate::model::{Block, Item, Kind};
+
+impl Store {
+    /// The active item `(kind, id)` at `now`; `seen` records what the answer depends on.
+    pub fn get(&self, kind: Kind, id: &str, now: i64, seen: &mut Seen) -> Result<Option<Block>> {
+        let key = keys::item_key(kind, id);
+        let bytes = self.handles()?.trees.items.get(&key)?;
+        self.saw(seen, Watched::Item(kind, id));
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let block = decode(&key, &bytes)?;
+        Ok(block.is_active(now).then_some(block))
+    }
+
+    /// Every active item of `kind` at `now`, sorted by id (byte order of UTF-8).
+    pub fn list(&self, kind: Kind, now: i64) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        self.scan_items(kind, None, now, |item| {
+            out.push(item);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the active items of `kind` at `now` in id order, from the first id after
+    /// `after` (from the first of all when `None`), for as long as `visit` returns true.
+    /// Returns true when the scan got past the last item of `kind`.
+    ///
+    /// This is how a listing is read in bounded chunks: each chunk is one call, resumed
+    /// after the last id the previous one visited. The database handles are held for the
+    /// call only — never between chunks, so a slow client cannot delay a reopen after a
+    /// storage fault (a kept `sled::Iter` would also keep the old database, and its file
+    /// lock, alive).
+    pub fn scan_items(
+        &self,
+        kind: Kind,
+        after: Option<&str>,
+        now: i64,
+        mut visit: impl FnMut(Item) -> Result<bool>,
+    ) -> Result<bool> {
+        let from = match after {
+            Some(id) => Bound::Excluded(keys::item_key(kind, id)),
+            None => Bound::Included(keys::item_prefix(kind).to_vec()),
+        };
+        let to = Bound::Excluded(keys::item_prefix_end(kind).to_vec());
+        for entry in self.handles()?.trees.items.range((from, to)) {
+            let (key, bytes) = entry?;
+            let block = decode(&key, &bytes)?;
+            if block.is_active(now) {
+                let (_, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+                if !visit(Item::new(id.to_owned(), block))? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The node task manager `tm` is registered on; `seen` records what the answer depends
+    /// on.
+    pub fn node_of(&self, tm: &str, seen: &mut Seen) -> Result<Option<String>> {
+        let bytes = self.handles()?.trees.tm_node.get(tm.as_bytes())?;
+        self.saw(seen, Watched::Registration(tm));
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        registration(tm, &bytes).map(Some)
+    }
+
+    /// Every registration `(task manager, node)`, sorted by task manager id.
+    pub fn registrations(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        self.scan_registrations(None, |tm, node| {
+            out.push((tm, node));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the registrations `(task manager, node)` in task manager order, from the first
+    /// after `after`, for as long as `visit` returns true; true when it got past the last.
+    /// Resumable in chunks like [`Store::scan_items`].
+    pub fn scan_registrations(
+        &self,
+        after: Option<&str>,
+        mut visit: impl FnMut(String, String) -> Result<bool>,
+    ) -> Result<bool> {
+        let from = match after {
+            Some(tm) => Bound::Excluded(tm.as_bytes().to_vec()),
+            None => Bound::Unbounded,
+        };
+        for entry in self
+            .handles()?
+            .trees
+            .tm_node
+            .range::<Vec<u8>, _>((from, Bound::Unbounded))
+        {
+            let (key, bytes) = entry?;
+            let tm = std::str::from_utf8(&key).map_err(|_| bad_key(&key))?;
+            let node = registration(tm, &bytes)?;
+            if !visit(tm.to_owned(), node)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The task managers registered on `node`, sorted by id: one prefix scan of the index;
+    /// `seen` records what the answer depends on.
+    pub fn task_managers_on(&self, node: &str, seen: &mut Seen) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for key in self
+            .handles()?
+            .trees
+            .node_tms
+            .scan_prefix(keys::node_tm_prefix(node))
+            .keys()
+        {
+            let key = key?;
+            let (_, tm) = keys::parse_node_tm_key(&key).ok_or_else(|| bad_key(&key))?;
+            out.push(tm.to_owned());
+        }
+        self.saw_all(seen);
+        Ok(out)
+    }
+
+    /// The earliest end in the expiry index not yet announced expired, if any.
+    pub fn first_deadline(&self) -> Result<Option<i64>> {
+        let from = after_watermark(&self.shared.sweep.watermark.load());
+        let first = self
+            .handles()?
+            .trees
+            .expiry
+            .range::<Vec<u8>, _>((from, Bound::Unbounded))
+            .keys()
+            .next();
+        match first {
+            Some(key) => {
+                let key = key?;
+                Ok(Some(
+                    keys::expiry_key_end(&key).ok_or_else(|| bad_key(&key))?,
+                ))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `limit` expiry keys of items announced expired but still stored (at or before
+    /// the watermark), earliest first: what reclaiming has left to delete.
+    pub fn reclaimable(&self, limit: usize) -> Result<Vec<Vec<u8>>> {
+        let watermark = self.shared.sweep.watermark.load_full();
+        if watermark.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.handles()?
+            .trees
+            .expiry
+            .range::<Vec<u8>, _>((Bound::Unbounded, Bound::Included(watermark.to_vec())))
+            .keys()
+            .take(limit)
+            .map(|k| Ok(k?.to_vec()))
+            .collect()
+    }
+}
+
+pub(super) fn decode(key: &[u8], bytes: &[u8]) -> Result<Block> {
+    codec::decode_block(bytes).map_err(|source| StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+/// Decodes the registration value of task manager `tm`.
+pub(crate) fn registration(tm: &str, bytes: &[u8]) -> Result<String> {
+    codec::decode_registration(bytes).map_err(|source| StoreError::Corrupt {
+        key: format!("taskmanager registration {tm}"),
+        source,
+    })
+}
+
+pub(super) fn bad_key(key: &[u8]) -> StoreError {
+    StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source: CodecError::Decode("malformed key".into()),
+    }
+}

@@ -1,0 +1,89 @@
+//! How much the store holds: the counters the committer keeps (read without a scan), and
+//! what each tree and the files on disk hold (read by scanning, for diagnostics).
+
+use std::sync::atomic::Ordering;
+
+use super::{Counts, Result, Store};
+
+/// Live entries and bytes of one tree; see [`Store::disk_usage`].
+#[derive(Debug, Clone)]
+pub struct TreeUsage {
+    /// The sled tree's name.
+    pub name: String,
+    pub entries: u64,
+    /// Bytes of keys and values, without sled's own overhead.
+    pub bytes: u64,
+}
+
+/// The live contents of the trees against the size of the database files.
+#[derive(Debug, Clone)]
+pub struct DiskUsage {
+    pub trees: Vec<TreeUsage>,
+    /// What sled reports as its size on disk (the log and its snapshot).
+    pub on_disk: u64,
+}
+
+impl DiskUsage {
+    pub fn live_bytes(&self) -> u64 {
+        self.trees.iter().map(|t| t.bytes).sum()
+    }
+}
+
+impl Store {
+    /// Items announced expired whose storage is not reclaimed yet, as of the last commit.
+    pub fn unreclaimed(&self) -> u64 {
+        self.shared.feed.unreclaimed.load(Ordering::Relaxed)
+    }
+
+    /// Stored items per (kind, action) (expired ones count until announced); see
+    /// [`count_slot`].
+    pub fn item_counts(&self) -> Counts {
+        let c = &self.shared.feed.counts;
+        [0, 1, 2, 3].map(|i| c[i].load(Ordering::Relaxed))
+    }
+
+    /// The database's size on disk, in bytes.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.handles()?.db.size_on_disk()?)
+    }
+
+    /// Counts of entries per tree, for tests and diagnostics: `(items, expiry)`.
+    pub fn tree_sizes(&self) -> Result<(usize, usize)> {
+        let handles = self.handles()?;
+        Ok((handles.trees.items.len(), handles.trees.expiry.len()))
+    }
+
+    /// What each tree holds (entries and bytes of keys and values) against the size of the
+    /// database on disk: sled's log keeps whole leaves and superseded copies of them, so the
+    /// file runs to a few times the live bytes (see `docs/operations.md`). Reads every entry.
+    pub fn disk_usage(&self) -> Result<DiskUsage> {
+        let handles = self.handles()?;
+        let t = &handles.trees;
+        let all = [
+            &t.items,
+            &t.expiry,
+            &t.tm_node,
+            &t.node_tms,
+            &t.events,
+            &t.meta,
+        ];
+        let mut trees = Vec::with_capacity(all.len());
+        for tree in all {
+            let mut usage = TreeUsage {
+                name: String::from_utf8_lossy(&tree.name()).into_owned(),
+                entries: 0,
+                bytes: 0,
+            };
+            for entry in tree.iter() {
+                let (key, value) = entry?;
+                usage.entries += 1;
+                usage.bytes += (key.len() + value.len()) as u64;
+            }
+            trees.push(usage);
+        }
+        Ok(DiskUsage {
+            trees,
+            on_disk: handles.db.size_on_disk()?,
+        })
+    }
+}
