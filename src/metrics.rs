@@ -1,8 +1,11 @@
 //! Prometheus metrics: one registry, shared by the committer, the sweeper and the HTTP layer.
 //!
-//! Gauges that describe the store (items, revision, size on disk) are set from the store at
-//! scrape time — they are kept up to date by the committer (item counts live in `meta`), so
-//! a scrape never scans the blocklist.
+//! Gauges that describe the store (items, revision, size on disk) are set at scrape time
+//! from [`StoreGauges`], which the store reads from what its committer keeps up to date
+//! (item counts live in `meta`), so a scrape never scans the blocklist.
+//!
+//! The store records into these metrics and hands over its gauges; this module imports
+//! nothing of the store, so the dependency runs one way.
 
 use std::sync::atomic::AtomicU64;
 
@@ -14,7 +17,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::model::{Action, EventType, Kind};
-use crate::store::{count_slot, Store};
 
 /// Sweeper lag buckets (seconds): fine around the tens of milliseconds that matter to a
 /// scheduler, coarse beyond.
@@ -45,6 +47,24 @@ pub struct RequestLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
+}
+
+/// What the store reports at scrape time: the gauges [`Metrics::render`] sets.
+#[derive(Debug, Clone, Default)]
+pub struct StoreGauges {
+    /// Stored items per kind and action, every pair once (expired items count until the
+    /// sweeper announces them).
+    pub items: Vec<(Kind, Action, u64)>,
+    /// The revision of the last committed change.
+    pub revision: u64,
+    /// Items announced expired whose storage is still to be reclaimed.
+    pub unreclaimed: u64,
+    /// The deadline the sweeper sleeps until (unix ms); `None` while it works or when
+    /// nothing is due.
+    pub sweeper_next_deadline_ms: Option<i64>,
+    /// The database's size on disk; `None` when it could not be read, and the gauge keeps
+    /// the last size read.
+    pub disk_bytes: Option<u64>,
 }
 
 pub struct Metrics {
@@ -190,35 +210,70 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition, with the store gauges read now. Blocking (reads the data dir's
-    /// size): call off the async workers.
-    pub fn render(&self, store: &Store) -> String {
-        let counts = store.item_counts();
-        for kind in Kind::ALL {
-            for action in [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks] {
-                let labels = ItemLabels {
-                    kind: kind.singular(),
-                    action: action.as_str(),
-                };
-                self.items
-                    .get_or_create(&labels)
-                    .set(counts[count_slot(kind, action)] as i64);
-            }
+    /// The text exposition, with the store's gauges as `store` read them.
+    pub fn render(&self, store: &StoreGauges) -> String {
+        for &(kind, action, count) in &store.items {
+            let labels = ItemLabels {
+                kind: kind.singular(),
+                action: action.as_str(),
+            };
+            self.items.get_or_create(&labels).set(count as i64);
         }
-        self.revision.set(store.revision() as i64);
-        self.unreclaimed.set(store.unreclaimed() as i64);
+        self.revision.set(store.revision as i64);
+        self.unreclaimed.set(store.unreclaimed as i64);
         self.sweeper_next_deadline.set(
             store
-                .sweep_signal()
-                .sleeping_on()
+                .sweeper_next_deadline_ms
                 .map_or(0.0, |ms| ms as f64 / 1000.0),
         );
-        if let Ok(bytes) = store.size_on_disk() {
+        if let Some(bytes) = store.disk_bytes {
             self.disk_bytes.set(bytes as i64);
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String does not fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_gauges_render_under_their_names() {
+        let metrics = Metrics::new();
+        let gauges = StoreGauges {
+            items: vec![
+                (Kind::TaskManager, Action::MarkBlocked, 3),
+                (Kind::Node, Action::MarkBlockedAndEvacuateTasks, 1),
+            ],
+            revision: 42,
+            unreclaimed: 7,
+            sweeper_next_deadline_ms: Some(1_500),
+            disk_bytes: Some(4096),
+        };
+        let text = metrics.render(&gauges);
+        for line in [
+            r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
+            r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
+            "blocklist_revision 42",
+            "blocklist_unreclaimed_items 7",
+            "blocklist_sweeper_next_deadline_timestamp_seconds 1.5",
+            "blocklist_database_size_bytes 4096",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        // A size that could not be read leaves the last one; no deadline reads as 0.
+        let text = metrics.render(&StoreGauges {
+            disk_bytes: None,
+            ..StoreGauges::default()
+        });
+        assert!(text
+            .lines()
+            .any(|l| l == "blocklist_database_size_bytes 4096"));
+        assert!(text
+            .lines()
+            .any(|l| l == "blocklist_sweeper_next_deadline_timestamp_seconds 0.0"));
     }
 }

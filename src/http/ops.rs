@@ -116,7 +116,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
 pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response> {
     let metrics = state.metrics.clone();
     let text = state
-        .blocking(move |store| Ok(metrics.render(store)))
+        .blocking(move |store| Ok(metrics.render(&store.gauges())))
         .await?;
     Ok((
         [(

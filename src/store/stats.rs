@@ -3,7 +3,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Counts, Result, Store};
+use super::{count_slot, Counts, Result, Store};
+use crate::metrics::StoreGauges;
+use crate::model::{Action, Kind};
 
 /// Live entries and bytes of one tree; see [`Store::disk_usage`].
 #[derive(Debug, Clone)]
@@ -40,6 +42,26 @@ impl Store {
     pub fn item_counts(&self) -> Counts {
         let c = &self.shared.feed.counts;
         [0, 1, 2, 3].map(|i| c[i].load(Ordering::Relaxed))
+    }
+
+    /// What a metrics scrape reports of the store, read now: counters, but for the size on
+    /// disk, which reads the data dir (blocking: call off the async workers).
+    pub fn gauges(&self) -> StoreGauges {
+        let counts = self.item_counts();
+        let items = Kind::ALL
+            .into_iter()
+            .flat_map(|kind| {
+                [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks]
+                    .map(|action| (kind, action, counts[count_slot(kind, action)]))
+            })
+            .collect();
+        StoreGauges {
+            items,
+            revision: self.revision(),
+            unreclaimed: self.unreclaimed(),
+            sweeper_next_deadline_ms: self.sweep_signal().sleeping_on(),
+            disk_bytes: self.size_on_disk().ok(),
+        }
     }
 
     /// The database's size on disk, in bytes.
