@@ -1,9 +1,11 @@
 //! What can go wrong in the store, and which failures are the storage's own (answered 503)
-//! rather than the data's.
+//! rather than the data's; and the decoding of stored values, which fails as
+//! [`StoreError::Corrupt`] naming the key.
 
 use std::path::{Path, PathBuf};
 
-use super::{datadir, CodecError, CommitError};
+use super::{codec, datadir, CodecError, CommitError};
+use crate::model::Block;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -127,5 +129,29 @@ impl StoreError {
                 | StoreError::Reopening
                 | StoreError::NotDurable(_)
         )
+    }
+}
+
+/// Decodes the item stored under `key`.
+pub(super) fn decode(key: &[u8], bytes: &[u8]) -> Result<Block> {
+    codec::decode_block(bytes).map_err(|source| StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+/// Decodes the registration value of task manager `tm`.
+pub(crate) fn registration(tm: &str, bytes: &[u8]) -> Result<String> {
+    codec::decode_registration(bytes).map_err(|source| StoreError::Corrupt {
+        key: format!("taskmanager registration {tm}"),
+        source,
+    })
+}
+
+/// The error for a key no encoding in [`super::keys`] produced.
+pub(super) fn bad_key(key: &[u8]) -> StoreError {
+    StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source: CodecError::Decode("malformed key".into()),
     }
 }

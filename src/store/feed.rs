@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, watch};
 
-use super::read::bad_key;
+use super::error::bad_key;
 use super::{codec, durable, keys, stamps, ReadMark, Result, Store, StoreError, Watched};
 use crate::model::Event;
 

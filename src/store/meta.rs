@@ -6,7 +6,7 @@ use std::ops::Bound;
 
 use sled::Tree;
 
-use super::read::{bad_key, decode};
+use super::error::{bad_key, decode};
 use super::{keys, Result, StoreError};
 use crate::model::{Action, Kind};
 

@@ -85,6 +85,7 @@ pub use stats::{DiskUsage, TreeUsage};
 
 // The names the committer, the syncer, migrations and salvage import from the root
 // (`super::…`), wherever in the files above they are defined.
+pub(crate) use error::registration;
 pub(crate) use feed::Feed;
 pub(crate) use meta::{
     after_watermark, announced, encode_counts, scan_counts, COUNTS_KEY, REVISION_KEY,
@@ -92,7 +93,6 @@ pub(crate) use meta::{
 };
 use open::panic_message;
 pub(crate) use open::{open_handles, Opened};
-pub(crate) use read::registration;
 
 use commit::Message;
 

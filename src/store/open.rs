@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwapOption;
 use tokio::sync::{broadcast, mpsc, watch};
 
+use super::error::bad_key;
 use super::meta::{decode_counts, read_watermark, scan_counts};
-use super::read::bad_key;
 use super::{
     blobs, commit, datadir, durable, keys, migrate, salvage, stamps, sync, Counts, Feed, Handles,
     Result, Shared, Store, StoreConfig, StoreError, SweepSignal, Trees, COUNTS_KEY, ITEMS_TREE,

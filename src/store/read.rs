@@ -3,8 +3,9 @@
 
 use std::ops::Bound;
 
+use super::error::{bad_key, decode, registration};
 use super::meta::after_watermark;
-use super::{codec, keys, CodecError, Result, Seen, Store, StoreError, Watched};
+use super::{keys, Result, Seen, Store, Watched};
 use crate::model::{Block, Item, Kind};
 
 impl Store {
@@ -168,27 +169,5 @@ impl Store {
             .take(limit)
             .map(|k| Ok(k?.to_vec()))
             .collect()
-    }
-}
-
-pub(super) fn decode(key: &[u8], bytes: &[u8]) -> Result<Block> {
-    codec::decode_block(bytes).map_err(|source| StoreError::Corrupt {
-        key: String::from_utf8_lossy(key).into_owned(),
-        source,
-    })
-}
-
-/// Decodes the registration value of task manager `tm`.
-pub(crate) fn registration(tm: &str, bytes: &[u8]) -> Result<String> {
-    codec::decode_registration(bytes).map_err(|source| StoreError::Corrupt {
-        key: format!("taskmanager registration {tm}"),
-        source,
-    })
-}
-
-pub(super) fn bad_key(key: &[u8]) -> StoreError {
-    StoreError::Corrupt {
-        key: String::from_utf8_lossy(key).into_owned(),
-        source: CodecError::Decode("malformed key".into()),
     }
 }
