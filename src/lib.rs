@@ -12,6 +12,8 @@
 //!   migrations, the single group-commit writer and its durability (flush + fsync) thread.
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.
 //! - [`sweeper`]: the expiry loop over the store's expiry index.
+//! - [`sweep_signal`]: the sweeper's wake-up protocol, which the committer raises; below
+//!   both the store and the sweeper, so that neither imports the other.
 //! - [`http`]: the axum front end (routes, extractors, the error response, listings
 //!   streamed with back-pressure, and the OpenAPI document generated from the handlers'
 //!   annotations).
@@ -20,7 +22,8 @@
 //! - [`backup`]: export and import as JSON lines.
 //! - [`offline`]: the `check`, `export` and `import` subcommands.
 //! - [`metrics`]: the Prometheus registry.
-//! - [`clock`]: unix-ms wall-clock time.
+//! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
+//!   before what was announced expired.
 
 pub mod backup;
 pub mod check;
@@ -32,6 +35,7 @@ pub mod metrics;
 pub mod model;
 pub mod offline;
 pub mod store;
+pub mod sweep_signal;
 pub mod sweeper;
 pub mod validate;
 

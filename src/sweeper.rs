@@ -18,7 +18,7 @@
 //! sleep, even with nothing due. Readers never depend on us: they filter `end <= now`
 //! themselves, so a late sweep is never visible.
 //!
-//! [`SweepSignal::deadline_added`]: crate::store::SweepSignal::deadline_added
+//! [`SweepSignal::deadline_added`]: crate::sweep_signal::SweepSignal::deadline_added
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

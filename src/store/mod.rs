@@ -61,13 +61,12 @@ mod stats;
 mod sync;
 mod verify;
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwapOption;
 use sled::{Db, Tree};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
@@ -94,6 +93,7 @@ pub(crate) use meta::{
 use open::panic_message;
 pub(crate) use open::{open_handles, Opened};
 
+use crate::sweep_signal::SweepSignal;
 use commit::Message;
 
 /// A handle to the open store. Cloning costs one atomic increment.
@@ -136,90 +136,6 @@ pub(crate) struct Trees {
 const ITEMS_TREE: &str = "items";
 const TM_NODE_TREE: &str = "tm_node";
 
-/// What the committer tells the sweeper: a deadline earlier than the one it sleeps on,
-/// how far expiry has been announced, and when clients last wrote.
-pub struct SweepSignal {
-    /// What a writer's new deadline must come before to wake the sweeper (unix ms): the
-    /// deadline it sleeps until, or [`LOOKING`] while it reads the index.
-    next_deadline: AtomicI64,
-    pub wake: Notify,
-    /// The expiry watermark as of the last commit (see [`WATERMARK_KEY`]); set through
-    /// [`SweepSignal::set_watermark`].
-    pub watermark: ArcSwap<Vec<u8>>,
-    /// The end of the watermark's entry (unix ms; `i64::MIN` when none): everything ending
-    /// by then is announced expired, so no one may take a `now` before it.
-    announced_until: AtomicI64,
-    /// When the last commit with a client's write in it ran (unix ms); reclaiming expired
-    /// items waits for writers to pause.
-    pub last_write: AtomicI64,
-}
-
-/// The end of a watermark's entry; `i64::MIN` for none (nothing announced yet).
-fn announced_until(watermark: &[u8]) -> i64 {
-    keys::expiry_key_end(watermark).unwrap_or(i64::MIN)
-}
-
-/// [`SweepSignal::next_deadline`] while the sweeper reads the index: every deadline a
-/// writer adds then may be one its read missed, so every one wakes it. (Any finite end is
-/// below it; a permanent item has no deadline and is never added.)
-const LOOKING: i64 = i64::MAX;
-
-impl SweepSignal {
-    fn new(watermark: Vec<u8>) -> SweepSignal {
-        SweepSignal {
-            next_deadline: AtomicI64::new(i64::MAX),
-            wake: Notify::new(),
-            announced_until: AtomicI64::new(announced_until(&watermark)),
-            watermark: ArcSwap::from_pointee(watermark),
-            // Start-up counts as a write: clients reconnect and write then.
-            last_write: AtomicI64::new(crate::clock::now_ms()),
-        }
-    }
-
-    /// Publishes the committer's new watermark.
-    pub(crate) fn set_watermark(&self, watermark: &[u8]) {
-        self.announced_until
-            .store(announced_until(watermark), Ordering::SeqCst);
-        self.watermark.store(Arc::new(watermark.to_vec()));
-    }
-
-    /// The current time (unix ms) as every part of the daemon must see it: the wall clock,
-    /// but never before the end of an item already announced expired. After the clock
-    /// steps back (NTP, a restored VM) an item whose `expired` event went out stays expired
-    /// for readers too, not only for the committer.
-    pub fn now(&self) -> i64 {
-        crate::clock::now_ms().max(self.announced_until.load(Ordering::SeqCst))
-    }
-
-    /// Wakes the sweeper if `end` comes before what it sleeps on. `Notify` keeps a permit
-    /// when nobody waits, so a wake-up between its scan and its sleep is not lost.
-    pub fn deadline_added(&self, end: i64) {
-        if end < self.next_deadline.load(Ordering::Acquire) {
-            self.wake.notify_one();
-        }
-    }
-
-    /// The sweeper is about to read the index (its wake-up already armed): until it sleeps
-    /// again, any new deadline wakes it.
-    pub fn looking(&self) {
-        self.next_deadline.store(LOOKING, Ordering::SeqCst);
-    }
-
-    /// The deadline the sweeper sleeps until (unix ms); `None` while it works, or when
-    /// nothing is due.
-    pub fn sleeping_on(&self) -> Option<i64> {
-        let deadline = self.next_deadline.load(Ordering::SeqCst);
-        (deadline != LOOKING && deadline != i64::MAX).then_some(deadline)
-    }
-
-    /// The sweeper will sleep until `deadline` (`None`: no deadline in the index); from now
-    /// on only an earlier one wakes it.
-    pub fn sleeping_until(&self, deadline: Option<i64>) {
-        self.next_deadline
-            .store(deadline.unwrap_or(i64::MAX), Ordering::SeqCst);
-    }
-}
-
 impl Store {
     /// Stops the committer after the requests already queued, and flushes. Blocking.
     pub fn shutdown(&self) -> Result<()> {
@@ -256,88 +172,5 @@ impl Store {
     /// The time readers and validation go by: see [`SweepSignal::now`].
     pub fn now(&self) -> i64 {
         self.shared.sweep.now()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::SweepSignal;
-
-    /// Whether the sweeper, having armed its wake-up before `between` ran, would be woken.
-    async fn wakes(signal: &SweepSignal, between: impl FnOnce(&SweepSignal)) -> bool {
-        let notified = signal.wake.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        between(signal);
-        // A permit makes it ready at once; the wait only bounds the negative case.
-        tokio::time::timeout(Duration::from_millis(20), notified)
-            .await
-            .is_ok()
-    }
-
-    #[tokio::test]
-    async fn a_deadline_added_while_the_sweeper_looks_wakes_it() {
-        let signal = SweepSignal::new(Vec::new());
-        // The index read found nothing, or a later deadline: the write landed after it.
-        assert!(
-            wakes(&signal, |s| {
-                s.looking();
-                s.deadline_added(4_102_444_800_000);
-            })
-            .await
-        );
-        assert!(
-            wakes(&signal, |s| {
-                s.looking();
-                s.deadline_added(i64::MIN + 1);
-            })
-            .await
-        );
-    }
-
-    #[test]
-    fn time_never_goes_back_before_what_was_announced_expired() {
-        let signal = SweepSignal::new(Vec::new());
-        let wall = crate::clock::now_ms();
-        assert!(signal.now() >= wall, "no watermark: the wall clock");
-        // The watermark's end is ahead of the wall clock, as after a step back of the clock.
-        let ahead = wall + 3_600_000;
-        signal.set_watermark(&super::keys::expiry_key(
-            ahead,
-            crate::model::Kind::Node,
-            "n1",
-        ));
-        assert!(signal.now() >= ahead, "{} < {ahead}", signal.now());
-        let key = signal.watermark.load_full();
-        assert_eq!(super::keys::expiry_key_end(&key), Some(ahead));
-    }
-
-    #[tokio::test]
-    async fn while_it_sleeps_only_an_earlier_deadline_wakes_it() {
-        let signal = SweepSignal::new(Vec::new());
-        assert!(
-            !wakes(&signal, |s| {
-                s.sleeping_until(Some(1_000));
-                s.deadline_added(2_000);
-                s.deadline_added(1_000);
-            })
-            .await
-        );
-        assert!(
-            wakes(&signal, |s| {
-                s.sleeping_until(Some(1_000));
-                s.deadline_added(999);
-            })
-            .await
-        );
-        assert!(
-            wakes(&signal, |s| {
-                s.sleeping_until(None);
-                s.deadline_added(4_102_444_800_000);
-            })
-            .await
-        );
     }
 }

@@ -156,7 +156,7 @@ impl Store {
         } else {
             None
         };
-        let sweep = Arc::new(SweepSignal::new(watermark.clone()));
+        let sweep = Arc::new(sweep_signal(watermark.clone()));
         let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
         let handles = Arc::new(handles);
         let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
@@ -240,11 +240,37 @@ fn open_error(dir: &Path, e: sled::Error) -> StoreError {
     }
 }
 
+/// The sweeper's signal for a store whose watermark is `watermark`: it reads the end of a
+/// watermark as of an expiry key, and holds the clock there.
+fn sweep_signal(watermark: Vec<u8>) -> SweepSignal {
+    SweepSignal::new(watermark, keys::expiry_key_end)
+}
+
 /// What a caught panic said.
 pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
         (Some(text), _) => (*text).to_owned(),
         (_, Some(text)) => text.clone(),
         _ => "a panic without a message".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    #[test]
+    fn the_clock_holds_at_the_end_of_the_announced_watermark() {
+        let wall = crate::clock::now_ms();
+        let signal = sweep_signal(Vec::new());
+        assert!(signal.now() >= wall, "no watermark: the wall clock");
+        // The watermark's end is ahead of the wall clock, as after a step back of the clock.
+        let ahead = wall + 3_600_000;
+        signal.set_watermark(&keys::expiry_key(ahead, Kind::Node, "n1"));
+        assert!(signal.now() >= ahead, "{} < {ahead}", signal.now());
+        let key = signal.watermark.load_full();
+        assert_eq!(keys::expiry_key_end(&key), Some(ahead));
+        assert!(sweep_signal(key.to_vec()).now() >= ahead, "as reopened");
     }
 }
