@@ -27,17 +27,19 @@
 //! is due, whether or not the sweeper has reached it.
 //!
 //! # Layout
-//! - `mod.rs`: [`Store`], the handle, and its write entry points (through the committer);
+//! - `mod.rs`: [`Store`], the handle: starting it (the feed, the committer and its
+//!   durability thread) and stopping it;
 //! - `config.rs`: [`StoreConfig`], how to open it;
-//! - `open.rs`: opening (and reopening) the data dir and starting the committer;
-//! - `error.rs`: [`StoreError`], and which failures answer 503;
+//! - `open.rs`: opening (and reopening) the database in the data dir;
+//! - `error.rs`: [`StoreError`], which failures answer 503, and decoding stored values;
 //! - `meta.rs`: the `meta` tree: revision, item counts, the expiry watermark;
 //! - `feed.rs`: revisions, the change feed, consistent and cacheable reads;
 //! - `read.rs`: point gets and resumable scans;
 //! - `verify.rs`: the invariant check;
 //! - `stats.rs`: counts and sizes, for metrics and diagnostics;
 //! - [`keys`], [`codec`]: the byte layouts; `migrate.rs`: schema upgrades;
-//! - `commit.rs`, `sync.rs`: the committer and its durability thread;
+//! - `commit/`: the committer, one file per write operation with its `Store` entry point;
+//!   `pipeline.rs`, `sync.rs`: the hand-over to its durability thread, and that thread;
 //! - `durable.rs`, `stamps.rs`: which reads wait for durability; `blobs.rs`, `datadir.rs`:
 //!   making what sled writes durable; `salvage.rs`: exporting a damaged data dir.
 
@@ -61,12 +63,13 @@ mod stats;
 mod sync;
 mod verify;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwapOption;
 use sled::{Db, Tree};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc, watch};
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
@@ -90,7 +93,7 @@ pub(crate) use meta::{
     after_watermark, announced, encode_counts, scan_counts, COUNTS_KEY, REVISION_KEY,
     UNRECLAIMED_KEY, WATERMARK_KEY,
 };
-use open::panic_message;
+use open::{check_not_foreign, panic_message};
 pub(crate) use open::{open_handles, Opened};
 
 use crate::sweep_signal::SweepSignal;
@@ -137,6 +140,84 @@ const ITEMS_TREE: &str = "items";
 const TM_NODE_TREE: &str = "tm_node";
 
 impl Store {
+    /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts
+    /// the committer thread.
+    pub fn open(config: &StoreConfig) -> Result<Store> {
+        let dir = &config.data_dir;
+        datadir::create(dir)?;
+        check_not_foreign(dir)?;
+        let Opened {
+            handles,
+            revision,
+            counts,
+            first_retained,
+            watermark,
+            unreclaimed,
+        } = open_handles(config)?;
+        let feed = Arc::new(Feed {
+            committed: AtomicU64::new(revision),
+            seq: AtomicU64::new(0),
+            durable: watch::Sender::new(revision),
+            live: broadcast::channel(config.feed_buffer.max(1)).0,
+            first_retained: AtomicU64::new(first_retained),
+            counts: counts.map(AtomicU64::new),
+            unreclaimed: AtomicU64::new(unreclaimed),
+            stamps: stamps::ChangeStamps::new(),
+            durability: durable::Durability::new(),
+        });
+        let log = if config.fsync {
+            Some(Arc::new(std::fs::File::open(dir.join("db"))?))
+        } else {
+            None
+        };
+        let sweep = Arc::new(sweep_signal(watermark.clone()));
+        let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
+        let handles = Arc::new(handles);
+        let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
+        let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let blob_dir = if config.fsync {
+            Some(blobs::BlobDir::open(&dir.join("blobs"))?)
+        } else {
+            None
+        };
+        let (stages, syncer) =
+            sync::spawn(feed.clone(), config.metrics.clone(), sync_failed.clone())?;
+        let committer = commit::Committer {
+            handles: Some(handles),
+            slot: slot.clone(),
+            config: config.clone(),
+            broken: false,
+            log,
+            blobs: blob_dir,
+            requests,
+            stages: Some(stages),
+            syncer: Some(syncer),
+            sync_failed,
+            max_batch: config.max_commit_batch,
+            sweep: sweep.clone(),
+            feed: feed.clone(),
+            revision,
+            counts,
+            watermark,
+            unreclaimed,
+            unpublished: Vec::new(),
+            retention: config.retention,
+            metrics: config.metrics.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("committer".into())
+            .spawn(move || committer.run())?;
+        Ok(Store {
+            shared: Arc::new(Shared {
+                handles: slot,
+                commits,
+                committer: Mutex::new(Some(handle)),
+                sweep,
+                feed,
+            }),
+        })
+    }
+
     /// Stops the committer after the requests already queued, and flushes. Blocking.
     pub fn shutdown(&self) -> Result<()> {
         let handle = self.shared.committer.lock().expect("not poisoned").take();
@@ -172,5 +253,31 @@ impl Store {
     /// The time readers and validation go by: see [`SweepSignal::now`].
     pub fn now(&self) -> i64 {
         self.shared.sweep.now()
+    }
+}
+
+/// The sweeper's signal for a store whose watermark is `watermark`: it reads the end of a
+/// watermark as of an expiry key, and holds the clock there.
+fn sweep_signal(watermark: Vec<u8>) -> SweepSignal {
+    SweepSignal::new(watermark, keys::expiry_key_end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    #[test]
+    fn the_clock_holds_at_the_end_of_the_announced_watermark() {
+        let wall = crate::clock::now_ms();
+        let signal = sweep_signal(Vec::new());
+        assert!(signal.now() >= wall, "no watermark: the wall clock");
+        // The watermark's end is ahead of the wall clock, as after a step back of the clock.
+        let ahead = wall + 3_600_000;
+        signal.set_watermark(&keys::expiry_key(ahead, Kind::Node, "n1"));
+        assert!(signal.now() >= ahead, "{} < {ahead}", signal.now());
+        let key = signal.watermark.load_full();
+        assert_eq!(keys::expiry_key_end(&key), Some(ahead));
+        assert!(sweep_signal(key.to_vec()).now() >= ahead, "as reopened");
     }
 }

@@ -1,20 +1,16 @@
-//! Opening the data dir: refusing a foreign or damaged one, opening sled, upgrading the
-//! schema, reading back what the committer's counters start from, and starting the
-//! committer. Reopening after a storage error goes through [`open_handles`] too.
+//! Opening the database: refusing a foreign or damaged data dir, opening sled, upgrading
+//! the schema, and reading back what the committer's counters start from.
+//! [`super::Store::open`] starts here, and the committer reopens through [`open_handles`]
+//! after a storage error; this file imports nothing of the committer, so the two do not
+//! depend on each other.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwapOption;
-use tokio::sync::{broadcast, mpsc, watch};
 
 use super::error::bad_key;
 use super::meta::{decode_counts, read_watermark, scan_counts};
 use super::{
-    blobs, commit, datadir, durable, keys, migrate, salvage, stamps, sync, Counts, Feed, Handles,
-    Result, Shared, Store, StoreConfig, StoreError, SweepSignal, Trees, COUNTS_KEY, ITEMS_TREE,
-    REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
+    blobs, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig, StoreError,
+    Trees, COUNTS_KEY, ITEMS_TREE, REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
 };
 
 /// What opening a database found, to (re)initialise the counters.
@@ -125,89 +121,9 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     })
 }
 
-impl Store {
-    /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts
-    /// the committer thread.
-    pub fn open(config: &StoreConfig) -> Result<Store> {
-        let dir = &config.data_dir;
-        datadir::create(dir)?;
-        check_not_foreign(dir)?;
-        let Opened {
-            handles,
-            revision,
-            counts,
-            first_retained,
-            watermark,
-            unreclaimed,
-        } = open_handles(config)?;
-        let feed = Arc::new(Feed {
-            committed: AtomicU64::new(revision),
-            seq: AtomicU64::new(0),
-            durable: watch::Sender::new(revision),
-            live: broadcast::channel(config.feed_buffer.max(1)).0,
-            first_retained: AtomicU64::new(first_retained),
-            counts: counts.map(AtomicU64::new),
-            unreclaimed: AtomicU64::new(unreclaimed),
-            stamps: stamps::ChangeStamps::new(),
-            durability: durable::Durability::new(),
-        });
-        let log = if config.fsync {
-            Some(Arc::new(std::fs::File::open(dir.join("db"))?))
-        } else {
-            None
-        };
-        let sweep = Arc::new(sweep_signal(watermark.clone()));
-        let (commits, requests) = mpsc::channel(4 * config.max_commit_batch);
-        let handles = Arc::new(handles);
-        let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
-        let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let blob_dir = if config.fsync {
-            Some(blobs::BlobDir::open(&dir.join("blobs"))?)
-        } else {
-            None
-        };
-        let (stages, syncer) =
-            sync::spawn(feed.clone(), config.metrics.clone(), sync_failed.clone())?;
-        let committer = commit::Committer {
-            handles: Some(handles),
-            slot: slot.clone(),
-            config: config.clone(),
-            broken: false,
-            log,
-            blobs: blob_dir,
-            requests,
-            stages: Some(stages),
-            syncer: Some(syncer),
-            sync_failed,
-            max_batch: config.max_commit_batch,
-            sweep: sweep.clone(),
-            feed: feed.clone(),
-            revision,
-            counts,
-            watermark,
-            unreclaimed,
-            unpublished: Vec::new(),
-            retention: config.retention,
-            metrics: config.metrics.clone(),
-        };
-        let handle = std::thread::Builder::new()
-            .name("committer".into())
-            .spawn(move || committer.run())?;
-        Ok(Store {
-            shared: Arc::new(Shared {
-                handles: slot,
-                commits,
-                committer: Mutex::new(Some(handle)),
-                sweep,
-                feed,
-            }),
-        })
-    }
-}
-
 /// Refuses a non-empty directory that holds none of sled's files: pointing the daemon at
 /// the wrong directory must not litter it with a database.
-fn check_not_foreign(dir: &Path) -> Result<()> {
+pub(super) fn check_not_foreign(dir: &Path) -> Result<()> {
     let mut foreign = Vec::new();
     let mut has_db = false;
     for entry in std::fs::read_dir(dir)? {
@@ -240,37 +156,11 @@ fn open_error(dir: &Path, e: sled::Error) -> StoreError {
     }
 }
 
-/// The sweeper's signal for a store whose watermark is `watermark`: it reads the end of a
-/// watermark as of an expiry key, and holds the clock there.
-fn sweep_signal(watermark: Vec<u8>) -> SweepSignal {
-    SweepSignal::new(watermark, keys::expiry_key_end)
-}
-
 /// What a caught panic said.
 pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
         (Some(text), _) => (*text).to_owned(),
         (_, Some(text)) => text.clone(),
         _ => "a panic without a message".to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Kind;
-
-    #[test]
-    fn the_clock_holds_at_the_end_of_the_announced_watermark() {
-        let wall = crate::clock::now_ms();
-        let signal = sweep_signal(Vec::new());
-        assert!(signal.now() >= wall, "no watermark: the wall clock");
-        // The watermark's end is ahead of the wall clock, as after a step back of the clock.
-        let ahead = wall + 3_600_000;
-        signal.set_watermark(&keys::expiry_key(ahead, Kind::Node, "n1"));
-        assert!(signal.now() >= ahead, "{} < {ahead}", signal.now());
-        let key = signal.watermark.load_full();
-        assert_eq!(keys::expiry_key_end(&key), Some(ahead));
-        assert!(sweep_signal(key.to_vec()).now() >= ahead, "as reopened");
     }
 }
