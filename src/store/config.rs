@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{Retention, SEGMENT_BYTES};
+use super::SEGMENT_BYTES;
 use crate::metrics::Metrics;
 
 /// How to open the store.
@@ -46,4 +46,11 @@ impl StoreConfig {
             metrics: Arc::default(),
         }
     }
+}
+
+/// How many events the log keeps: at most `count`, none older than `max_age_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub count: u64,
+    pub max_age_ms: i64,
 }

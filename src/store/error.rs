@@ -3,8 +3,9 @@
 //! [`StoreError::Corrupt`] naming the key.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{codec, datadir, CodecError, CommitError};
+use super::{codec, datadir, CodecError};
 use crate::model::Block;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -154,4 +155,49 @@ pub(super) fn bad_key(key: &[u8]) -> StoreError {
         key: String::from_utf8_lossy(key).into_owned(),
         source: CodecError::Decode("malformed key".into()),
     }
+}
+
+/// What a caught panic said.
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "a panic without a message".to_owned(),
+    }
+}
+
+/// Why a write was not committed. One cause answers every request of a batch (or of a
+/// sync pass), so it is cheap to clone: the sources are shared.
+///
+/// Each is answered as [`StoreError::NotCommitted`]: a 503 (see
+/// [`StoreError::is_unavailable`]) with the generic "the store is unavailable" message of
+/// `http::error`. The storage failed, not the request, so the client's part is to retry
+/// later; the detail names paths and sled internals and goes to the daemon's log only.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommitError {
+    /// The storage failed earlier and does not work yet: the probe before a reopen (free
+    /// space, then a small synced write in the data dir) failed, so the database stays
+    /// closed and the batch is refused unwritten.
+    #[error("storage probe failed: {0}")]
+    StorageStillFailing(#[source] Arc<std::io::Error>),
+    /// The storage works again but reopening the database on it failed; the batch is
+    /// refused unwritten and the reopen is retried.
+    #[error("reopening failed: {0}")]
+    ReopenFailed(#[source] Arc<StoreError>),
+    /// The batch's transaction, or the read of the expiry index it needs first, failed on
+    /// a storage error: nothing of the batch was written.
+    #[error("{0}")]
+    TransactionFailed(#[source] Arc<StoreError>),
+    /// The transaction committed in memory, but the flush or fsync meant to make it
+    /// durable failed: it may or may not be on disk, which the reopen finds out.
+    #[error("{0}")]
+    SyncFailed(#[source] Arc<StoreError>),
+    /// The transaction committed in memory, but the blob files sled wrote for it could not
+    /// be fsynced: like a failed flush.
+    #[error("fsync of sled's blob files failed: {0}")]
+    BlobSyncFailed(#[source] Arc<std::io::Error>),
+    /// The transaction committed in memory after a flush had failed: sled refuses to make
+    /// anything durable until the database is reopened.
+    #[error("an earlier flush failed; the database is being reopened")]
+    EarlierSyncFailed,
 }

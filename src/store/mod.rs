@@ -73,27 +73,28 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
-pub use commit::{AddOutcome, Expired, Registered, Retention};
-pub use config::StoreConfig;
+pub use commit::{AddOutcome, Expired, Registered};
+pub use config::{Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};
-pub use error::{Result, StoreError};
+pub use error::{CommitError, Result, StoreError};
 pub use meta::{count_slot, Counts};
 pub use migrate::CURRENT as SCHEMA_VERSION;
 pub use open::sled_config;
-pub use pipeline::CommitError;
+
 pub use salvage::{salvage, Salvaged};
 pub use stamps::{ReadMark, Watched};
 pub use stats::{DiskUsage, TreeUsage};
 
 // The names the committer, the syncer, migrations and salvage import from the root
 // (`super::…`), wherever in the files above they are defined.
+use error::panic_message;
 pub(crate) use error::registration;
 pub(crate) use feed::Feed;
 pub(crate) use meta::{
     after_watermark, announced, encode_counts, scan_counts, COUNTS_KEY, REVISION_KEY,
     UNRECLAIMED_KEY, WATERMARK_KEY,
 };
-use open::{check_not_foreign, panic_message};
+use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
 
 use crate::sweep_signal::SweepSignal;

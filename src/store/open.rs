@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::error::bad_key;
+use super::error::{bad_key, panic_message};
 use super::meta::{decode_counts, read_watermark, scan_counts};
 use super::{
     blobs, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig, StoreError,
@@ -153,14 +153,5 @@ fn open_error(dir: &Path, e: sled::Error) -> StoreError {
         }
         sled::Error::Corruption { .. } => StoreError::damaged(dir, e.to_string(), false),
         _ => StoreError::Sled(e),
-    }
-}
-
-/// What a caught panic said.
-pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(text), _) => (*text).to_owned(),
-        (_, Some(text)) => text.clone(),
-        _ => "a panic without a message".to_owned(),
     }
 }

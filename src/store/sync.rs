@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
-use super::pipeline::{publish, CommitError, Group, Stage};
+use super::pipeline::{publish, Group, Stage};
+use super::CommitError;
 use super::{Feed, Handles, StoreError};
 use crate::metrics::Metrics;
 use crate::model::Event;

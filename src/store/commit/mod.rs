@@ -50,14 +50,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::blobs::BlobDir;
 use super::pipeline::{Answer, Decided, Reply, Stage};
-use super::{keys, Counts, Feed, Handles, StoreConfig, StoreError, SweepSignal, Watched};
+use super::{
+    keys, Counts, Feed, Handles, Retention, StoreConfig, StoreError, SweepSignal, Watched,
+};
 use super::{Result, Store};
 use crate::metrics::Metrics;
 use crate::model::Event;
 
 pub use add::AddOutcome;
 pub use announce::Expired;
-pub use prune::Retention;
 pub use register::Registered;
 
 use add::Add;

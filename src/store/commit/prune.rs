@@ -5,13 +5,6 @@ use std::sync::atomic::Ordering;
 use super::Committer;
 use crate::store::{codec, keys};
 
-/// How many events the log keeps: at most `count`, none older than `max_age_ms`.
-#[derive(Debug, Clone, Copy)]
-pub struct Retention {
-    pub count: u64,
-    pub max_age_ms: i64,
-}
-
 /// How many old events one commit prunes beyond as many as it wrote: pruning keeps pace
 /// with any stream of commits and catches up by this much per commit, without stalling
 /// the writers on a long backlog (after a retention change, say).

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Committer, Message};
-use crate::store::pipeline::{publish, CommitError, Stage};
+use crate::store::pipeline::{publish, Stage};
+use crate::store::CommitError;
 use crate::store::{open_handles, Opened, StoreError};
 
 /// How often a failed reopen is retried with no write to trigger it.

@@ -10,7 +10,8 @@ use super::prune::MAX_PRUNE;
 use super::tx::Transacted;
 use super::{earlier, Committer, Message, Op};
 use crate::model::{Change, Event};
-use crate::store::pipeline::{Answer, CommitError, Group, Stage};
+use crate::store::pipeline::{Answer, Group, Stage};
+use crate::store::CommitError;
 use crate::store::{StoreError, Watched};
 
 /// The most items one group commit writes; bigger batches wait for the next round.
