@@ -46,6 +46,10 @@ pub fn export(store: &Store, now: i64) -> store::Result<String> {
     Ok(String::from_utf8(bytes).expect("JSON is UTF-8"))
 }
 
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the signature of every listing producer"
+)]
 fn item_line(_: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
     write_record(out, &Record::Item { kind, item });
     Ok(())

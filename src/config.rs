@@ -197,7 +197,7 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Log level (error, warn, info, debug, trace) or a full filter; RUST_LOG wins when set.
+    /// Log level (error, warn, info, debug, trace) or a full filter; `RUST_LOG` wins when set.
     #[arg(long, env = "BLOCKLISTD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 
@@ -230,7 +230,7 @@ impl Config {
                     .unwrap_or(i64::MAX),
             },
             feed_buffer: 1024,
-            metrics: Default::default(),
+            metrics: std::sync::Arc::default(),
         }
     }
 

@@ -15,7 +15,7 @@
 //! - [`sweep_signal`]: the sweeper's wake-up protocol, which the committer raises; below
 //!   both the store and the sweeper, so that neither imports the other.
 //! - [`http`]: the axum front end (routes, extractors, the error response, listings
-//!   streamed with back-pressure, and the OpenAPI document generated from the handlers'
+//!   streamed with back-pressure, and the `OpenAPI` document generated from the handlers'
 //!   annotations).
 //! - [`listing`]: listings produced in bounded chunks (resumed by key), which the HTTP
 //!   layer streams and the offline export collects.

@@ -151,8 +151,8 @@ pub async fn run(store: Store, min_interval: Duration, reclaim: Reclaim, metrics
                 Duration::from_millis(at.saturating_sub(now) as u64).min(MAX_SLEEP)
             });
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = notified => {}
+            () = tokio::time::sleep(wait) => {}
+            () = notified => {}
         }
     }
 }

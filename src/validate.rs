@@ -314,15 +314,14 @@ fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> 
             ));
             return None;
         }
-        return match now.checked_add(timeout) {
-            Some(end) => Some(end),
-            None => {
-                errors.push(format!(
-                    ".timeout: {timeout} ms from now overflows the end time; omit timeout for a \
-                     permanent block"
-                ));
-                None
-            }
+        return if let Some(end) = now.checked_add(timeout) {
+            Some(end)
+        } else {
+            errors.push(format!(
+                ".timeout: {timeout} ms from now overflows the end time; omit timeout for a \
+                 permanent block"
+            ));
+            None
         };
     }
     if let Some(v) = end {
@@ -462,6 +461,10 @@ mod tests {
 
     const NOW: i64 = 1_700_000_000_000;
 
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "the tests pass `json!` literals"
+    )]
     fn parse(body: Value) -> Result<Vec<NewItem>, Invalid> {
         add_batch(&body, NOW, 100)
     }

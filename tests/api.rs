@@ -243,7 +243,7 @@ async fn ids_with_slashes_spaces_percent_and_non_ascii_round_trip() {
         d.post("/blocklist/nodes", Value::Array(batch)).await.0,
         StatusCode::CREATED
     );
-    let mut sorted: Vec<String> = odd.iter().map(|s| s.to_string()).collect();
+    let mut sorted: Vec<String> = odd.iter().map(std::string::ToString::to_string).collect();
     sorted.sort();
     assert_eq!(ids(&d.get("/blocklist/nodes").await.1), sorted);
     for id in odd {

@@ -134,6 +134,10 @@ async fn bad_ids_in_paths_are_400_and_change_nothing() {
     assert_eq!(d.listing().await, before);
 }
 
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the tests pass `json!` literals"
+)]
 fn body(v: Value) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap()
 }

@@ -215,8 +215,8 @@ async fn race_the_sweeper(flags: &[&str], reclaims: bool) {
             let mut seed = w * 7919 + 1;
             let mut next = move |n: u64| {
                 seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
                 (seed >> 33) % n
             };
             while now_ms() < until {

@@ -33,10 +33,12 @@ struct Ledger {
 
 /// A kill delay that differs from run to run and round to round, 300–1000 ms.
 fn random_delay(round: u64) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
+    let nanos = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos(),
+    );
     Duration::from_millis(300 + (nanos / 1000 + round * 211) % 700)
 }
 

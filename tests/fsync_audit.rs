@@ -207,7 +207,7 @@ fn assert_durable(phases: &[Audit], what: &str) {
             .join("\n"),
         phases
             .iter()
-            .map(|a| a.summary())
+            .map(model::Audit::summary)
             .collect::<Vec<_>>()
             .join("\n")
     );
@@ -321,10 +321,10 @@ fn the_audit_flags_what_is_missing_and_accepts_a_durable_creation() {
     assert_eq!(violations[1].ack.head, "HTTP/1.1 201 Created");
 
     // Synced directories before the response: clean.
-    let synced = r#"101 1000.000500 fsync(5</d/blobs>) = 0 <0.000010>
+    let synced = r"101 1000.000500 fsync(5</d/blobs>) = 0 <0.000010>
 101 1000.000600 fsync(6</d>) = 0 <0.000010>
 101 1000.000700 fsync(7</>) = 0 <0.000010>
-"#;
+";
     let (_, violations) = synthetic(&format!("{synced}{ack}"));
     assert!(violations.is_empty(), "{violations:?}");
 

@@ -1,4 +1,4 @@
-//! The OpenAPI document: what the daemon serves at `GET /openapi.json` is what is checked in
+//! The `OpenAPI` document: what the daemon serves at `GET /openapi.json` is what is checked in
 //! as `docs/openapi.json`, and it describes the routes the daemon really serves.
 //!
 //! To regenerate the checked-in file after an API change:
@@ -120,7 +120,7 @@ async fn the_document_covers_what_the_daemon_serves() {
                 .unwrap();
             match (is_documented, unrouted(resp).await) {
                 (true, Some(answer)) => {
-                    problems.push(format!("{method} {path} is documented but got {answer}"))
+                    problems.push(format!("{method} {path} is documented but got {answer}"));
                 }
                 (false, None) => problems.push(format!(
                     "{method} {path} is served but not in the document (nor in http::ROUTES)"

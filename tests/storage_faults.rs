@@ -100,7 +100,7 @@ async fn a_full_disk_gets_503_keeps_reads_and_recovers_when_space_returns() {
     match status {
         StatusCode::OK => assert_eq!(found["id"], json!(first)),
         StatusCode::SERVICE_UNAVAILABLE => {
-            assert!(found["errors"][0].as_str().unwrap().contains("unavailable"))
+            assert!(found["errors"][0].as_str().unwrap().contains("unavailable"));
         }
         other => panic!("a read during the full disk answered {other}: {found}"),
     }

@@ -4,6 +4,8 @@
 //!
 //! Layout: `upgrade/layouts.rs` builds each version's keys and values from the migration
 //! documents; `upgrade/fixtures.rs` is the blocklist every version's fixture holds.
+// These tests write old formats byte by byte, on purpose without the daemon's encoders.
+#![allow(clippy::big_endian_bytes, clippy::little_endian_bytes)]
 
 mod common;
 #[path = "upgrade/fixtures.rs"]
@@ -38,7 +40,7 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// The item value (format 1) of a permanent evacuating node, cause "disk", started at
-/// 1_700_000_000_000, byte by byte as migrations/0001-initial.md describes it.
+/// `1_700_000_000_000`, byte by byte as migrations/0001-initial.md describes it.
 const N1_FORMAT_1: &[u8] = &[
     1, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 255, 255, 255, 255, 255, 255, 255, 4, b'd',
     b'i', b's', b'k',

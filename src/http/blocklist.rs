@@ -64,6 +64,14 @@ fn node_entry(store: &Store, item: Item, seen: &mut Seen) -> store::Result<NodeE
 const JSON: &str = "application/json";
 
 /// Writes an item as a JSON array element.
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the signature of every listing producer"
+)]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the signature of every listing producer"
+)]
 fn item_json(_: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
     serde_json::to_writer(out, &item).expect("items serialize");
     Ok(())

@@ -1,5 +1,5 @@
 //! The one error type of the HTTP layer, its `{"errors": [...]}` response, and the
-//! reusable error responses of the OpenAPI document.
+//! reusable error responses of the `OpenAPI` document.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -228,8 +228,8 @@ async fn feed_watcher(
                     Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
-                _ = tx.closed() => return,
-                _ = async { let _ = stopping.wait_for(|stop| *stop).await; } => return,
+                () = tx.closed() => return,
+                () = async { let _ = stopping.wait_for(|stop| *stop).await; } => return,
             }
         }
     }

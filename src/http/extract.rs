@@ -28,8 +28,7 @@ impl FromRequest<AppState> for JsonBody {
             .unwrap_or("");
         if !is_json(content_type) {
             return Err(ApiError::UnsupportedMediaType(format!(
-                "the body must be JSON: send Content-Type: application/json (got {:?})",
-                content_type
+                "the body must be JSON: send Content-Type: application/json (got {content_type:?})"
             )));
         }
         // A client that trickles its body must not hold a connection and a task forever.

@@ -41,7 +41,7 @@ pub use reply::REVISION_HEADER;
 pub use state::{AppState, Limits, Shared};
 
 /// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
-/// hand because an axum `Router` cannot list its routes: a unit test checks that the OpenAPI
+/// hand because an axum `Router` cannot list its routes: a unit test checks that the `OpenAPI`
 /// document names exactly these, and `tests/openapi.rs` that the running daemon serves them
 /// (and no other method on their paths). Add a route here when you add it below.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -70,7 +70,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.json"),
 ];
 
-/// The OpenAPI document of this API, as `GET /openapi.json` serves it.
+/// The `OpenAPI` document of this API, as `GET /openapi.json` serves it.
 pub fn openapi_document() -> &'static str {
     openapi::document()
 }
@@ -142,7 +142,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = &mut shutdown => break,
+            () = &mut shutdown => break,
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             tokio::spawn(async move {

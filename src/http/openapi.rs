@@ -1,4 +1,4 @@
-//! The OpenAPI 3 description of the REST API, generated from the code with utoipa, served at
+//! The `OpenAPI` 3 description of the REST API, generated from the code with utoipa, served at
 //! `GET /openapi.json` and checked in as `docs/openapi.json` (`tests/openapi.rs` fails when
 //! the two drift; `UPDATE_OPENAPI=1 cargo test --test openapi` rewrites the file).
 //!

@@ -59,22 +59,19 @@ impl AppState {
                 Ok((listing, first, done.then(|| store.scan_ended())))
             })
             .await?;
-        let body = match end {
-            Some(seen) => {
-                self.store.settle_scan(seen).await?;
-                Body::from(first)
-            }
-            None => {
-                let (chunks, receiver) = mpsc::channel(1);
-                chunks
-                    .try_send(Chunk::More(Bytes::from(first)))
-                    .expect("a new channel has room for one");
-                tokio::spawn(self.clone().produce(route, listing, chunks));
-                Body::from_stream(ChunkStream {
-                    chunks: receiver,
-                    ended: false,
-                })
-            }
+        let body = if let Some(seen) = end {
+            self.store.settle_scan(seen).await?;
+            Body::from(first)
+        } else {
+            let (chunks, receiver) = mpsc::channel(1);
+            chunks
+                .try_send(Chunk::More(Bytes::from(first)))
+                .expect("a new channel has room for one");
+            tokio::spawn(self.clone().produce(route, listing, chunks));
+            Body::from_stream(ChunkStream {
+                chunks: receiver,
+                ended: false,
+            })
         };
         Ok(with_revision(
             revision,

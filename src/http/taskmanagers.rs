@@ -54,7 +54,9 @@ pub(super) struct Registration {
     security((), ("bearerAuth" = [])),
 )]
 pub(super) async fn list(State(state): State<AppState>) -> Result<Response> {
-    let (all, revision) = state.listing(|store| store.registrations()).await?;
+    let (all, revision) = state
+        .listing(super::super::store::Store::registrations)
+        .await?;
     let all: Vec<Registration> = all
         .into_iter()
         .map(|(id, node)| Registration { id, node })

@@ -140,7 +140,7 @@ pub enum CodecError {
 /// Item value, format 1. Frozen: field order and types are the on-disk layout.
 #[derive(Serialize, Deserialize)]
 struct BlockV1 {
-    /// 0 = MARK_BLOCKED, 1 = MARK_BLOCKED_AND_EVACUATE_TASKS.
+    /// 0 = `MARK_BLOCKED`, 1 = `MARK_BLOCKED_AND_EVACUATE_TASKS`.
     action: u8,
     start: i64,
     end: i64,

@@ -20,6 +20,8 @@
 //! The segment size is sled's too: it is fixed when a database is created and recorded in
 //! `conf`; opening it with another size fails. A new data dir gets ours
 //! ([`super::blobs::SEGMENT_BYTES`]); an existing one keeps the size its `conf` records.
+// sled's `conf` carries a little-endian CRC: reading it is reading sled's format.
+#![allow(clippy::little_endian_bytes)]
 
 use std::fs::File;
 use std::io;
@@ -137,7 +139,7 @@ pub(crate) fn damage_report(dir: &Path) -> Vec<String> {
         for entry in entries.flatten() {
             let path = entry.path();
             let is_snapshot = entry.file_name().to_string_lossy().starts_with("snap.");
-            if is_snapshot && entry.metadata().map(|m| m.len()).unwrap_or(0) <= 12 {
+            if is_snapshot && entry.metadata().map_or(0, |m| m.len()) <= 12 {
                 found.push(format!("{}: empty snapshot", path.display()));
             }
         }

@@ -2,6 +2,7 @@
 //! rather than the data's; and the decoding of stored values, which fails as
 //! [`StoreError::Corrupt`] naming the key.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -109,7 +110,7 @@ fn damage_lines(files: &[String]) -> String {
         text.push_str(file);
     }
     if files.len() > SHOWN {
-        text.push_str(&format!("\n  … and {} more", files.len() - SHOWN));
+        let _ = write!(text, "\n  … and {} more", files.len() - SHOWN);
     }
     text
 }

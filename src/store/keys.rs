@@ -20,6 +20,9 @@
 //! Invariant of the expiry key: byte order equals time order, so `range(..=due_bound(now))`
 //! is exactly the set of items due at `now`. That holds because `end` is non-negative (it
 //! is a future unix-ms time when written) and big-endian. Permanent items are not indexed.
+// Byte order is this module's format: every key's layout (see the workspace lints in
+// Cargo.toml).
+#![allow(clippy::big_endian_bytes)]
 
 use crate::model::Kind;
 

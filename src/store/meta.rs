@@ -1,6 +1,9 @@
-//! The `meta` tree: its keys, the item counts and the expiry watermark the committer keeps
-//! there (so neither a scrape nor a start scans the items), and the scans that rebuild or
-//! check them.
+//! The `meta` tree: its keys, the encoding of its values (the only byte-order code outside
+//! `keys` and `codec`), the item counts and the expiry watermark the committer keeps there
+//! (so neither a scrape nor a start scans the items), and the scans that rebuild or check
+//! them.
+// Byte order is this module's format (see the workspace lints in Cargo.toml).
+#![allow(clippy::big_endian_bytes)]
 
 use std::ops::Bound;
 
@@ -44,6 +47,26 @@ pub fn count_slot(kind: Kind, action: Action) -> usize {
     }
 }
 
+/// A `meta` counter (`revision`, `unreclaimed`): u64 big-endian.
+pub(crate) fn encode_u64(value: u64) -> [u8; 8] {
+    value.to_be_bytes()
+}
+
+/// A `meta` counter read back; `None` unless it is 8 bytes.
+pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    bytes.try_into().ok().map(u64::from_be_bytes)
+}
+
+/// `meta/schema_version`: u32 big-endian.
+pub(crate) fn encode_version(version: u32) -> [u8; 4] {
+    version.to_be_bytes()
+}
+
+/// `meta/schema_version` read back; `None` unless it is 4 bytes.
+pub(crate) fn decode_version(bytes: &[u8]) -> Option<u32> {
+    bytes.try_into().ok().map(u32::from_be_bytes)
+}
+
 pub(crate) fn encode_counts(counts: &Counts) -> Vec<u8> {
     counts.iter().flat_map(|c| c.to_be_bytes()).collect()
 }
@@ -63,7 +86,7 @@ pub(crate) fn decode_counts(bytes: &[u8]) -> Option<Counts> {
 /// `verify`).
 pub(crate) fn scan_counts(items: &Tree, watermark: &[u8]) -> Result<Counts> {
     let mut counts = [0u64; 4];
-    for entry in items.iter() {
+    for entry in items {
         let (key, bytes) = entry?;
         let (kind, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
         let block = decode(&key, &bytes)?;

@@ -11,6 +11,7 @@ use std::convert::Infallible;
 use sled::transaction::TransactionError;
 use sled::Db;
 
+use super::meta::{decode_version, encode_u64, encode_version};
 use super::StoreError;
 
 /// The schema version this binary reads and writes.
@@ -33,11 +34,11 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
         && db.is_empty();
     let meta = db.open_tree(META_TREE)?;
     let version = match meta.get(SCHEMA_VERSION_KEY)? {
-        Some(bytes) => decode_version(&bytes)?,
+        Some(bytes) => read_version(&bytes)?,
         None if fresh => {
-            meta.insert(super::REVISION_KEY, &0u64.to_be_bytes())?;
+            meta.insert(super::REVISION_KEY, &encode_u64(0))?;
             meta.insert(super::COUNTS_KEY, super::encode_counts(&[0; 4]))?;
-            meta.insert(SCHEMA_VERSION_KEY, &CURRENT.to_be_bytes())?;
+            meta.insert(SCHEMA_VERSION_KEY, &encode_version(CURRENT))?;
             db.flush()?;
             tracing::info!(schema_version = CURRENT, "created a new database");
             return Ok(());
@@ -79,7 +80,7 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
 
 /// An upgrade step that rewrites nothing (see above).
 fn bump_version(db: &Db, meta: &sled::Tree, to: u32) -> Result<(), StoreError> {
-    meta.insert(SCHEMA_VERSION_KEY, &to.to_be_bytes())?;
+    meta.insert(SCHEMA_VERSION_KEY, &encode_version(to))?;
     db.flush()?;
     tracing::info!(from = to - 1, to, "upgraded the database schema");
     Ok(())
@@ -93,10 +94,10 @@ fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
     let counts = super::encode_counts(&super::scan_counts(&db.open_tree("items")?, &[])?);
     meta.transaction(|meta| {
         if meta.get(super::REVISION_KEY)?.is_none() {
-            meta.insert(super::REVISION_KEY, &0u64.to_be_bytes())?;
+            meta.insert(super::REVISION_KEY, &encode_u64(0))?;
         }
         meta.insert(super::COUNTS_KEY, counts.clone())?;
-        meta.insert(SCHEMA_VERSION_KEY, &2u32.to_be_bytes())?;
+        meta.insert(SCHEMA_VERSION_KEY, &encode_version(2))?;
         Ok::<_, sled::transaction::ConflictableTransactionError<Infallible>>(())
     })
     .map_err(|e| match e {
@@ -108,9 +109,7 @@ fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn decode_version(bytes: &[u8]) -> Result<u32, StoreError> {
-    let bytes: [u8; 4] = bytes.try_into().map_err(|_| {
-        StoreError::Foreign(format!("its schema version has {} bytes", bytes.len()))
-    })?;
-    Ok(u32::from_be_bytes(bytes))
+fn read_version(bytes: &[u8]) -> Result<u32, StoreError> {
+    decode_version(bytes)
+        .ok_or_else(|| StoreError::Foreign(format!("its schema version has {} bytes", bytes.len())))
 }

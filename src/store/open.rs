@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::error::{bad_key, panic_message};
-use super::meta::{decode_counts, read_watermark, scan_counts};
+use super::meta::{decode_counts, decode_u64, read_watermark, scan_counts};
 use super::{
     blobs, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig, StoreError,
     Trees, COUNTS_KEY, ITEMS_TREE, REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
@@ -88,18 +88,17 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         events: db.open_tree("events")?,
         meta: db.open_tree(migrate::META_TREE)?,
     };
-    let revision =
-        match trees.meta.get(REVISION_KEY)? {
-            Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| {
-                StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))
-            })?),
-            None => 0,
-        };
+    let revision = match trees.meta.get(REVISION_KEY)? {
+        Some(bytes) => decode_u64(&bytes).ok_or_else(|| {
+            StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))
+        })?,
+        None => 0,
+    };
     let watermark = read_watermark(&trees.meta)?;
     let unreclaimed = match trees.meta.get(UNRECLAIMED_KEY)? {
-        Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| {
+        Some(bytes) => decode_u64(&bytes).ok_or_else(|| {
             StoreError::Foreign(format!("its unreclaimed count has {} bytes", bytes.len()))
-        })?),
+        })?,
         None => 0,
     };
     let counts = match trees.meta.get(COUNTS_KEY)? {

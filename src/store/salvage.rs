@@ -217,7 +217,7 @@ fn readable(
     skipped: &mut Vec<String>,
 ) -> Vec<(sled::IVec, sled::IVec)> {
     let mut entries = Vec::new();
-    for entry in tree.iter() {
+    for entry in tree {
         match entry {
             Ok(entry) => entries.push(entry),
             Err(e) => {

@@ -74,7 +74,7 @@ impl ChangeStamps {
 
     /// Records that anything may have changed (a reopen that lost unsynced commits).
     pub fn stamp_all(&self, seq: u64) {
-        for slot in self.slots.iter() {
+        for slot in &self.slots {
             slot.store(seq, Ordering::Release);
         }
     }

@@ -96,7 +96,7 @@ impl Store {
                 entries: 0,
                 bytes: 0,
             };
-            for entry in tree.iter() {
+            for entry in tree {
                 let (key, value) = entry?;
                 usage.entries += 1;
                 usage.bytes += (key.len() + value.len()) as u64;

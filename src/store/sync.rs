@@ -127,7 +127,7 @@ impl Syncer {
     }
 }
 
-/// Flushes sled's buffers to the log (pwrite + sync_file_range), then fsyncs the log
+/// Flushes sled's buffers to the log (pwrite + `sync_file_range`), then fsyncs the log
 /// itself, so the groups survive a power cut and not only a killed process. (The blob files
 /// the groups' transactions wrote, normally none, were fsynced by the committer before it
 /// handed them over: `super::blobs`.)

@@ -1,6 +1,6 @@
 //! `verify`: every invariant of the module header, checked against what the trees hold.
 
-use super::meta::{count_unreclaimed, decode_counts, read_watermark, scan_counts};
+use super::meta::{count_unreclaimed, decode_counts, decode_u64, read_watermark, scan_counts};
 use super::{codec, keys, Result, Store, COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY};
 
 impl Store {
@@ -10,7 +10,7 @@ impl Store {
         let handles = self.handles()?;
         let trees = &handles.trees;
         let mut indexed = 0usize;
-        for entry in trees.items.iter() {
+        for entry in &trees.items {
             let (key, bytes) = entry?;
             let Some((kind, id)) = keys::parse_item_key(&key) else {
                 problems.push(format!("items: malformed key {key:?}"));
@@ -58,7 +58,7 @@ impl Store {
                 ));
             }
         }
-        for entry in trees.tm_node.iter() {
+        for entry in &trees.tm_node {
             let (key, bytes) = entry?;
             let tm = String::from_utf8_lossy(&key);
             match codec::decode_registration(&bytes) {
@@ -86,21 +86,19 @@ impl Store {
                 ));
             }
         }
-        let revision = match trees.meta.get(REVISION_KEY)? {
-            Some(bytes) => match <[u8; 8]>::try_from(bytes.as_ref()) {
-                Ok(b) => u64::from_be_bytes(b),
-                Err(_) => {
-                    problems.push("meta: malformed revision".into());
-                    0
-                }
-            },
-            None => {
-                problems.push("meta: no revision".into());
+        let revision = if let Some(bytes) = trees.meta.get(REVISION_KEY)? {
+            if let Some(revision) = decode_u64(&bytes) {
+                revision
+            } else {
+                problems.push("meta: malformed revision".into());
                 0
             }
+        } else {
+            problems.push("meta: no revision".into());
+            0
         };
         let mut expected: Option<u64> = None;
-        for entry in trees.events.iter() {
+        for entry in &trees.events {
             let (key, bytes) = entry?;
             let Some(rev) = keys::parse_event_key(&key) else {
                 problems.push(format!("events: malformed key {key:?}"));

@@ -1,5 +1,6 @@
 //! A raw-socket HTTP/1.1 client, for answers ordinary clients cannot read.
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use reqwest::StatusCode;
@@ -25,7 +26,7 @@ pub fn raw_request(
         body.len()
     );
     if !content_type.is_empty() {
-        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        let _ = write!(head, "Content-Type: {content_type}\r\n");
     }
     head.push_str("\r\n");
     conn.write_all(head.as_bytes()).expect("write headers");

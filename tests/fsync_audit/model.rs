@@ -24,7 +24,7 @@ pub(crate) struct Node {
     pub(crate) syncs: Vec<(u64, u64)>,
     /// Exits of the writes to it.
     pub(crate) writes: Vec<u64>,
-    /// close() calls on it: (entry, exit).
+    /// `close()` calls on it: (entry, exit).
     pub(crate) closes: Vec<(u64, u64)>,
 }
 
@@ -55,7 +55,7 @@ pub(crate) struct Audit {
     pub(crate) nodes: Vec<Node>,
     pub(crate) acks: Vec<Ack>,
     pub(crate) violations: Vec<Violation>,
-    /// fsync, fdatasync and sync_file_range calls: (path, call, thread) → count; blob
+    /// fsync, fdatasync and `sync_file_range` calls: (path, call, thread) → count; blob
     /// files as `blobs/*`.
     pub(crate) syncs: BTreeMap<(String, String, String), usize>,
     /// Thread names, read from /proc while the daemon ran.
@@ -109,8 +109,7 @@ pub(crate) fn audit(
         }
         let base = dirfd
             .and_then(|d| decoration(d))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| cwd.to_owned());
+            .map_or_else(|| cwd.to_owned(), PathBuf::from);
         normalize(&base.join(p))
     };
     let create = |nodes: &mut Vec<Node>,
@@ -147,18 +146,17 @@ pub(crate) fn audit(
                 if c.name != "creat" && !flags.contains("O_CREAT") {
                     continue;
                 }
-                let path = match decoration(&c.ret) {
-                    Some(p) => PathBuf::from(p),
-                    None => {
-                        let (dirfd, name) = match c.name.as_str() {
-                            "open" | "creat" => (None, arg(0)),
-                            _ => (arg(0), arg(1)),
-                        };
-                        let Some(name) = name.and_then(|n| c_string(n)) else {
-                            continue;
-                        };
-                        resolve(dirfd, &name)
-                    }
+                let path = if let Some(p) = decoration(&c.ret) {
+                    PathBuf::from(p)
+                } else {
+                    let (dirfd, name) = match c.name.as_str() {
+                        "open" | "creat" => (None, arg(0)),
+                        _ => (arg(0), arg(1)),
+                    };
+                    let Some(name) = name.and_then(|n| c_string(n)) else {
+                        continue;
+                    };
+                    resolve(dirfd, &name)
                 };
                 if flags.contains("O_EXCL") || !(live.contains_key(&path) || old.contains(&path)) {
                     create(

@@ -193,6 +193,10 @@ pub struct Op {
 }
 
 /// The sequential specification: the next state and the answer of `call` on `state`.
+#[expect(
+    clippy::ref_option,
+    reason = "the state is matched as a pair with the call"
+)]
 fn apply(state: &Option<Block>, call: &Call) -> (Option<Block>, Outcome) {
     match (call, state) {
         (Call::Add { action, cause, .. }, None) => {
@@ -508,7 +512,7 @@ pub fn violations(
             break;
         };
         rest = &rest[next..];
-        initial = any.clone();
+        initial.clone_from(&any);
     }
     found
 }
@@ -566,7 +570,7 @@ fn first_violation(
     hi = hi.min(answers.len() - 1);
     let mut lo = hi / 2;
     while lo < hi {
-        let mid = (lo + hi) / 2;
+        let mid = usize::midpoint(lo, hi);
         if fails_by(mid) {
             hi = mid;
         } else {
@@ -596,7 +600,7 @@ fn first_violation(
             step *= 2;
         };
         while passes - failing > 1 {
-            let mid = (failing + passes) / 2;
+            let mid = usize::midpoint(failing, passes);
             if fails_from(mid) {
                 failing = mid;
             } else {
@@ -623,9 +627,13 @@ fn first_violation(
                 .filter(|&i| keep[i] && spare_read(&witness[i]))
                 .collect();
             for block in reads.chunks(run).rev() {
-                block.iter().for_each(|&i| keep[i] = false);
+                for &i in block {
+                    keep[i] = false;
+                }
                 if !fails(&kept(&keep), initial) {
-                    block.iter().for_each(|&i| keep[i] = true);
+                    for &i in block {
+                        keep[i] = true;
+                    }
                 }
             }
             run /= 2;

@@ -108,7 +108,7 @@ fn a_read_of_what_the_kill_took_back_is_rejected() {
 fn a_witness_is_cut_down_to_the_ops_that_matter() {
     let mut ops = Vec::new();
     for n in 0..50 {
-        let at = n as f64 * 10.0;
+        let at = f64::from(n) * 10.0;
         ops.push(op(
             0,
             0,
@@ -342,7 +342,6 @@ fn a_long_history_checks_quickly() {
         let (call, outcome) = match n % 4 {
             0 if present => (Call::Delete, Outcome::Removed),
             0 => (add(MarkBlocked, "net", false), Outcome::Created),
-            1 => (Call::Get, read(present.then_some((MarkBlocked, "net")))),
             2 => (Call::Check, read(present.then_some((MarkBlocked, "net")))),
             _ => (Call::Get, read(present.then_some((MarkBlocked, "net")))),
         };

@@ -38,9 +38,10 @@ pub fn available(what: &str, ok: bool, test: &str) -> bool {
     if ok {
         return true;
     }
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set but {what}: {test} cannot run (CI must provide it)");
-    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but {what}: {test} cannot run (CI must provide it)"
+    );
     // Straight to the process's stderr: the test harness captures `eprintln!` of tests
     // that pass, and a skip must be seen.
     let banner = "!".repeat(72);
@@ -139,22 +140,21 @@ impl Running {
             for _ in lines {} // keep the pipe drained
         });
         let failed = |child: &mut Child| {
-            let status = match child.try_wait() {
-                Ok(Some(status)) => Some(status),
-                _ => {
-                    // Silent or just closing its stdout: give it a moment to exit by itself.
-                    let start = Instant::now();
-                    loop {
-                        if let Ok(Some(status)) = child.try_wait() {
-                            break Some(status);
-                        }
-                        if start.elapsed() > Duration::from_secs(2) {
-                            let _ = child.kill();
-                            let _ = child.wait();
-                            break None;
-                        }
-                        std::thread::sleep(Duration::from_millis(10));
+            let status = if let Ok(Some(status)) = child.try_wait() {
+                Some(status)
+            } else {
+                // Silent or just closing its stdout: give it a moment to exit by itself.
+                let start = Instant::now();
+                loop {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        break Some(status);
                     }
+                    if start.elapsed() > Duration::from_secs(2) {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             };
             StartFailure {
@@ -162,9 +162,8 @@ impl Running {
                 log: std::fs::read_to_string(log).unwrap_or_default(),
             }
         };
-        let line = match rx.recv_timeout(DEADLINE) {
-            Ok(Some(line)) => line,
-            _ => return Err(failed(&mut child)),
+        let Ok(Some(line)) = rx.recv_timeout(DEADLINE) else {
+            return Err(failed(&mut child));
         };
         let addr = line
             .strip_prefix("listening on ")
@@ -218,9 +217,10 @@ impl Running {
                 self.exited = true;
                 return status;
             }
-            if start.elapsed() > DEADLINE {
-                panic!("the daemon did not exit within {DEADLINE:?} of SIGTERM");
-            }
+            assert!(
+                start.elapsed() <= DEADLINE,
+                "the daemon did not exit within {DEADLINE:?} of SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -458,7 +458,12 @@ pub async fn lost(d: &Running, ledger: &Ledger) -> BTreeMap<String, Vec<String>>
         .map(|it| (it["id"].as_str().unwrap(), it["cause"].as_str().unwrap()))
         .collect();
     for (id, causes) in &ledger.causes {
-        let mut seen = vec![("listing", present.get(id.as_str()).map(|c| c.to_string()))];
+        let mut seen = vec![(
+            "listing",
+            present
+                .get(id.as_str())
+                .map(std::string::ToString::to_string),
+        )];
         // The long-causes ids also by a point read (a different path through the store).
         if causes.iter().any(|c| c.len() >= LONG_CAUSE_BYTES) {
             let resp = d

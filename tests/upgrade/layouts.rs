@@ -98,8 +98,8 @@ pub fn v2_revision(revision: u64) -> [u8; 8] {
     revision.to_be_bytes()
 }
 
-/// The slot of (kind, action) in `meta/item_counts`: (taskmanager, MARK_BLOCKED),
-/// (taskmanager, MARK_BLOCKED_AND_EVACUATE_TASKS), (node, …), (node, …).
+/// The slot of (kind, action) in `meta/item_counts`: (taskmanager, `MARK_BLOCKED`),
+/// (taskmanager, `MARK_BLOCKED_AND_EVACUATE_TASKS`), (node, …), (node, …).
 pub fn v2_count_slot(kind: u8, action: u8) -> usize {
     usize::from(kind == NODE) * 2 + usize::from(action)
 }

@@ -159,7 +159,7 @@ pub struct StoreSplit {
     pub encode: Duration,
     /// The sled transaction over items + expiry.
     pub transaction: Duration,
-    /// `Db::flush()` (sled's write of its buffers: pwrite + sync_file_range).
+    /// `Db::flush()` (sled's write of its buffers: pwrite + `sync_file_range`).
     pub flush: Duration,
     /// `fdatasync` of the log.
     pub fsync: Duration,

@@ -29,7 +29,11 @@ impl Http {
     }
 
     async fn ensure_connected(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, String> {
-        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+        if self
+            .sender
+            .as_ref()
+            .is_none_or(hyper::client::conn::http1::SendRequest::is_closed)
+        {
             let stream = TcpStream::connect(self.addr)
                 .await
                 .map_err(|e| format!("connect {}: {e}", self.addr))?;

@@ -178,17 +178,14 @@ fn main() -> ExitCode {
     };
     // On SIGINT/SIGTERM the run is dropped, and with it every child process (daemons, the
     // ceiling server, redis-server): nothing outlives an interrupted bench.
-    let (rows, failed) = match runtime.block_on(async {
+    let Some((rows, failed)) = runtime.block_on(async {
         tokio::select! {
             result = run(&args, settings.clone(), daemon) => Some(result),
-            _ = interrupted => None,
+            () = interrupted => None,
         }
-    }) {
-        Some(result) => result,
-        None => {
-            eprintln!("blocklist-bench: interrupted");
-            return ExitCode::from(130);
-        }
+    }) else {
+        eprintln!("blocklist-bench: interrupted");
+        return ExitCode::from(130);
     };
     let machine = Machine::probe();
     println!(

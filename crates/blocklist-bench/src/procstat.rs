@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-/// Linux reports `utime`/`stime` in USER_HZ ticks, which is 100 on every architecture the
+/// Linux reports `utime`/`stime` in `USER_HZ` ticks, which is 100 on every architecture the
 /// kernel ABI exposes to user space (the kernel converts from its internal HZ).
 const TICKS_PER_SECOND: f64 = 100.0;
 

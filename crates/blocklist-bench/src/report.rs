@@ -151,11 +151,9 @@ impl Machine {
             .lines()
             .find(|l| l.starts_with("model name"))
             .and_then(|l| l.split(':').nth(1))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|| "unknown".into());
+            .map_or_else(|| "unknown".into(), |s| s.trim().to_owned());
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| "unknown".into());
+            .map_or_else(|_| "unknown".into(), |s| s.trim().to_owned());
         let mem_total_kb = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|m| {
@@ -166,7 +164,7 @@ impl Machine {
             })
             .unwrap_or(0);
         Machine {
-            nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            nproc: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             cpu_model,
             kernel,
             mem_total_kb,

@@ -91,8 +91,8 @@ pub struct AddArgs {
     /// One or more ids.
     #[arg(required = true)]
     pub ids: Vec<String>,
-    /// `block` (MARK_BLOCKED: place nothing new there) or `evacuate`
-    /// (MARK_BLOCKED_AND_EVACUATE_TASKS: also move running work away). The FLIP-224 names
+    /// `block` (`MARK_BLOCKED`: place nothing new there) or `evacuate`
+    /// (`MARK_BLOCKED_AND_EVACUATE_TASKS`: also move running work away). The FLIP-224 names
     /// are accepted too, in any case.
     #[arg(long, value_enum, ignore_case = true, default_value = "block")]
     pub action: ActionArg,

@@ -16,6 +16,7 @@ mod client;
 mod render;
 mod watch;
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -35,7 +36,7 @@ fn main() -> ExitCode {
             let _ = e.print();
             // clap would exit 2 on a usage error, but 2 means "cannot reach the server"
             // here, which scripts may retry; a bad command line is a refusal (1).
-            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+            return ExitCode::from(u8::from(e.use_stderr()));
         }
     };
     // One request at a time: a single-threaded runtime is all it takes.
@@ -159,12 +160,12 @@ async fn get(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Fa
     let mut text = render::items_table(&[(kind.singular(), &item)], now(), &chrono::Local);
     if let Some(tms) = &item.task_managers {
         let id = render::clean(&item.id);
-        text.push_str(&if tms.is_empty() {
-            format!("no task manager is registered on node {id}\n")
+        if tms.is_empty() {
+            let _ = writeln!(text, "no task manager is registered on node {id}");
         } else {
             let tms: Vec<String> = tms.iter().map(|tm| render::clean(tm)).collect();
-            format!("task managers on node {id}: {}\n", tms.join(", "))
-        });
+            let _ = writeln!(text, "task managers on node {id}: {}", tms.join(", "));
+        }
     }
     emit(&text);
     Ok(())
@@ -219,13 +220,14 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
     let mut seen = std::collections::HashSet::new();
     for id in &args.ids {
         if seen.insert(id) && !merged.iter().any(|m| &m.id == id) {
-            text.push_str(&format!(
-                "blocked {} {}: {}, ends {}\n",
+            let _ = writeln!(
+                text,
+                "blocked {} {}: {}, ends {}",
                 noun(kind),
                 render::clean(id),
                 render::action_name(action.as_str()),
                 render::end_time(end, now, &chrono::Local)
-            ));
+            );
         }
     }
     if !merged.is_empty() {

@@ -130,7 +130,10 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let mut out = String::new();
-    let header_row: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    let header_row: Vec<String> = headers
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     for row in std::iter::once(&header_row).chain(rows) {
         let last = row.len().saturating_sub(1);
         for (i, cell) in row.iter().enumerate() {
@@ -188,7 +191,7 @@ where
     if !answer.blocked {
         return format!("{who} is not blocked\n");
     }
-    let action = answer.action.as_deref().map(action_name).unwrap_or("?");
+    let action = answer.action.as_deref().map_or("?", action_name);
     let rows: Vec<(&str, &ItemView)> = answer
         .blocked_by
         .iter()

@@ -58,7 +58,7 @@ async fn follow(client: &Client, since: Option<u64>, json: bool) -> Result<(), F
             Ok(End::Closed) => eprintln!("blocklist: the server ended the stream; reconnecting"),
             Ok(End::Dropped(why)) => eprintln!("blocklist: connection lost ({why}); reconnecting"),
             Err(Failure::Unreachable(why)) if connected_before => {
-                eprintln!("blocklist: {why}; retrying in {delay:?}")
+                eprintln!("blocklist: {why}; retrying in {delay:?}");
             }
             Err(failure) => return Err(failure),
         }

@@ -69,7 +69,7 @@ impl Command for Announce {
                     }
                     tx.count(kind, &block, -1);
                     tx.add_unreclaimed(1);
-                    tx.emit_item(EventType::Expired, kind, id, &block)?;
+                    tx.emit_item(EventType::Expired, kind, id, &block);
                     expired.push(Expired {
                         kind,
                         item: Item::new(id.to_owned(), block),

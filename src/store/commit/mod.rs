@@ -122,7 +122,7 @@ impl Op {
     /// Visits every key it may change (`due`: what an announce takes), for the change
     /// stamps.
     fn touched(&self, due: &[Vec<u8>], visit: impl FnMut(Watched<'_>)) {
-        with_request!(self, request => request.command.touched(due, visit))
+        with_request!(self, request => request.command.touched(due, visit));
     }
 
     /// Applies it in the batch's transaction `tx` and keeps what it decided.
@@ -137,7 +137,7 @@ impl Op {
 
     /// Answers `error` at once: it was not committed.
     fn fail(self, error: StoreError) {
-        with_request!(self, request => request.fail(error))
+        with_request!(self, request => request.fail(error));
     }
 }
 
@@ -217,6 +217,7 @@ impl<C: Command> Request<C> {
         }
     }
 
+    #[expect(clippy::unused_self, reason = "called through the type-erased `Op`")]
     fn is_client_write(&self) -> bool {
         C::CLIENT_WRITE
     }

@@ -65,7 +65,7 @@ impl Command for Register {
                 tx.tm_node
                     .insert(tm.as_bytes(), codec::encode_registration(node))?;
                 tx.node_tms.insert(keys::node_tm_key(node, tm), &[])?;
-                tx.emit(EventType::Registered, registration_change(tm, node))?;
+                tx.emit(EventType::Registered, registration_change(tm, node));
             }
             results.push(result);
         }
@@ -107,7 +107,7 @@ pub(super) fn unregister(tx: &Tx<'_>, tm: &str) -> TxResult<Result<Option<String
     if let Some(node) = &old {
         tx.tm_node.remove(tm.as_bytes())?;
         tx.node_tms.remove(keys::node_tm_key(node, tm))?;
-        tx.emit(EventType::Unregistered, registration_change(tm, node))?;
+        tx.emit(EventType::Unregistered, registration_change(tm, node));
     }
     Ok(Ok(old))
 }

@@ -54,7 +54,7 @@ pub(super) fn remove(tx: &Tx<'_>, kind: Kind, id: &str) -> TxResult<Result<Optio
     } else {
         EventType::Expired
     };
-    tx.emit_item(event, kind, id, &old)?;
+    tx.emit_item(event, kind, id, &old);
     Ok(Ok(old
         .is_active(tx.now)
         .then(|| Item::new(id.to_owned(), old))))

@@ -12,6 +12,7 @@ use sled::Transactional;
 
 use super::{Committer, Op};
 use crate::model::{Block, Change, Event, EventType, Item, Kind};
+use crate::store::meta::encode_u64;
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, StoreError,
     COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
@@ -75,7 +76,7 @@ impl Committer {
                 }
                 let revision = tx.revision.get();
                 if revision != self.revision {
-                    meta.insert(REVISION_KEY, &revision.to_be_bytes())?;
+                    meta.insert(REVISION_KEY, &encode_u64(revision))?;
                 }
                 let counts = tx.counts.get().map(|c| c.max(0) as u64);
                 if counts != self.counts {
@@ -87,7 +88,7 @@ impl Committer {
                 }
                 let unreclaimed = tx.unreclaimed.get().max(0) as u64;
                 if unreclaimed != self.unreclaimed {
-                    meta.insert(UNRECLAIMED_KEY, &unreclaimed.to_be_bytes())?;
+                    meta.insert(UNRECLAIMED_KEY, &encode_u64(unreclaimed))?;
                 }
                 Ok(Transacted {
                     events: tx.emitted.into_inner(),
@@ -134,24 +135,17 @@ impl Tx<'_> {
     }
 
     /// Records the event of one change under the next revision, for this transaction.
-    pub(super) fn emit(&self, event: EventType, change: Change) -> TxResult<()> {
+    pub(super) fn emit(&self, event: EventType, change: Change) {
         let revision = self.revision.get() + 1;
         self.revision.set(revision);
         // Stored with the transaction's other events, in chunks, once all ops have run.
         let event = Event::new(revision, event, self.now, change);
         self.emitted.borrow_mut().push(event);
-        Ok(())
     }
 
-    pub(super) fn emit_item(
-        &self,
-        event: EventType,
-        kind: Kind,
-        id: &str,
-        block: &Block,
-    ) -> TxResult<()> {
+    pub(super) fn emit_item(&self, event: EventType, kind: Kind, id: &str, block: &Block) {
         let item = Item::new(id.to_owned(), block.clone());
-        self.emit(event, Change::Item { kind, item })
+        self.emit(event, Change::Item { kind, item });
     }
 
     pub(super) fn add_unreclaimed(&self, delta: i64) {
@@ -233,23 +227,23 @@ impl Tx<'_> {
         match old {
             // Its `expired` event is out already; the new item is simply added.
             Some(old) if self.is_announced(kind, id, old) => {
-                self.emit_item(EventType::Added, kind, id, block)?
+                self.emit_item(EventType::Added, kind, id, block);
             }
             // An expired item the sweeper has not reached yet ends before the new one
             // starts, so a subscriber sees the old block end first.
             Some(old) if !old.is_active(self.now) => {
-                self.emit_item(EventType::Expired, kind, id, old)?;
-                self.emit_item(EventType::Added, kind, id, block)?;
+                self.emit_item(EventType::Expired, kind, id, old);
+                self.emit_item(EventType::Added, kind, id, block);
             }
-            Some(_) => self.emit_item(EventType::Merged, kind, id, block)?,
-            None => self.emit_item(EventType::Added, kind, id, block)?,
+            Some(_) => self.emit_item(EventType::Merged, kind, id, block),
+            None => self.emit_item(EventType::Added, kind, id, block),
         }
         // An end that came (the request was validated before it) and that the watermark
         // has already passed: the sweeper will never announce it, so this write does.
         if self.is_announced(kind, id, block) {
             self.count(kind, block, -1);
             self.add_unreclaimed(1);
-            self.emit_item(EventType::Expired, kind, id, block)?;
+            self.emit_item(EventType::Expired, kind, id, block);
         }
         Ok(())
     }
