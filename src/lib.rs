@@ -20,7 +20,7 @@
 //! - [`listing`]: listings produced in bounded chunks (resumed by key), which the HTTP
 //!   layer streams and the offline export collects.
 //! - [`backup`]: export and import as JSON lines.
-//! - [`offline`]: the `check`, `export` and `import` subcommands.
+//! - [`offline`]: the `check`, `export`, `salvage` and `import` subcommands.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
