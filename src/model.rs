@@ -155,7 +155,10 @@ pub struct Item {
     /// Unix ms when the item was first created; kept across merges.
     pub start_timestamp: i64,
     /// Unix ms when the item stops blocking; 9223372036854775807 (Long.MAX_VALUE) = permanent.
-    #[expect(clippy::doc_markdown, reason = "the published OpenAPI text of the field")]
+    #[expect(
+        clippy::doc_markdown,
+        reason = "the published OpenAPI text of the field"
+    )]
     pub end_timestamp: i64,
     /// Why; merged causes are joined with `,`.
     pub cause: String,

@@ -11,19 +11,6 @@ use serde_json::{json, Value};
 const MB: &str = "MARK_BLOCKED";
 const EVAC: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
 
-fn summary(events: &[FeedEvent]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .map(|e| (e.event.clone(), e.data["id"].as_str().unwrap().to_owned()))
-        .collect()
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
-}
-
 #[tokio::test]
 async fn list_then_watch_sees_exactly_the_changes_in_order() {
     let mut ws = Workspace::new();

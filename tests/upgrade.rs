@@ -26,19 +26,6 @@ use serde_json::{json, Value};
 const MB: &str = "MARK_BLOCKED";
 const EVAC: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
 
-fn summary(events: &[FeedEvent]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .map(|e| (e.event.clone(), e.data["id"].as_str().unwrap().to_owned()))
-        .collect()
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
-}
-
 /// The item value (format 1) of a permanent evacuating node, cause "disk", started at
 /// `1_700_000_000_000`, byte by byte as migrations/0001-initial.md describes it.
 const N1_FORMAT_1: &[u8] = &[

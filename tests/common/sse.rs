@@ -125,3 +125,18 @@ pub fn assert_consecutive(events: &[FeedEvent], after: u64) {
         );
     }
 }
+
+/// `(event, id)` of each event, to compare a stream with what it should carry.
+pub fn summary(events: &[FeedEvent]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| (e.event.clone(), e.data["id"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// `(event, id)` pairs as owned strings, the other side of [`summary`].
+pub fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
