@@ -1,0 +1,157 @@
+//! The write scenarios, each on a fresh daemon: `add`, `add-batch` and `merge-hot`.
+
+use hyper::body::Bytes;
+use hyper::{Method, StatusCode};
+
+use crate::client::{expect_status, Http};
+use crate::dataset;
+use crate::load::Rng;
+use crate::report::{Role, Row};
+
+use super::reference::ratio;
+use super::workers::{fresh_adds, http_workers, Req};
+use super::{Bench, CREATED};
+
+/// Hot ids of `merge-hot`.
+const HOT_IDS: u64 = 16;
+
+/// Items per request of `add-batch`.
+const BATCH_ITEMS: u64 = 100;
+
+impl Bench {
+    /// `add`: single-item POSTs with fresh ids on C connections, every reply durable.
+    pub(super) async fn add(&mut self) -> Result<Vec<Row>, String> {
+        let (server, _dir) = self.fresh_daemon("add")?;
+        let workers = http_workers(
+            server.addr,
+            self.settings.concurrency,
+            fresh_adds("add", "/blocklist/taskmanagers", CREATED),
+        )
+        .await?;
+        let (workers, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        let paced = self.paced_half(workers, &phase).await;
+        drop(server);
+        let mut ours = Row::from_phase("add", Role::Ours, &phase, cpu, false);
+        paced.annotate(&mut ours, 5.0);
+        self.refs.add_rate = Some(phase.ops_per_s());
+        let ceiling = self.http_ceiling_post().await?;
+        let peer = self.redis_add().await?;
+        ours.ratio_ceiling = ratio(ours.ops_per_s, ceiling.ops_per_s);
+        ours.ratio_peer = peer
+            .as_ref()
+            .and_then(|p| ratio(ours.ops_per_s, p.ops_per_s));
+        ours.target("≥0.5× ceiling", ours.ratio_ceiling.map(|r| r >= 0.5));
+        ours.target("≥0.7× Redis", ours.ratio_peer.map(|r| r >= 0.7));
+        ours.target("p99 ≤5 ms", ours.p99_ms.map(|p| p <= 5.0));
+        ours.add_note(&format!(
+            "{} connections, 1 item per POST",
+            self.settings.concurrency
+        ));
+        Ok(vec![
+            ours,
+            ceiling,
+            peer.unwrap_or_else(|| self.peer_skipped("add")),
+        ])
+    }
+
+    /// `add-batch`: POSTs of 100 items on C/8 connections, in items/s.
+    pub(super) async fn add_batch(&mut self) -> Result<Vec<Row>, String> {
+        let (server, _dir) = self.fresh_daemon("add-batch")?;
+        let connections = (self.settings.concurrency / 8).max(1);
+        let workers = http_workers(server.addr, connections, |w| {
+            let mut seq = 0u64;
+            Box::new(move || {
+                let mut body = String::with_capacity(120 * BATCH_ITEMS as usize);
+                body.push('[');
+                for _ in 0..BATCH_ITEMS {
+                    seq += 1;
+                    dataset::push_item(
+                        &mut body,
+                        &format!("batch-{w}-{seq}"),
+                        "bench",
+                        None,
+                        false,
+                    );
+                }
+                body.push(']');
+                Req {
+                    method: Method::POST,
+                    path: "/blocklist/taskmanagers".into(),
+                    body: Some(Bytes::from(body)),
+                    items: BATCH_ITEMS,
+                    ok: CREATED,
+                }
+            })
+        })
+        .await?;
+        let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        drop(server);
+        let mut ours = Row::from_phase("add-batch", Role::Ours, &phase, cpu, true);
+        let ceiling = self.store_ceiling().await?;
+        ours.ratio_ceiling = ratio(ours.items_per_s, ceiling.items_per_s);
+        ours.target(
+            "≥0.7× store ceiling (items/s)",
+            ours.ratio_ceiling.map(|r| r >= 0.7),
+        );
+        ours.add_note(&format!(
+            "{connections} connections, {BATCH_ITEMS} items per POST; latency per request"
+        ));
+        Ok(vec![ours, ceiling])
+    }
+
+    /// `merge-hot`: C connections merging (allowMerge) into 16 hot ids.
+    pub(super) async fn merge_hot(&mut self) -> Result<Vec<Row>, String> {
+        let (server, _dir) = self.fresh_daemon("merge-hot")?;
+        let add_rate = if let Some(rate) = self.refs.add_rate {
+            rate
+        } else {
+            // Run alone: measure `add` on this daemon first, for the ratio.
+            let (phase, _) = self.add_phase(&server, self.settings.duration).await?;
+            self.refs.add_rate = Some(phase.ops_per_s());
+            phase.ops_per_s()
+        };
+        let mut http = Http::connect(server.addr).await?;
+        for k in 0..HOT_IDS {
+            expect_status(
+                http.post(
+                    "/blocklist/taskmanagers",
+                    dataset::one_item(&format!("hot-{k}"), "seed", false),
+                )
+                .await?,
+                &[
+                    StatusCode::CREATED,
+                    StatusCode::ACCEPTED,
+                    StatusCode::CONFLICT,
+                ],
+            )?;
+        }
+        let workers = http_workers(server.addr, self.settings.concurrency, |w| {
+            let mut rng = Rng::new(1000 + w as u64);
+            Box::new(move || {
+                // A few recurring causes, as detectors re-reporting do: the merged cause
+                // stays bounded, while every merge moves the end (and the expiry entry).
+                let id = format!("hot-{}", rng.below(HOT_IDS));
+                let cause = format!("cause-{}", rng.below(4));
+                Req {
+                    method: Method::POST,
+                    path: "/blocklist/taskmanagers".into(),
+                    body: Some(dataset::one_item(&id, &cause, true)),
+                    items: 1,
+                    ok: &[StatusCode::ACCEPTED],
+                }
+            })
+        })
+        .await?;
+        let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        let mut ours = Row::from_phase("merge-hot", Role::Ours, &phase, cpu, false);
+        let vs_add = ratio(ours.ops_per_s, Some(add_rate));
+        ours.extra.insert("vs_add".into(), vs_add.unwrap_or(0.0));
+        ours.target("no errors", Some(phase.errors == 0));
+        ours.target("≥0.5× add", vs_add.map(|r| r >= 0.5));
+        ours.add_note(&format!(
+            "{} connections, {HOT_IDS} hot ids, allowMerge; vs_add = ops/s ÷ add's",
+            self.settings.concurrency
+        ));
+        Ok(vec![ours])
+    }
+}
