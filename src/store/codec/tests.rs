@@ -1,0 +1,262 @@
+use super::*;
+use crate::model::{Kind, PERMANENT};
+
+fn block() -> Block {
+    Block {
+        action: Action::MarkBlockedAndEvacuateTasks,
+        start: 1_700_000_000_000,
+        end: PERMANENT,
+        cause: "disk".into(),
+    }
+}
+
+#[test]
+fn round_trip() {
+    let b = block();
+    assert_eq!(decode_block(&encode_block(&b)), Ok(b));
+}
+
+/// The exact bytes of format 1. If this fails, the on-disk format changed: add a new
+/// format byte and a migration instead of editing this fixture.
+#[test]
+fn format_v1_fixture() {
+    let bytes = encode_block(&block());
+    let expected: &[u8] = &[
+        1, // format byte
+        1, // action: evacuate
+        // start: zigzag varint of 1_700_000_000_000 (u64 marker 253 + 8 bytes LE)
+        253, 0, 208, 202, 159, 23, 3, 0, 0,
+        // end: zigzag varint of i64::MAX = u64::MAX - 1
+        253, 254, 255, 255, 255, 255, 255, 255, 255, 4, b'd', b'i', b's',
+        b'k', // cause: length + bytes
+    ];
+    assert_eq!(bytes, expected);
+    assert_eq!(decode_block(expected), Ok(block()));
+}
+
+#[test]
+fn event_format_v1_fixture() {
+    // Format 1 (schema 2) stored the finished JSON; it still decodes.
+    let event = Event::new(7, EventType::Expired, 2, Change::Json("{}".into()));
+    let bytes = [1, 3, 4, 2, b'{', b'}'];
+    assert_eq!(decode_event(7, &bytes), Ok(event.clone()));
+    assert_eq!(event.data(), "{}");
+    assert_eq!(encode_event(&event), bytes);
+    assert!(decode_event(7, &[1, 9, 4, 2, b'{', b'}']).is_err());
+}
+
+/// Revision 7: task manager t1 expired; revision 8: t1 registered on n1; both at 2.
+fn fixture_events() -> (Event, Event) {
+    let item = Item::new(
+        "t1".into(),
+        Block {
+            action: Action::MarkBlockedAndEvacuateTasks,
+            start: 5,
+            end: 9,
+            cause: "c".into(),
+        },
+    );
+    let expired = Event::new(
+        7,
+        EventType::Expired,
+        2,
+        Change::Item {
+            kind: Kind::TaskManager,
+            item,
+        },
+    );
+    let registered = Event::new(
+        8,
+        EventType::Registered,
+        2,
+        Change::Registration {
+            tm: "t1".into(),
+            node: "n1".into(),
+        },
+    );
+    (expired, registered)
+}
+
+#[test]
+fn event_format_v2_fixture() {
+    let (expired, registered) = fixture_events();
+    // format, event code, at (zigzag 2), variant 0, kind 'T', id "t1", then the block as
+    // in format 1 of items: action 1, start zigzag 5, end zigzag 9, cause "c".
+    let bytes = [2, 3, 4, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c'];
+    assert_eq!(encode_event(&expired), bytes);
+    assert_eq!(decode_event(7, &bytes), Ok(expired.clone()));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(expired.data()).unwrap(),
+        serde_json::json!({"kind": "taskmanager", "id": "t1",
+            "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "startTimestamp": 5,
+            "endTimestamp": 9, "cause": "c"})
+    );
+    let bytes = [2, 4, 4, 1, 2, b't', b'1', 2, b'n', b'1'];
+    assert_eq!(encode_event(&registered), bytes);
+    assert_eq!(decode_event(8, &bytes), Ok(registered.clone()));
+    assert_eq!(registered.data(), r#"{"id":"t1","node":"n1"}"#);
+    // An unknown kind byte or format is refused.
+    assert_eq!(
+        decode_event(7, &[2, 3, 4, 0, b'X', 2, b't', b'1', 1, 10, 18, 1, b'c']),
+        Err(CodecError::UnknownKind(b'X'))
+    );
+    assert_eq!(decode_event(7, &[3]), Err(CodecError::UnknownFormat(3)));
+}
+
+#[test]
+fn registration_format_v1_fixture() {
+    assert_eq!(encode_registration("n1"), [1, b'n', b'1']);
+    assert_eq!(decode_registration(&[1, b'n', b'1']), Ok("n1".to_owned()));
+    assert_eq!(
+        decode_registration(&[2, b'n']),
+        Err(CodecError::UnknownFormat(2))
+    );
+    assert!(decode_registration(&[1, 0xff]).is_err());
+}
+
+#[test]
+fn rejects_bad_values() {
+    let good = encode_block(&block());
+    assert_eq!(decode_block(&[]), Err(CodecError::Empty));
+    let mut wrong_format = good.clone();
+    wrong_format[0] = 9;
+    assert_eq!(
+        decode_block(&wrong_format),
+        Err(CodecError::UnknownFormat(9))
+    );
+    let mut trailing = good.clone();
+    trailing.push(0);
+    assert_eq!(decode_block(&trailing), Err(CodecError::Trailing(1)));
+    assert!(matches!(
+        decode_block(&good[..good.len() - 2]),
+        Err(CodecError::Decode(_))
+    ));
+    let mut bad_action = good;
+    bad_action[1] = 7;
+    assert_eq!(decode_block(&bad_action), Err(CodecError::UnknownAction(7)));
+    // A huge length prefix for the cause must not allocate it.
+    let huge = [1, 0, 0, 0, 252, 255, 255, 255, 255];
+    assert!(decode_block(&huge).is_err());
+}
+
+#[test]
+fn events_format_v3_fixture() {
+    let (expired, registered) = fixture_events();
+    let chunk = [expired.clone(), registered.clone()];
+    // format 3, at (zigzag 2), two events; each: event code, then the change as in
+    // format 2 (variant, fields).
+    let bytes = [
+        3, 4, 2, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 4, 1, 2, b't', b'1', 2, b'n', b'1',
+    ];
+    assert_eq!(encode_chunk(&chunk), bytes);
+    assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
+    assert_eq!(events_at(&bytes), Ok(2));
+    // Older single-event values read as chunks of one.
+    assert_eq!(
+        decode_events(7, &encode_event(&expired)),
+        Ok(vec![expired.clone()])
+    );
+    assert_eq!(events_at(&encode_event(&expired)), Ok(2));
+    // An empty chunk, or trailing bytes, are refused.
+    assert!(decode_events(7, &[3, 4, 0]).is_err());
+    let mut trailing = bytes.to_vec();
+    trailing.push(0);
+    assert_eq!(decode_events(7, &trailing), Err(CodecError::Trailing(1)));
+}
+
+#[test]
+fn chunks_cut_by_size_and_never_empty() {
+    let event = |revision: u64, cause_len: usize| {
+        Event::new(
+            revision,
+            EventType::Added,
+            1,
+            Change::Item {
+                kind: Kind::Node,
+                item: Item::new("n".into(), {
+                    let mut b = block();
+                    b.cause = "c".repeat(cause_len);
+                    b
+                }),
+            },
+        )
+    };
+    assert_eq!(chunks(&[]).count(), 0);
+    // One event larger than a chunk still gets one of its own.
+    let big = [event(1, CHUNK_BYTES * 2), event(2, 1)];
+    let lens: Vec<usize> = chunks(&big).map(<[Event]>::len).collect();
+    assert_eq!(lens, [1, 1]);
+    // Many small ones: every chunk but the last holds about CHUNK_BYTES.
+    let small: Vec<Event> = (1..=1000).map(|r| event(r, 60)).collect();
+    let cut: Vec<&[Event]> = chunks(&small).collect();
+    assert!(cut.len() > 1 && cut.len() < 100, "{} chunks", cut.len());
+    assert_eq!(cut.iter().map(|c| c.len()).sum::<usize>(), 1000);
+    for chunk in &cut {
+        let encoded = encode_chunk(chunk);
+        assert!(encoded.len() < 2 * CHUNK_BYTES, "{} bytes", encoded.len());
+        assert_eq!(
+            decode_events(chunk[0].revision, &encoded).unwrap(),
+            chunk.to_vec()
+        );
+    }
+}
+
+/// The bounds the blob budget (`super::blobs`) is built on hold for the largest values
+/// the API lets through: ids of 256 bytes, merged causes of 16 KiB, times as large as
+/// they go.
+#[test]
+fn the_largest_values_stay_within_their_bounds() {
+    use crate::model::{MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
+    let worst = Block {
+        action: Action::MarkBlockedAndEvacuateTasks,
+        start: i64::MIN,
+        end: PERMANENT,
+        cause: "c".repeat(MAX_MERGED_CAUSE_BYTES),
+    };
+    assert!(encode_block(&worst).len() <= max_block_bytes(MAX_MERGED_CAUSE_BYTES));
+    let id = "i".repeat(MAX_ID_BYTES);
+    let item = |revision| {
+        Event::new(
+            revision,
+            EventType::Merged,
+            i64::MAX,
+            Change::Item {
+                kind: Kind::TaskManager,
+                item: Item::new(id.clone(), worst.clone()),
+            },
+        )
+    };
+    let registration = Event::new(
+        1,
+        EventType::Registered,
+        i64::MAX,
+        Change::Registration {
+            tm: id.clone(),
+            node: id.clone(),
+        },
+    );
+    for event in [item(1), registration] {
+        let one = encode_chunk(std::slice::from_ref(&event)).len() - (1 + 9 + 1);
+        assert!(
+            one <= approximate_size(&event),
+            "{one} > its approximate size"
+        );
+        assert!(one <= max_event_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES));
+    }
+    // Events just under the cut, then the largest one.
+    let small = |revision| {
+        let mut event = item(revision);
+        if let Change::Item { item, .. } = &mut event.change {
+            item.cause = "c".repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1);
+        }
+        event
+    };
+    let events = [small(1), small(2), item(3)];
+    let cut: Vec<&[Event]> = chunks(&events).collect();
+    assert_eq!(cut[0].len(), 3, "the largest event joins the chunk");
+    let bytes = encode_chunk(cut[0]).len();
+    assert!(
+        bytes <= max_chunk_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES),
+        "{bytes}"
+    );
+}
