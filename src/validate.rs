@@ -28,7 +28,14 @@ const ADD_FIELDS: &[&str] = &[
     "endTimestamp",
     "allowMerge",
     "mergeOnConflict",
+    "mergeOnConflictallowMerge",
 ];
+
+/// The spellings of the merge flag, the FLIP's own first: FLIP-224 renamed
+/// `mergeOnConflict` to `allowMerge` and its request example and field list kept both
+/// words run together, so a client copying the document sends the third. All mean the
+/// same; one element gives at most one of them.
+const MERGE_FLAG: [&str; 3] = ["allowMerge", "mergeOnConflict", "mergeOnConflictallowMerge"];
 
 /// Parses the body of `POST /blocklist/{kind}`: a JSON array of items, or `{"items": [...]}`.
 pub fn add_batch(body: &Value, now: i64, max_batch: usize) -> Result<Vec<NewItem>, Invalid> {
@@ -338,20 +345,23 @@ fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> 
 }
 
 fn allow_merge(map: &Map<String, Value>, errors: &mut Vec<String>) -> Option<bool> {
-    let allow = optional(map, "allowMerge");
-    let alias = optional(map, "mergeOnConflict");
-    match (allow, alias) {
-        (Some(_), Some(_)) => {
-            errors.push(
-                ".allowMerge/.mergeOnConflict: give allowMerge or its alias mergeOnConflict, \
-                 not both"
-                    .into(),
-            );
+    let given: Vec<(&str, &Value)> = MERGE_FLAG
+        .iter()
+        .filter_map(|&name| optional(map, name).map(|value| (name, value)))
+        .collect();
+    match given.as_slice() {
+        [] => Some(false),
+        [(name, value)] => boolean(name, value, errors),
+        several => {
+            let names: Vec<&str> = several.iter().map(|(name, _)| *name).collect();
+            errors.push(format!(
+                ".{}: the merge flag is given {} times; give one of allowMerge, \
+                 mergeOnConflict, mergeOnConflictallowMerge",
+                names.join("/."),
+                names.len()
+            ));
             None
         }
-        (Some(v), None) => boolean("allowMerge", v, errors),
-        (None, Some(v)) => boolean("mergeOnConflict", v, errors),
-        (None, None) => Some(false),
     }
 }
 

@@ -20,6 +20,7 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just("endTimestamp".to_owned()),
         Just("allowMerge".to_owned()),
         Just("mergeOnConflict".to_owned()),
+        Just("mergeOnConflictallowMerge".to_owned()),
         Just("node".to_owned()),
         Just("items".to_owned()),
         Just("taskManagers".to_owned()),

@@ -273,9 +273,14 @@ pub(super) struct AddElement {
     /// Merge into an active item with the same id instead of a 409. Default false.
     #[schema(schema_with = lenient_allow_merge)]
     allow_merge: Option<bool>,
-    /// Alias of `allowMerge` (give one or the other, not both).
+    /// Alias of `allowMerge` (give one spelling at most).
     #[schema(schema_with = lenient_merge_on_conflict)]
     merge_on_conflict: Option<bool>,
+    /// Alias of `allowMerge`, as FLIP-224's own request example spells it (give one
+    /// spelling at most).
+    #[serde(rename = "mergeOnConflictallowMerge")]
+    #[schema(schema_with = lenient_merge_flip_spelling)]
+    merge_on_conflict_allow_merge: Option<bool>,
 }
 
 /// The body of an add: a non-empty array of elements, or `{"items": [...]}`. Validated whole
@@ -350,7 +355,14 @@ fn lenient_allow_merge() -> RefOr<Schema> {
 }
 
 fn lenient_merge_on_conflict() -> RefOr<Schema> {
-    lenient_boolean("Alias of `allowMerge` (give one or the other, not both).")
+    lenient_boolean("Alias of `allowMerge` (give one spelling at most).")
+}
+
+fn lenient_merge_flip_spelling() -> RefOr<Schema> {
+    lenient_boolean(
+        "Alias of `allowMerge`, spelled as FLIP-224's own request example spells it (give \
+         one spelling at most).",
+    )
 }
 
 // ---- Per-kind handlers: thin wrappers that exist to carry the documentation. ----

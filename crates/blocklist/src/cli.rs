@@ -108,7 +108,8 @@ pub struct AddArgs {
     #[arg(long)]
     pub cause: String,
     /// Merge into an existing block of the same id (stronger action, later end, causes
-    /// joined) instead of failing with a conflict.
+    /// joined) instead of failing with a conflict. Sent as `allowMerge`; the daemon also
+    /// takes FLIP-224's spellings `mergeOnConflict` and `mergeOnConflictallowMerge`.
     #[arg(long)]
     pub merge: bool,
 }
