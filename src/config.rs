@@ -10,8 +10,8 @@ use crate::store::{Retention, StoreConfig};
 
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
 ///
-/// Without a subcommand it serves; `check`, `export` and `import` work on a stopped daemon's
-/// data dir.
+/// Without a subcommand it serves; `check`, `export`, `salvage` and `import` work on a
+/// stopped daemon's data dir.
 #[derive(Debug, Clone, Parser)]
 #[command(version, about)]
 pub struct Cli {
