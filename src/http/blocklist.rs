@@ -501,7 +501,7 @@ mod tests {
     use crate::model::{Action, PERMANENT};
     use crate::store::StoreConfig;
 
-    /// Items `{prefix}00000…` of which every seventh ends at `short_end`.
+    /// Items `{prefix}00000…` of which those with `i % 7 == 0` end at `short_end`.
     fn items(kind: Kind, prefix: &str, n: usize, now: i64, short_end: i64) -> Vec<(Kind, Item)> {
         (0..n)
             .map(|i| {
