@@ -23,6 +23,11 @@ pub const MAX_MERGED_CAUSE_BYTES: usize = 16 * 1024;
 /// The separator FLIP-224 uses between merged causes.
 pub const CAUSE_SEPARATOR: char = ',';
 
+/// The id rule's character set as an ECMA-262 regular expression (JSON Schema's dialect): no
+/// control character, which is Unicode's category Cc, U+0000–U+001F and U+007F–U+009F,
+/// exactly what `char::is_control` finds.
+pub const NO_CONTROL_CHARACTERS: &str = r"^[^\u0000-\u001f\u007f-\u009f]*$";
+
 /// The two namespaces of the blocklist. The same id may be blocked in both.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
@@ -143,13 +148,35 @@ fn existing_parts(causes: &str) -> impl Iterator<Item = &str> {
     causes.split(CAUSE_SEPARATOR).filter(|p| !p.is_empty())
 }
 
+/// The id rule as a JSON Schema, the `Id` component of the `OpenAPI` document: what
+/// [`validate_id`] accepts, except that `maxLength` counts characters where the limit counts
+/// bytes of UTF-8. JSON Schema has no byte length, and the limit stays in bytes because the
+/// store's bound on its leaf sizes (`store::blobs`) is computed from it.
+pub struct Id;
+
+impl utoipa::PartialSchema for Id {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_ID_BYTES))
+            .pattern(Some(NO_CONTROL_CHARACTERS))
+            .description(Some(
+                "An id: 1–256 bytes of UTF-8 without control characters (U+0000–U+001F, \
+                 U+007F–U+009F); `/`, spaces, `%` and non-ASCII are fine. `maxLength` counts \
+                 characters, so a non-ASCII id reaches the byte limit sooner.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Id {}
+
 /// A blocked item as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Item {
-    /// 1–256 bytes of UTF-8 without control characters (`maxLength` counts characters, so
-    /// it is only an upper bound).
-    #[schema(min_length = 1, max_length = 256)]
+    #[schema(value_type = Id)]
     pub id: String,
     pub action: Action,
     /// Unix ms when the item was first created; kept across merges.
@@ -274,18 +301,24 @@ pub enum Change {
     Json(String),
 }
 
-/// The JSON an item carries in the change feed: the item plus its kind.
-#[derive(Serialize)]
-struct ItemEvent<'a> {
+/// The `data:` of an item's event in the change feed: the item plus its kind.
+#[derive(Serialize, ToSchema)]
+pub struct ItemEvent<'a> {
+    // Always a `Kind::singular()`, so its schema is `Kind`'s.
+    #[schema(value_type = Kind)]
     kind: &'static str,
     #[serde(flatten)]
     item: &'a Item,
 }
 
-/// The JSON a registration carries in the change feed.
-#[derive(Serialize)]
-struct RegistrationEvent<'a> {
+/// The `data:` of a registration's event in the change feed.
+#[derive(Serialize, ToSchema)]
+pub struct RegistrationEvent<'a> {
+    /// The task manager.
+    #[schema(value_type = Id)]
     id: &'a str,
+    /// Its node (the node it was on, for an unregistration).
+    #[schema(value_type = Id)]
     node: &'a str,
 }
 
@@ -511,5 +544,22 @@ mod tests {
         assert!(validate_id("a\nb").is_err());
         assert!(validate_id("a\u{7f}").is_err());
         assert!(validate_id("a\u{0}").is_err());
+    }
+
+    /// The ranges `NO_CONTROL_CHARACTERS` excludes are exactly the characters the id rule
+    /// refuses (the regular expression's own meaning is checked against a JSON Schema
+    /// validator in `tests/contract.rs`).
+    #[test]
+    fn the_documented_character_ranges_are_the_control_characters() {
+        assert_eq!(NO_CONTROL_CHARACTERS, r"^[^\u0000-\u001f\u007f-\u009f]*$");
+        let documented = |c: char| matches!(u32::from(c), 0..=0x1f | 0x7f..=0x9f);
+        for c in (0..=0x10_ffff).filter_map(char::from_u32) {
+            assert_eq!(
+                validate_id(&format!("a{c}")).is_err(),
+                documented(c),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
     }
 }

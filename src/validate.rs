@@ -35,7 +35,12 @@ const ADD_FIELDS: &[&str] = &[
 /// `mergeOnConflict` to `allowMerge` and its request example and field list kept both
 /// words run together, so a client copying the document sends the third. All mean the
 /// same; one element gives at most one of them.
-const MERGE_FLAG: [&str; 3] = ["allowMerge", "mergeOnConflict", "mergeOnConflictallowMerge"];
+pub const MERGE_FLAG: [&str; 3] = ["allowMerge", "mergeOnConflict", "mergeOnConflictallowMerge"];
+
+/// The longest `timeout`, in ms: 10^18, about 31.7 million years, so that `now + timeout`
+/// stays far inside an `i64` for any clock this daemon will see. Longer is what a permanent
+/// block (no timeout) is for.
+pub const MAX_TIMEOUT_MS: i64 = 1_000_000_000_000_000_000;
 
 /// Parses the body of `POST /blocklist/{kind}`: a JSON array of items, or `{"items": [...]}`.
 pub fn add_batch(body: &Value, now: i64, max_batch: usize) -> Result<Vec<NewItem>, Invalid> {
@@ -318,6 +323,13 @@ fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> 
         if timeout <= 0 {
             errors.push(format!(
                 ".timeout: must be a positive number of milliseconds, got {timeout}"
+            ));
+            return None;
+        }
+        if timeout > MAX_TIMEOUT_MS {
+            errors.push(format!(
+                ".timeout: {timeout} ms is over the limit of {MAX_TIMEOUT_MS} ms (about 31.7 \
+                 million years); omit timeout for a permanent block"
             ));
             return None;
         }

@@ -6,9 +6,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
-use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
-use utoipa::openapi::{KnownFormat, RefOr, SchemaFormat};
-use utoipa::ToSchema;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{Modify, PartialSchema, ToSchema};
 
 use super::error::{
     ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
@@ -16,9 +16,10 @@ use super::error::{
 };
 use super::extract::{IdPath, JsonBody};
 use super::reply::{with_revision, Empty};
+use super::schema;
 use super::state::AppState;
 use crate::listing::Listing;
-use crate::model::{Item, Kind};
+use crate::model::{Id, Item, Kind};
 use crate::store::{self, AddOutcome, Seen, Store};
 use crate::{backup, validate};
 
@@ -249,117 +250,104 @@ fn not_blocked(kind: Kind, id: &str) -> ApiError {
 // `add` parses its body by hand in `crate::validate` (lenient numbers and booleans, every
 // error named), not by serde, so these types only document it: field names and optionality
 // mirror `validate`, which rejects any other field. `Serialize` is derived only so that the
-// serde attributes the schema derive reads (`untagged`, `rename_all`,
-// `deny_unknown_fields`) are accepted by the compiler.
+// serde attributes the schema derive reads (`rename_all`, `deny_unknown_fields`) are
+// accepted by the compiler.
 
 /// One element of an add request.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct AddElement {
-    /// The id to block: 1–256 bytes of UTF-8 without control characters.
-    #[schema(min_length = 1, max_length = 256)]
+    /// The id to block.
+    #[schema(value_type = Id)]
     id: String,
     action: crate::model::Action,
-    /// Why: 1 byte to 1 KiB of UTF-8.
-    #[schema(min_length = 1, max_length = 1024)]
+    /// Why: 1 byte to 1 KiB of UTF-8, not only `,` separators (merged causes are joined
+    /// with `,`).
+    #[schema(min_length = 1, max_length = 1024, pattern = "[^,]")]
     cause: String,
-    /// The item ends this many ms after the request arrives (> 0). At most one of
-    /// `timeout` and `endTimestamp`; neither means permanent.
     #[schema(schema_with = lenient_timeout)]
     timeout: Option<i64>,
-    /// The item ends at this unix ms, which must be in the future.
     #[schema(schema_with = lenient_end)]
     end_timestamp: Option<i64>,
-    /// Merge into an active item with the same id instead of a 409. Default false.
     #[schema(schema_with = lenient_allow_merge)]
     allow_merge: Option<bool>,
-    /// Alias of `allowMerge` (give one spelling at most).
     #[schema(schema_with = lenient_merge_on_conflict)]
     merge_on_conflict: Option<bool>,
-    /// Alias of `allowMerge`, as FLIP-224's own request example spells it (give one
-    /// spelling at most).
     #[serde(rename = "mergeOnConflictallowMerge")]
     #[schema(schema_with = lenient_merge_flip_spelling)]
     merge_on_conflict_allow_merge: Option<bool>,
 }
 
+/// The fields of an add element of which one gives at most one (`null` counting as absent):
+/// the end, and the merge flag's spellings. The derive cannot state it, so [`AtMostOne`]
+/// adds it to the `AddElement` schema.
+const EXCLUSIVE: [&[&str]; 2] = [&["timeout", "endTimestamp"], &validate::MERGE_FLAG];
+
+/// Adds "at most one of" ([`EXCLUSIVE`]) to the `AddElement` schema.
+pub(super) struct AtMostOne;
+
+impl Modify for AtMostOne {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let element = openapi
+            .components
+            .as_mut()
+            .and_then(|c| c.schemas.get_mut("AddElement"));
+        if let Some(RefOr::T(Schema::Object(element))) = element {
+            element.extensions = Some(schema::at_most_one_of_each(&EXCLUSIVE));
+        }
+    }
+}
+
 /// The body of an add: a non-empty array of elements, or `{"items": [...]}`. Validated whole
 /// and applied atomically, or not at all.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-#[expect(
-    dead_code,
-    reason = "documents the JSON that `validate::add_batch` parses"
-)]
-pub(super) enum AddRequest {
-    #[schema(title = "Elements")]
-    Array(Vec<AddElement>),
-    #[schema(title = "Wrapped")]
-    Wrapped {
-        #[schema(min_items = 1)]
-        items: Vec<AddElement>,
-    },
+pub(super) struct AddRequest;
+
+impl PartialSchema for AddRequest {
+    fn schema() -> RefOr<Schema> {
+        schema::batch(
+            &Ref::from_schema_name(AddElement::name()).into(),
+            "A non-empty array of elements, or `{\"items\": [...]}`. Validated whole and \
+             applied atomically, or not at all.",
+        )
+    }
 }
 
-/// An integer that may also be sent as a decimal string; `null` counts as absent.
-fn lenient_integer(description: &str) -> RefOr<Schema> {
-    OneOfBuilder::new()
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64))),
-        )
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some("^[+-]?[0-9]+$")),
-        )
-        .item(ObjectBuilder::new().schema_type(Type::Null))
-        .description(Some(description))
-        .into()
-}
-
-/// A boolean that may also be sent as the string `"true"` or `"false"`; `null` counts as
-/// absent.
-fn lenient_boolean(description: &str) -> RefOr<Schema> {
-    OneOfBuilder::new()
-        .item(ObjectBuilder::new().schema_type(Type::Boolean))
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .enum_values(Some(["true", "false"])),
-        )
-        .item(ObjectBuilder::new().schema_type(Type::Null))
-        .description(Some(description))
-        .into()
+impl ToSchema for AddRequest {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((AddElement::name().into(), AddElement::schema()));
+        AddElement::schemas(schemas);
+    }
 }
 
 fn lenient_timeout() -> RefOr<Schema> {
-    lenient_integer(
-        "The item ends this many ms after the request arrives (> 0). A JSON integer or a \
-         decimal string. At most one of `timeout` and `endTimestamp`; neither means permanent.",
+    schema::lenient_positive(
+        validate::MAX_TIMEOUT_MS,
+        "The item ends this many ms after the request arrives: 1 to 10^18 (for longer, omit \
+         it: permanent). A JSON integer or a decimal string. At most one of `timeout` and \
+         `endTimestamp`; neither means permanent.",
     )
 }
 
 fn lenient_end() -> RefOr<Schema> {
-    lenient_integer(
-        "The item ends at this unix ms, which must be in the future. A JSON integer or a \
-         decimal string.",
+    schema::lenient_positive(
+        i64::MAX,
+        "The item ends at this unix ms, which must be in the future (9223372036854775807: \
+         permanent). A JSON integer or a decimal string.",
     )
 }
 
 fn lenient_allow_merge() -> RefOr<Schema> {
-    lenient_boolean(
+    schema::lenient_boolean(
         "Merge into an active item with the same id instead of answering 409. Default false.",
     )
 }
 
 fn lenient_merge_on_conflict() -> RefOr<Schema> {
-    lenient_boolean("Alias of `allowMerge` (give one spelling at most).")
+    schema::lenient_boolean("Alias of `allowMerge` (give one spelling at most).")
 }
 
 fn lenient_merge_flip_spelling() -> RefOr<Schema> {
-    lenient_boolean(
+    schema::lenient_boolean(
         "Alias of `allowMerge`, spelled as FLIP-224's own request example spells it (give \
          one spelling at most).",
     )

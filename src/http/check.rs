@@ -18,6 +18,7 @@ use super::error::{
 use super::extract::{IdPath, JsonBody};
 use super::state::AppState;
 use crate::check::{Checked, Verdict};
+use crate::model::Id;
 use crate::store::StoreError;
 use crate::validate;
 
@@ -99,7 +100,9 @@ pub(super) async fn check_node(
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct CheckRequest {
+    #[schema(value_type = Option<Vec<Id>>)]
     task_managers: Option<Vec<String>>,
+    #[schema(value_type = Option<Vec<Id>>)]
     nodes: Option<Vec<String>>,
 }
 

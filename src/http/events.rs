@@ -20,11 +20,15 @@ use axum::Router;
 use std::collections::HashMap;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
 use super::error::{ApiError, ErrorBody, Result, Unauthorized};
 use super::reply::with_revision;
 use super::state::AppState;
-use crate::model::Event;
+use crate::model::{Event, EventType, ItemEvent, RegistrationEvent};
 use crate::store::Store;
 
 /// Events read from the log per step of a catch-up.
@@ -60,14 +64,14 @@ pub fn router() -> Router<AppState> {
     path = "/blocklist/events",
     tag = "events",
     params(
-        ("since" = Option<u64>, Query, minimum = 0,
+        ("since" = Option<u64>, Query, minimum = 0, maximum = 9_223_372_036_854_775_807_i64,
             description = "Send the events after this revision (default: the current one, so only new events). No other query parameter is accepted."),
-        ("Last-Event-ID" = Option<u64>, Header, minimum = 0,
-            description = "What an EventSource sends on reconnect: works as `since`, and wins over it"),
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, minimum = 0, maximum = 9_223_372_036_854_775_807_i64,
+            description = "What an EventSource sends on reconnect: works as `since`, and wins over it (both are checked)"),
     ),
     responses(
-        (status = 200, description = "The stream, `id:`/`event:`/`data:` blocks as above, until the daemon shuts down",
-            body = String, content_type = "text/event-stream",
+        (status = 200, description = "The stream, `id:`/`event:`/`data:` blocks as above, until the daemon shuts down. The schema describes one event, as an SSE client reads it: its `event` and `id` fields, and its `data` text, whose JSON has the `contentSchema` of its kind of event",
+            body = FeedEvent, content_type = "text/event-stream",
             headers(("X-Blocklist-Revision" = u64, description = "The revision the stream starts after"))),
         (status = 400, description = "`since` or `Last-Event-ID` is not a non-negative integer, `since` given twice, or an unknown query parameter", body = ErrorBody),
         (status = 401, response = Unauthorized),
@@ -93,19 +97,23 @@ pub(super) async fn watch(
         ));
     }
     let query: HashMap<String, String> = query.into_iter().collect();
-    // Last-Event-ID wins over ?since=: a browser EventSource re-sends its original URL with
-    // the header on every reconnect, and the header is the newer position.
-    let since = match headers.get("last-event-id") {
-        Some(v) => Some(parse_revision(
-            "Last-Event-ID",
-            v.to_str()
-                .map_err(|_| ApiError::bad_request("Last-Event-ID: not ASCII"))?,
-        )?),
-        None => query
-            .get("since")
-            .map(|v| parse_revision("since", v))
-            .transpose()?,
-    };
+    // Both are parsed, so a malformed one is refused whichever would be used. Last-Event-ID
+    // wins over ?since=: a browser EventSource re-sends its original URL with the header on
+    // every reconnect, and the header is the newer position.
+    let since = query
+        .get("since")
+        .map(|v| parse_revision("since", v))
+        .transpose()?;
+    let last_event_id = headers
+        .get("last-event-id")
+        .map(|v| {
+            let v = v
+                .to_str()
+                .map_err(|_| ApiError::bad_request("Last-Event-ID: not ASCII"))?;
+            parse_revision("Last-Event-ID", v)
+        })
+        .transpose()?;
+    let since = last_event_id.or(since);
 
     let store = state.store.clone();
     // Subscribe first, then read positions: see the module docs.
@@ -144,12 +152,87 @@ pub(super) async fn watch(
     Ok(with_revision(since, sse.into_response()))
 }
 
+/// The largest revision: revisions are unsigned, but kept to an int64's range, which is what
+/// the document declares and what most clients' integers hold. (At a million changes a
+/// second, the daemon reaches it in 292,000 years.)
+pub const MAX_REVISION: u64 = i64::MAX as u64;
+
+/// One event of the feed as an SSE client reads it (`event`, `id` and the `data` text), for
+/// the document: a `oneOf` over the kinds of change, each naming the schema of its data's
+/// JSON in `contentSchema`.
+pub(super) struct FeedEvent;
+
+impl PartialSchema for FeedEvent {
+    fn schema() -> RefOr<Schema> {
+        let branch = |of_items: bool, data: &str| {
+            let names: Vec<&str> = EventType::ALL
+                .into_iter()
+                .filter(|&event| carries_item(event) == of_items)
+                .map(EventType::as_str)
+                .collect();
+            let mut data_text = ObjectBuilder::new()
+                .schema_type(Type::String)
+                .content_media_type("application/json")
+                .build();
+            // `contentSchema` has no field in utoipa; its extensions are written as given.
+            data_text.extensions = Some(Extensions::from_iter([(
+                "contentSchema",
+                serde_json::json!({ "$ref": format!("#/components/schemas/{data}") }),
+            )]));
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property(
+                    "event",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .enum_values(Some(names)),
+                )
+                .property(
+                    "id",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some("^[1-9][0-9]*$"))
+                        .description(Some("The event's revision")),
+                )
+                .property("data", data_text)
+                .required("event")
+                .required("id")
+                .required("data")
+        };
+        OneOfBuilder::new()
+            .item(branch(true, &ItemEvent::name()))
+            .item(branch(false, &RegistrationEvent::name()))
+            .into()
+    }
+}
+
+impl ToSchema for FeedEvent {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((ItemEvent::name().into(), ItemEvent::schema()));
+        ItemEvent::schemas(schemas);
+        schemas.push((
+            RegistrationEvent::name().into(),
+            RegistrationEvent::schema(),
+        ));
+        RegistrationEvent::schemas(schemas);
+    }
+}
+
+/// Whether an event carries an item (rather than a registration) as its data.
+fn carries_item(event: EventType) -> bool {
+    match event {
+        EventType::Added | EventType::Merged | EventType::Removed | EventType::Expired => true,
+        EventType::Registered | EventType::Unregistered => false,
+    }
+}
+
 fn parse_revision(what: &str, value: &str) -> Result<u64> {
-    value.trim().parse().map_err(|_| {
-        ApiError::bad_request(format!(
-            "{what}: must be a revision (a non-negative integer), got {value:?}"
-        ))
-    })
+    match value.trim().parse::<u64>() {
+        Ok(revision) if revision <= MAX_REVISION => Ok(revision),
+        _ => Err(ApiError::bad_request(format!(
+            "{what}: must be a revision (an integer from 0 to {MAX_REVISION}), got {value:?}"
+        ))),
+    }
 }
 
 type Sender = mpsc::Sender<Result<SseEvent, Infallible>>;

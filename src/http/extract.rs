@@ -12,7 +12,7 @@ use utoipa::IntoParams;
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::model::validate_id;
+use crate::model::{validate_id, Id};
 
 /// A request body that must be JSON (`application/json` or `application/*+json`).
 pub struct JsonBody(pub Value);
@@ -150,10 +150,8 @@ fn is_json(content_type: &str) -> bool {
 #[derive(IntoParams)]
 #[into_params(names("id"), parameter_in = Path)]
 pub struct IdPath(
-    /// The id, percent-encoded (`a%2Fb` for `a/b`): 1–256 bytes of UTF-8 without control
-    /// characters; `/`, spaces, `%` and non-ASCII are fine. (`maxLength` counts characters,
-    /// so it is only an upper bound of the byte limit.)
-    #[param(min_length = 1, max_length = 256)]
+    /// The id, percent-encoded (`a%2Fb` for `a/b`).
+    #[param(value_type = Id)]
     pub String,
 );
 

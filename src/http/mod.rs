@@ -17,6 +17,7 @@ mod observe;
 mod openapi;
 mod ops;
 mod reply;
+mod schema;
 mod state;
 mod stream;
 mod taskmanagers;

@@ -16,6 +16,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi};
 
+use super::blocklist::AtMostOne;
 use super::error::{
     BadId, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
@@ -76,7 +77,7 @@ const BEARER: &str = "bearerAuth";
         Internal,
         Unavailable,
     )),
-    modifiers(&BearerScheme, &OpenItem),
+    modifiers(&BearerScheme, &OpenItem, &AtMostOne),
     tags(
         (name = "blocklist", description = "Blocked task managers and nodes"),
         (name = "check", description = "Is a task manager or node blocked (directly or via its node)?"),

@@ -6,7 +6,9 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::error::{
     ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
@@ -14,7 +16,9 @@ use super::error::{
 };
 use super::extract::{IdPath, JsonBody};
 use super::reply::{with_revision, Empty};
+use super::schema;
 use super::state::AppState;
+use crate::model::Id;
 use crate::store::Registered;
 use crate::validate;
 
@@ -28,13 +32,16 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A task manager and the node it runs on.
+// `deny_unknown_fields` states, as `additionalProperties: false`, that a batch element
+// with another field is refused.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct Registration {
-    /// The task manager (id rules apply).
-    #[schema(min_length = 1, max_length = 256)]
+    /// The task manager.
+    #[schema(value_type = Id)]
     id: String,
-    /// The node (id rules apply).
-    #[schema(min_length = 1, max_length = 256)]
+    /// The node it runs on.
+    #[schema(value_type = Id)]
     node: String,
 }
 
@@ -94,14 +101,15 @@ pub(super) async fn get_one(
 
 // The request bodies are parsed by hand (`validate::registration`, `validate::registrations`:
 // every error named), so `RegistrationBody` and `RegistrationBatch` only document them;
-// `Serialize` is derived so that the serde attributes the schema derive reads are accepted.
+// `Serialize` is derived on the first so that the serde attributes the schema derive reads
+// are accepted.
 
 /// The body of `PUT /taskmanagers/{id}`.
 #[derive(Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RegistrationBody {
-    /// The node the task manager runs on (id rules apply).
-    #[schema(min_length = 1, max_length = 256)]
+    /// The node the task manager runs on.
+    #[schema(value_type = Id)]
     node: String,
 }
 
@@ -147,22 +155,23 @@ pub(super) async fn register(
     ))
 }
 
-/// The body of `PUT /taskmanagers`: a non-empty array of registrations, or
-/// `{"items": [...]}`. Atomic; a later element for the same id wins.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-#[expect(
-    dead_code,
-    reason = "documents the JSON that `validate::registrations` parses"
-)]
-pub(super) enum RegistrationBatch {
-    #[schema(title = "Elements")]
-    Array(Vec<Registration>),
-    #[schema(title = "Wrapped")]
-    Wrapped {
-        #[schema(min_items = 1)]
-        items: Vec<Registration>,
-    },
+/// The body of `PUT /taskmanagers`.
+pub(super) struct RegistrationBatch;
+
+impl PartialSchema for RegistrationBatch {
+    fn schema() -> RefOr<Schema> {
+        schema::batch(
+            &Ref::from_schema_name(Registration::name()).into(),
+            "A non-empty array of registrations, or `{\"items\": [...]}`. Atomic; a later \
+             element for the same id wins.",
+        )
+    }
+}
+
+impl ToSchema for RegistrationBatch {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((Registration::name().into(), Registration::schema()));
+    }
 }
 
 /// Counts of what a batch registration did.

@@ -107,7 +107,7 @@ fn every_bad_element_is_reported() {
         "items[1] (id \"x\").cause: must be a string, got a number",
         "items[2] (id \"y\").timeout/.endTimestamp: give at most one",
         "items[3] (id \"z\").timeout: must be a positive",
-        "items[4] (id \"w\").timeout: 9223372036854775807 ms from now overflows",
+        "items[4] (id \"w\").timeout: 9223372036854775807 ms is over the limit of 1000000000000000000 ms",
         "items[5] (id \"v\").endTimestamp: must be in the future",
         "items[6] (id \"\").id: must not be empty",
         "items[7] (id \"u\").cause: is 1025 bytes long",
