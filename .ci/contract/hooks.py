@@ -1,0 +1,100 @@
+"""Schemathesis hooks: keep generated requests clear of the rules JSON Schema cannot state.
+
+docs/api.md ("What the OpenAPI document cannot say") lists three rules of the API that the
+OpenAPI document can only approximate:
+
+- ids are limited to 256 bytes of UTF-8 and causes to 1 KiB, where `maxLength` counts
+  characters;
+- an `endTimestamp` must be in the future, which depends on when the request arrives;
+- a whole number written as floating point is taken only up to 2^53, where a double is
+  still exact, while JSON Schema counts any whole number as an integer.
+
+A request that breaks only these is schema-valid and rightly refused with 400, which would
+read as a finding. Just before each request is sent, this hook moves its values inside
+them: a string that fits `maxLength` but not the byte limit is cut at a character boundary,
+a past `endTimestamp` (integer or decimal string) is moved an hour ahead, and a whole float
+beyond 2^53 is written as the integer it is. Nothing else is touched.
+
+Schemathesis revalidates a case after `before_call`, so its checks judge the request as
+sent: a value this hook changes is judged again, never assumed to keep its verdict.
+"""
+
+import re
+import time
+
+import schemathesis
+
+ID_BYTES = 256
+CAUSE_BYTES = 1024
+ID_FIELDS = {"id", "node"}
+ID_LIST_FIELDS = {"taskManagers", "nodes"}
+TIME_FIELDS = {"timeout", "endTimestamp"}
+EXACT_DOUBLE = 2**53
+HOUR_MS = 3_600_000
+# The document's decimal-string form: an optional "+", any leading zeros, then digits.
+DECIMAL = re.compile(r"^\+?0*[0-9]+$")
+
+
+def _fit(value, limit):
+    """A string within `limit` characters but over `limit` bytes, cut to fit the bytes."""
+    if not isinstance(value, str) or len(value) > limit:
+        return value
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate: not UTF-8 at all, which the daemon refuses as malformed JSON
+        # text whatever its length.
+        return value
+    if len(encoded) <= limit:
+        return value
+    return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+def _whole(value):
+    """A whole float beyond 2^53 as the integer it is."""
+    if isinstance(value, float) and value.is_integer() and abs(value) > EXACT_DOUBLE:
+        return int(value)
+    return value
+
+
+def _future(value, now_ms):
+    """A past time (in the document's range: from 1) moved an hour ahead, its type kept."""
+    soon = now_ms + HOUR_MS
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and 1 <= value <= soon:
+        return soon + value % 1000
+    if isinstance(value, float) and value.is_integer() and 1 <= value <= soon:
+        return float(soon + int(value) % 1000)
+    if isinstance(value, str) and DECIMAL.match(value) and 1 <= int(value) <= soon:
+        return str(soon + int(value) % 1000)
+    return value
+
+
+def _adjust(node, now_ms):
+    if isinstance(node, list):
+        for element in node:
+            _adjust(element, now_ms)
+        return
+    if not isinstance(node, dict):
+        return
+    for field, value in list(node.items()):
+        if field in ID_FIELDS:
+            node[field] = _fit(value, ID_BYTES)
+        elif field == "cause":
+            node[field] = _fit(value, CAUSE_BYTES)
+        elif field in ID_LIST_FIELDS and isinstance(value, list):
+            node[field] = [_fit(id, ID_BYTES) for id in value]
+        elif field in TIME_FIELDS:
+            value = _whole(value)
+            node[field] = _future(value, now_ms) if field == "endTimestamp" else value
+        else:
+            _adjust(value, now_ms)
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    if case.path_parameters and "id" in case.path_parameters:
+        case.path_parameters["id"] = _fit(case.path_parameters["id"], ID_BYTES)
+    if isinstance(case.body, (dict, list)):
+        _adjust(case.body, int(time.time() * 1000))
