@@ -40,7 +40,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use powerloss::{available, long_causes, small_writers, Ledger, Running};
+use common::available;
+use powerloss::{long_causes, small_writers, Ledger, Running};
 
 #[path = "fsync_audit/model.rs"]
 mod model;

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{available, runs};
 use powerloss::{
-    available, listing, long_causes, lost, offline_check, runs, small_writers, tail, Ledger,
-    Running, SharedLedger, LONG_IDS, LONG_ROUNDS,
+    listing, long_causes, lost, offline_check, small_writers, tail, Ledger, Running, SharedLedger,
+    LONG_IDS, LONG_ROUNDS,
 };
 
 /// The size of each image (sparse: only what ext4 writes takes space).

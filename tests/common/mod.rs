@@ -6,7 +6,8 @@
 //! - `sse`: the change feed's client;
 //! - `raw`: a raw-socket HTTP/1.1 client;
 //! - `metrics`: `/metrics` samples;
-//! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs.
+//! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs;
+//! - `tools`: the external tools some tests need, and the skip-or-fail rule when one is missing.
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -16,6 +17,7 @@ mod offline;
 mod process;
 mod raw;
 mod sse;
+mod tools;
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,7 @@ pub use offline::*;
 pub use process::*;
 pub use raw::*;
 pub use sse::*;
+pub use tools::*;
 
 /// How long anything in a test may take before it counts as hung.
 pub const DEADLINE: Duration = Duration::from_secs(20);

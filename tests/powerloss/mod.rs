@@ -32,36 +32,6 @@ pub const LONG_ROUNDS: usize = 16;
 /// Each cause is at the 1 KiB limit (`MAX_CAUSE_BYTES`) minus a little.
 pub const LONG_CAUSE_BYTES: usize = 1000;
 
-/// Whether an external tool (or facility) these tests need is here. Missing: under `CI`
-/// that fails the test; elsewhere the test says so loudly on stderr and does nothing.
-pub fn available(what: &str, ok: bool, test: &str) -> bool {
-    if ok {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set but {what}: {test} cannot run (CI must provide it)"
-    );
-    // Straight to the process's stderr: the test harness captures `eprintln!` of tests
-    // that pass, and a skip must be seen.
-    let banner = "!".repeat(72);
-    let text = format!(
-        "\n{banner}\n!!! SKIPPED {test}: {what}\n!!! (with CI set this is a failure)\n{banner}\n\n"
-    );
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
-    false
-}
-
-/// Whether `program` runs (`program arg` exits 0).
-pub fn runs(program: &str, arg: &str) -> bool {
-    Command::new(program)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A daemon that did not come up: how it ended and what it logged.
 #[derive(Debug)]
 pub struct StartFailure {
