@@ -6,10 +6,13 @@
 //!
 //! The store records into these metrics and hands over its gauges; this module imports
 //! nothing of the store, so the dependency runs one way.
+//!
+//! Both text formats come from `prometheus_client`'s own encoders ([`Exposition`]); which
+//! one a scrape gets is the HTTP layer's choice (`http::ops`).
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{prometheus_text, text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,6 +27,28 @@ const LAG_BUCKETS: [f64; 22] = [
     0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0,
     5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
+
+/// The text formats [`Metrics::render`] writes, each by `prometheus_client`'s encoder for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposition {
+    /// The Prometheus text exposition format 0.0.4, what `promtool check metrics` reads: a
+    /// counter's `# HELP` and `# TYPE` name its `_total` series; no `# UNIT`, exemplars,
+    /// `_created` series or `# EOF`.
+    Prometheus,
+    /// `OpenMetrics` 1.0.0 text: a counter is typed under its family's name (without
+    /// `_total`), and the text ends with `# EOF`.
+    OpenMetrics,
+}
+
+impl Exposition {
+    /// The `Content-Type` of a text in this format.
+    pub const fn content_type(self) -> &'static str {
+        match self {
+            Exposition::Prometheus => prometheus_text::CONTENT_TYPE,
+            Exposition::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ChangeLabels {
@@ -210,8 +235,8 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition, with the store's gauges as `store` read them.
-    pub fn render(&self, store: &StoreGauges) -> String {
+    /// The text exposition in `format`, with the store's gauges as `store` read them.
+    pub fn render(&self, store: &StoreGauges, format: Exposition) -> String {
         for &(kind, action, count) in &store.items {
             let labels = ItemLabels {
                 kind: kind.singular(),
@@ -230,8 +255,11 @@ impl Metrics {
             self.disk_bytes.set(bytes as i64);
         }
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String does not fail");
+        match format {
+            Exposition::Prometheus => prometheus_text::encode(&mut out, &self.registry),
+            Exposition::OpenMetrics => text::encode(&mut out, &self.registry),
+        }
+        .expect("writing to a String does not fail");
         out
     }
 }
@@ -242,38 +270,75 @@ mod tests {
 
     #[test]
     fn the_store_gauges_render_under_their_names() {
-        let metrics = Metrics::new();
-        let gauges = StoreGauges {
-            items: vec![
-                (Kind::TaskManager, Action::MarkBlocked, 3),
-                (Kind::Node, Action::MarkBlockedAndEvacuateTasks, 1),
-            ],
-            revision: 42,
-            unreclaimed: 7,
-            sweeper_next_deadline_ms: Some(1_500),
-            disk_bytes: Some(4096),
-        };
-        let text = metrics.render(&gauges);
-        for line in [
-            r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
-            r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
-            "blocklist_revision 42",
-            "blocklist_unreclaimed_items 7",
-            "blocklist_sweeper_next_deadline_timestamp_seconds 1.5",
-            "blocklist_database_size_bytes 4096",
-        ] {
-            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        for format in [Exposition::Prometheus, Exposition::OpenMetrics] {
+            let metrics = Metrics::new();
+            let gauges = StoreGauges {
+                items: vec![
+                    (Kind::TaskManager, Action::MarkBlocked, 3),
+                    (Kind::Node, Action::MarkBlockedAndEvacuateTasks, 1),
+                ],
+                revision: 42,
+                unreclaimed: 7,
+                sweeper_next_deadline_ms: Some(1_500),
+                disk_bytes: Some(4096),
+            };
+            let text = metrics.render(&gauges, format);
+            for line in [
+                r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
+                r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
+                "blocklist_revision 42",
+                "blocklist_unreclaimed_items 7",
+                "blocklist_sweeper_next_deadline_timestamp_seconds 1.5",
+                "blocklist_database_size_bytes 4096",
+            ] {
+                assert!(
+                    text.lines().any(|l| l == line),
+                    "{format:?}: no {line:?} in\n{text}"
+                );
+            }
+            // A size that could not be read leaves the last one; no deadline reads as 0.
+            let text = metrics.render(
+                &StoreGauges {
+                    disk_bytes: None,
+                    ..StoreGauges::default()
+                },
+                format,
+            );
+            assert!(text
+                .lines()
+                .any(|l| l == "blocklist_database_size_bytes 4096"));
+            assert!(text
+                .lines()
+                .any(|l| l == "blocklist_sweeper_next_deadline_timestamp_seconds 0.0"));
         }
-        // A size that could not be read leaves the last one; no deadline reads as 0.
-        let text = metrics.render(&StoreGauges {
-            disk_bytes: None,
-            ..StoreGauges::default()
-        });
-        assert!(text
-            .lines()
-            .any(|l| l == "blocklist_database_size_bytes 4096"));
-        assert!(text
-            .lines()
-            .any(|l| l == "blocklist_sweeper_next_deadline_timestamp_seconds 0.0"));
+    }
+
+    #[test]
+    fn each_format_declares_a_counter_its_own_way_with_the_same_sample() {
+        let metrics = Metrics::new();
+        metrics.conflicts.inc();
+        let store = StoreGauges::default();
+
+        let prometheus = metrics.render(&store, Exposition::Prometheus);
+        assert!(
+            prometheus.contains(
+                "# HELP blocklist_conflicts_total Add batches refused because of a conflict.\n\
+                 # TYPE blocklist_conflicts_total counter\n\
+                 blocklist_conflicts_total 1\n"
+            ),
+            "{prometheus}"
+        );
+        assert!(!prometheus.contains("# EOF"), "{prometheus}");
+
+        let openmetrics = metrics.render(&store, Exposition::OpenMetrics);
+        assert!(
+            openmetrics.contains(
+                "# HELP blocklist_conflicts Add batches refused because of a conflict.\n\
+                 # TYPE blocklist_conflicts counter\n\
+                 blocklist_conflicts_total 1\n"
+            ),
+            "{openmetrics}"
+        );
+        assert!(openmetrics.ends_with("\n# EOF\n"), "{openmetrics}");
     }
 }

@@ -100,6 +100,169 @@ async fn metrics_follow_adds_merges_conflicts_and_expiry() {
     );
 }
 
+/// The `Content-Type` of the Prometheus text exposition format 0.0.4.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The `Content-Type` of the `OpenMetrics` text format 1.0.0.
+const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Something in every kind of metric: two adds, a conflict, a rejected request, requests
+/// on two routes.
+async fn some_traffic(d: &Daemon) {
+    d.post(
+        "/blocklist/taskmanagers",
+        json!([
+            item("t1", "MARK_BLOCKED", "c"),
+            item("t2", "MARK_BLOCKED", "c")
+        ]),
+    )
+    .await;
+    d.post(
+        "/blocklist/taskmanagers",
+        json!([item("t1", "MARK_BLOCKED", "again")]),
+    )
+    .await;
+    d.post("/blocklist/nodes", json!([])).await;
+    d.get("/blocklist").await;
+}
+
+/// The metric families of a text exposition, as its `# TYPE` lines declare them, each with
+/// the names of the samples that follow it (up to the next comment line).
+fn families(text: &str) -> Vec<(String, String, Vec<String>)> {
+    let mut families: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut open = false;
+    for line in text.lines() {
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = declared.split_once(' ').expect("# TYPE name type");
+            families.push((name.to_owned(), kind.to_owned(), Vec::new()));
+            open = true;
+        } else if line.starts_with('#') {
+            open = false;
+        } else if let (true, Some(family)) = (open, families.last_mut()) {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            family.2.push(line[..end].to_owned());
+        }
+    }
+    families
+}
+
+/// Asked for the Prometheus text format 0.0.4 (as `promtool` and many scrapers ask),
+/// `/metrics` answers in it: a counter's `# HELP` and `# TYPE` name its `_total` series, and
+/// nothing of `OpenMetrics` (`# EOF`, `# UNIT`, `_created`, exemplars) is there.
+#[tokio::test]
+async fn metrics_answer_the_prometheus_text_format_when_asked() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    some_traffic(&d).await;
+    let (content_type, text) = d.scrape_accepting(Some("text/plain;version=0.0.4")).await;
+    assert_eq!(content_type, PROMETHEUS_TEXT, "{text}");
+
+    let families = families(&text);
+    let counters: Vec<_> = families.iter().filter(|f| f.1 == "counter").collect();
+    let names: Vec<&str> = counters.iter().map(|f| f.0.as_str()).collect();
+    for expected in [
+        "blocklist_changes_total",
+        "blocklist_conflicts_total",
+        "blocklist_rejected_requests_total",
+        "blocklist_reclaimed_entries_total",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "no counter {expected}: {names:?}\n{text}"
+        );
+    }
+    for (name, _, samples) in &counters {
+        assert!(
+            name.ends_with("_total"),
+            "`# TYPE {name} counter` does not name the _total series\n{text}"
+        );
+        let help = format!("# HELP {name} ");
+        assert!(
+            text.lines().any(|l| l.starts_with(&help)),
+            "no `{help}…` line\n{text}"
+        );
+        assert!(
+            samples.iter().all(|s| s == name),
+            "samples {samples:?} under counter {name}\n{text}"
+        );
+    }
+    for openmetrics_only in ["# EOF", "# UNIT", "_created", " # {"] {
+        assert!(
+            !text.contains(openmetrics_only),
+            "{openmetrics_only:?} in the Prometheus text format\n{text}"
+        );
+    }
+    // The same samples as ever.
+    assert_eq!(
+        metric(&text, r#"blocklist_changes_total{event="added"}"#),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(metric(&text, "blocklist_conflicts_total"), 1.0);
+    assert_eq!(
+        metric(&text, r#"blocklist_rejected_requests_total{status="400"}"#),
+        1.0
+    );
+}
+
+/// A scraper that prefers `OpenMetrics` gets it, Prometheus' own scrapers included (their
+/// default `Accept` headers, 3.x and 2.x): counters typed under their family name, and the
+/// text ends with `# EOF`.
+#[tokio::test]
+async fn metrics_answer_openmetrics_to_a_scraper_that_prefers_it() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    some_traffic(&d).await;
+    for accept in [
+        "application/openmetrics-text",
+        "application/openmetrics-text; version=1.0.0",
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
+         application/openmetrics-text;version=0.0.1;q=0.4,\
+         text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,\
+         text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,\
+         text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+        "text/plain;version=0.0.4;q=0.5, application/openmetrics-text",
+    ] {
+        let (content_type, text) = d.scrape_accepting(Some(accept)).await;
+        assert_eq!(content_type, OPENMETRICS_TEXT, "Accept: {accept}\n{text}");
+        assert!(text.ends_with("\n# EOF\n"), "Accept: {accept}\n{text}");
+        assert!(
+            text.lines().any(|l| l == "# TYPE blocklist_changes counter"),
+            "Accept: {accept}\n{text}"
+        );
+        assert_eq!(
+            metric(&text, r#"blocklist_changes_total{event="added"}"#),
+            2.0,
+            "{text}"
+        );
+    }
+}
+
+/// Without a preference for `OpenMetrics` — no `Accept`, `*/*`, plain text, a type `/metrics`
+/// does not serve, or `OpenMetrics` ranked below the text format — the answer is the
+/// Prometheus text format; and the answer says that it varies with `Accept`.
+#[tokio::test]
+async fn metrics_answer_the_prometheus_text_format_without_a_preference_for_openmetrics() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    for accept in [
+        None,
+        Some("*/*"),
+        Some("text/plain"),
+        Some("text/plain; charset=utf-8"),
+        Some("application/json"),
+        Some("application/openmetrics-text;q=0.3, text/plain;version=0.0.4;q=0.8"),
+        Some("application/openmetrics-text;q=0, */*"),
+        Some("application/openmetrics-text;version=2.0.0, */*;q=0.1"),
+    ] {
+        let (content_type, text) = d.scrape_accepting(accept).await;
+        assert_eq!(content_type, PROMETHEUS_TEXT, "Accept: {accept:?}\n{text}");
+        assert!(!text.contains("# EOF"), "Accept: {accept:?}\n{text}");
+    }
+    let resp = d.client.get(d.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.headers()["vary"], "accept");
+}
+
 #[tokio::test]
 async fn probes_answer() {
     let mut ws = Workspace::new();

@@ -2,8 +2,8 @@
 //! behind them are [`super::observe`]).
 
 use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
+use axum::http::header::{ACCEPT, CONTENT_TYPE, VARY};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::error::{Result, Unavailable};
 use super::state::AppState;
+use crate::metrics::Exposition;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -107,23 +108,192 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     get,
     path = "/metrics",
     tag = "operations",
+    description = "In the Prometheus text exposition format 0.0.4, or in OpenMetrics 1.0.0 text \
+        for a scraper that prefers it, as the request's `Accept` header says: its media ranges \
+        are taken in order of preference (highest q-value first; equal ones in the order sent; \
+        q=0 means not acceptable), and the first that names a format served here decides: \
+        `application/openmetrics-text` with `version=1.0.0` or no version is OpenMetrics, \
+        `text/plain` with `version=0.0.4` or no version is the Prometheus text format. \
+        Anything else (no `Accept`, `*/*`, other types or versions) gets the Prometheus text \
+        format, never a 406. Prometheus' own scrapers prefer OpenMetrics; curl and \
+        `promtool check metrics` get the Prometheus text format.",
     responses(
-        (status = 200, description = "The OpenMetrics text exposition", body = String,
-            content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (status = 200, description = "The metrics, in the format the request's `Accept` prefers",
+            headers(("Vary" = String, description = "`accept`: the format follows the request's `Accept` header")),
+            content(
+                (String = "text/plain; version=0.0.4; charset=utf-8"),
+                (String = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            )),
         (status = 503, response = Unavailable),
     ),
 )]
-pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response> {
+pub(super) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
+    let format = negotiate(&headers);
     let metrics = state.metrics.clone();
     let text = state
-        .blocking(move |store| Ok(metrics.render(&store.gauges())))
+        .blocking(move |store| Ok(metrics.render(&store.gauges(), format)))
         .await?;
     Ok((
-        [(
-            CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(CONTENT_TYPE, format.content_type()), (VARY, "accept")],
         text,
     )
         .into_response())
+}
+
+/// The format a scrape asked for, chosen as Prometheus' client libraries choose it
+/// (`client_golang`'s `expfmt.Negotiate`): the media ranges of every `Accept` header in
+/// order of preference (highest q-value first; equal ones in the order sent), and the first
+/// that names a format served here wins. Anything else, no `Accept` included, gets the
+/// Prometheus text format: it is what curl users and `promtool` read, and what
+/// `client_golang` answers too. Unlike `client_golang`, a range with `q=0` (RFC 9110: not
+/// acceptable) or an unreadable q-value is skipped, and `OpenMetrics` 0.0.1 does not count
+/// (only 1.0.0 is written here; Prometheus' scrapers rank 1.0.0 higher anyway).
+fn negotiate(headers: &HeaderMap) -> Exposition {
+    let mut best: Option<(f32, Exposition)> = None;
+    let ranges = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','));
+    for range in ranges {
+        if let Some((q, format)) = served(range) {
+            // Strictly greater: of equal preferences, the first sent stays.
+            if q > 0.0 && best.is_none_or(|(top, _)| q > top) {
+                best = Some((q, format));
+            }
+        }
+    }
+    best.map_or(Exposition::Prometheus, |(_, format)| format)
+}
+
+/// One media range of `Accept` (`type/subtype;param=value;…`): its q-value and the format
+/// it names, when it names one served here. `text/plain` is the Prometheus text format
+/// with `version=0.0.4` or no version (Prometheus 3 also asks for a `text/plain` 1.0.0,
+/// which is another format); `application/openmetrics-text` is `OpenMetrics` with
+/// `version=1.0.0` or no version. Other parameters (`charset`, `escaping`) do not matter:
+/// metric names here are plain ASCII.
+fn served(range: &str) -> Option<(f32, Exposition)> {
+    let mut parts = range.split(';');
+    let media_type = parts.next()?.trim();
+    let (mut q, mut version) = (1.0, None);
+    for param in parts {
+        let Some((name, value)) = param.split_once('=') else {
+            continue;
+        };
+        let value = value.trim().trim_matches('"');
+        match name.trim() {
+            name if name.eq_ignore_ascii_case("q") => {
+                q = value.parse().ok().filter(|q| (0.0..=1.0).contains(q))?;
+            }
+            name if name.eq_ignore_ascii_case("version") => version = Some(value),
+            _ => {}
+        }
+    }
+    let format = if media_type.eq_ignore_ascii_case("text/plain") {
+        Exposition::Prometheus
+    } else if media_type.eq_ignore_ascii_case("application/openmetrics-text") {
+        Exposition::OpenMetrics
+    } else {
+        return None;
+    };
+    let wanted = match format {
+        Exposition::Prometheus => "0.0.4",
+        Exposition::OpenMetrics => "1.0.0",
+    };
+    version.is_none_or(|v| v == wanted).then_some((q, format))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn accepting(values: &[&str]) -> Exposition {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(ACCEPT, HeaderValue::from_str(value).unwrap());
+        }
+        negotiate(&headers)
+    }
+
+    use Exposition::{OpenMetrics, Prometheus};
+
+    #[test]
+    fn without_a_preference_for_a_served_format_the_answer_is_the_prometheus_text_format() {
+        for accept in [
+            &[][..],
+            &["*/*"],
+            &["text/*"],
+            &["application/json"],
+            &["text/plain;version=1.0.0"],
+            &["application/openmetrics-text;version=0.0.1"],
+            &["application/openmetrics-text;version=2.0.0, */*;q=0.1"],
+            &["application/openmetrics-text;q=0"],
+            &["application/openmetrics-text;q=1.5"],
+            &["application/openmetrics-text;q=high"],
+            &[""],
+            &[",;,"],
+        ] {
+            assert_eq!(accepting(accept), Prometheus, "Accept: {accept:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_format_is_served_when_named() {
+        for accept in [
+            "text/plain",
+            "text/plain;version=0.0.4",
+            "text/plain; version=0.0.4; charset=utf-8",
+            "TEXT/PLAIN; Version=\"0.0.4\"",
+        ] {
+            assert_eq!(accepting(&[accept]), Prometheus, "Accept: {accept}");
+        }
+    }
+
+    #[test]
+    fn openmetrics_is_served_when_preferred() {
+        for accept in [
+            "application/openmetrics-text",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "Application/OpenMetrics-Text;VERSION=1.0.0",
+            // Prometheus 3's default, and Prometheus 2's.
+            "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
+             application/openmetrics-text;version=0.0.1;q=0.4,\
+             text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,\
+             text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,\
+             text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            "text/plain;q=0.5, application/openmetrics-text",
+            "text/plain;q=0, application/openmetrics-text;q=0.1",
+        ] {
+            assert_eq!(accepting(&[accept]), OpenMetrics, "Accept: {accept}");
+        }
+    }
+
+    #[test]
+    fn the_higher_q_value_wins_and_a_tie_goes_to_the_first_sent() {
+        assert_eq!(
+            accepting(&["application/openmetrics-text;q=0.3, text/plain;version=0.0.4;q=0.8"]),
+            Prometheus
+        );
+        assert_eq!(
+            accepting(&["text/plain;q=0.5, application/openmetrics-text;q=0.5"]),
+            Prometheus
+        );
+        assert_eq!(
+            accepting(&["application/openmetrics-text;q=0.5, text/plain;q=0.5"]),
+            OpenMetrics
+        );
+        // Several `Accept` headers are one list.
+        assert_eq!(
+            accepting(&["text/plain;q=0.2", "application/openmetrics-text;q=0.9"]),
+            OpenMetrics
+        );
+        // A range that names no served format does not count, whatever its q-value.
+        assert_eq!(
+            accepting(&["application/json, application/openmetrics-text;q=0.1"]),
+            OpenMetrics
+        );
+    }
 }

@@ -2,7 +2,7 @@
 
 use reqwest::StatusCode;
 
-use super::Daemon;
+use super::{raw_get, Daemon};
 
 impl Daemon {
     /// The daemon's `/metrics` text.
@@ -10,6 +10,25 @@ impl Daemon {
         let resp = self.client.get(self.url("/metrics")).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
         resp.text().await.unwrap()
+    }
+
+    /// `/metrics` asked for with this `Accept` header (`None`: with no `Accept` at all):
+    /// the answer's `Content-Type` and its text.
+    pub async fn scrape_accepting(&self, accept: Option<&str>) -> (String, String) {
+        let (addr, accept) = (self.addr, accept.map(str::to_owned));
+        let (status, headers, body) = tokio::task::spawn_blocking(move || {
+            let headers: Vec<_> = accept.iter().map(|a| ("Accept", a.as_str())).collect();
+            raw_get(addr, "/metrics", &headers)
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let content_type = headers
+            .into_iter()
+            .find(|(name, _)| name == "content-type")
+            .map(|(_, value)| value)
+            .unwrap_or_default();
+        (content_type, body)
     }
 
     /// One sample of `/metrics` (0 when absent).

@@ -46,3 +46,43 @@ pub fn raw_request(
     let body = serde_json::from_str(body).unwrap_or(Value::Null);
     (StatusCode::from_u16(status).unwrap(), body)
 }
+
+/// Sends a GET with exactly the given headers (besides `Host` and `Connection: close`) and
+/// returns the status, the response's headers (names lowercased) and its body as text: for
+/// requests an ordinary client would add headers to (reqwest always sends `Accept`).
+pub fn raw_get(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Vec<(String, String)>, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        let _ = write!(head, "{name}: {value}\r\n");
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).expect("write headers");
+    let mut response = Vec::new();
+    conn.read_to_end(&mut response).expect("read the answer");
+    let text = String::from_utf8(response).expect("a UTF-8 answer");
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of head in {text:?}"));
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|line| line.get(9..12))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    (
+        StatusCode::from_u16(status).unwrap(),
+        headers,
+        body.to_owned(),
+    )
+}
