@@ -204,6 +204,51 @@ async fn metrics_answer_the_prometheus_text_format_when_asked() {
     );
 }
 
+/// Prometheus' own linter, `promtool check metrics`, has nothing to say about the
+/// Prometheus text format `/metrics` answers: no parse error and no lint warning.
+#[tokio::test]
+async fn promtool_finds_nothing_to_lint_in_the_prometheus_text_format() {
+    let test = "promtool_finds_nothing_to_lint_in_the_prometheus_text_format";
+    if !available(
+        "promtool is missing (Debian package: prometheus)",
+        runs("promtool", "--version"),
+        test,
+    ) {
+        return;
+    }
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    some_traffic(&d).await;
+    let (_, text) = d.scrape_accepting(Some("text/plain;version=0.0.4")).await;
+
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    promtool
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let out = promtool.wait_with_output().expect("promtool ends");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.is_empty(),
+        "promtool check metrics: {} and\n{said}\non this text:\n{text}",
+        out.status
+    );
+}
+
 /// A scraper that prefers `OpenMetrics` gets it, Prometheus' own scrapers included (their
 /// default `Accept` headers, 3.x and 2.x): counters typed under their family name, and the
 /// text ends with `# EOF`.
