@@ -605,3 +605,25 @@ async fn every_kind_of_feed_event_matches_the_documented_event_schema() {
     no_id.as_object_mut().unwrap().remove("id");
     assert!(!event_schema.is_valid(&no_id), "{no_id}");
 }
+
+#[tokio::test]
+async fn the_dry_run_flag_is_as_strict_in_the_document_as_in_the_server() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let c = Contract::of(&d).await;
+    let mut found = Vec::new();
+    let flag = c.parameter_schema(&Method::POST, "/blocklist/nodes", "dryRun");
+    let cases = [
+        ("true", json!(true), CREATED),
+        ("false", json!(false), CREATED),
+        ("maybe", json!("maybe"), BAD),
+        ("1", json!(1), BAD),
+    ];
+    for (i, (text, instance, want)) in cases.into_iter().enumerate() {
+        let path = format!("/blocklist/nodes?dryRun={text}");
+        let body = json!([element(&format!("flag-{i}"), &json!({}))]);
+        let answer = d.post(&path, body).await;
+        found.extend(disagreement(&path, &flag, &instance, answer, want));
+    }
+    assert_none(&found);
+}

@@ -14,8 +14,8 @@ use super::error::{
     ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
     Unavailable, UnsupportedMediaType,
 };
-use super::extract::{IdPath, JsonBody};
-use super::reply::{with_revision, Empty};
+use super::extract::{DryRun, IdPath, JsonBody};
+use super::reply::Empty;
 use super::schema;
 use super::state::AppState;
 use crate::listing::Listing;
@@ -207,19 +207,20 @@ async fn get_one(
 async fn add(
     State(state): State<AppState>,
     kind: Kind,
+    dry: DryRun,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
     let now = state.store.now();
     let items = validate::add_batch(&body, now, state.limits.max_batch)?;
-    let (outcome, revision) = state.store.add(kind, items, now).await?;
+    let writer = state.store.with_mode(dry.mode());
+    let (outcome, revision) = writer.add(kind, items, now).await?;
     match outcome {
         AddOutcome::Written { merged } if merged.is_empty() => {
-            Ok(with_revision(revision, StatusCode::CREATED))
+            Ok(dry.written(revision, StatusCode::CREATED))
         }
-        AddOutcome::Written { merged } => Ok(with_revision(
-            revision,
-            (StatusCode::ACCEPTED, Json(merged)),
-        )),
+        AddOutcome::Written { merged } => {
+            Ok(dry.written(revision, (StatusCode::ACCEPTED, Json(merged))))
+        }
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
                 .into_iter()
@@ -235,9 +236,19 @@ async fn add(
     }
 }
 
-async fn remove(State(state): State<AppState>, kind: Kind, IdPath(id): IdPath) -> Result<Response> {
-    match state.store.remove(kind, id.clone()).await? {
-        (Some(_), revision) => Ok(with_revision(revision, Json(Empty {}))),
+async fn remove(
+    State(state): State<AppState>,
+    kind: Kind,
+    IdPath(id): IdPath,
+    dry: DryRun,
+) -> Result<Response> {
+    match state
+        .store
+        .with_mode(dry.mode())
+        .remove(kind, id.clone())
+        .await?
+    {
+        (Some(_), revision) => Ok(dry.written(revision, Json(Empty {}))),
         (None, _) => Err(not_blocked(kind, &id)),
     }
 }
@@ -395,6 +406,7 @@ macro_rules! kind_handlers {
             post,
             path = $path,
             tag = "blocklist",
+            params(DryRun),
             request_body(content = AddRequest, content_type = "application/json"),
             responses(
                 (status = 201, description = "Every element was new",
@@ -413,8 +425,8 @@ macro_rules! kind_handlers {
             ),
             security(("bearerAuth" = [])),
         )]
-        pub(super) async fn $add(state: State<AppState>, body: JsonBody) -> Result<Response> {
-            add(state, $kind, body).await
+        pub(super) async fn $add(state: State<AppState>, dry: DryRun, body: JsonBody) -> Response {
+            dry.answer(add(state, $kind, dry, body).await)
         }
 
         #[doc = $get_doc]
@@ -442,7 +454,7 @@ macro_rules! kind_handlers {
             delete,
             path = $path_id,
             tag = "blocklist",
-            params(IdPath),
+            params(IdPath, DryRun),
             responses(
                 (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
@@ -454,8 +466,8 @@ macro_rules! kind_handlers {
             ),
             security(("bearerAuth" = [])),
         )]
-        pub(super) async fn $remove(state: State<AppState>, id: IdPath) -> Result<Response> {
-            remove(state, $kind, id).await
+        pub(super) async fn $remove(state: State<AppState>, id: IdPath, dry: DryRun) -> Response {
+            dry.answer(remove(state, $kind, id, dry).await)
         }
     };
 }

@@ -2,17 +2,21 @@
 //! instead of axum's plain-text rejections.
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use utoipa::IntoParams;
 
 use super::error::ApiError;
+use super::reply::{with_revision, DRY_RUN_HEADER};
 use super::state::AppState;
 use crate::model::{validate_id, Id};
+use crate::store::Mode;
 
 /// A request body that must be JSON (`application/json` or `application/*+json`).
 pub struct JsonBody(pub Value);
@@ -167,6 +171,87 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
                 })?;
         validate_id(&id).map_err(|why| ApiError::bad_request(format!("id in the path {why}")))?;
         Ok(IdPath(id))
+    }
+}
+
+/// `?dryRun=true` on a write: the request is decided exactly as it would be (validation,
+/// conflicts, merges, against every committed change) and answered with the same status
+/// and body, plus `Dry-Run: true`, and nothing is written: no change, no revision, no
+/// event. Also the parameter's documentation (`params(DryRun)` on every write).
+#[derive(Debug, Clone, Copy, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DryRun {
+    /// `true`: decide and answer the write, but make no change (the answer carries
+    /// `Dry-Run: true` and no `X-Blocklist-Revision`). Default `false`.
+    #[param(rename = "dryRun")]
+    dry_run: Option<bool>,
+}
+
+impl DryRun {
+    /// How the store is to take the write.
+    pub fn mode(self) -> Mode {
+        if self.is_set() {
+            Mode::DryRun
+        } else {
+            Mode::Commit
+        }
+    }
+
+    fn is_set(self) -> bool {
+        self.dry_run == Some(true)
+    }
+
+    /// A successful write's response: with the revision of its change, or, for a dry run,
+    /// with none (it made no change).
+    pub fn written(self, revision: u64, response: impl IntoResponse) -> Response {
+        if self.is_set() {
+            response.into_response()
+        } else {
+            with_revision(revision, response)
+        }
+    }
+
+    /// Any answer of the write's handler, marked `Dry-Run: true` for a dry run.
+    pub fn answer(self, result: Result<Response, ApiError>) -> Response {
+        let mut response = result.into_response();
+        if self.is_set() {
+            response
+                .headers_mut()
+                .insert(DRY_RUN_HEADER, HeaderValue::from_static("true"));
+        }
+        response
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for DryRun {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        // Other query parameters are left alone, as on every write.
+        let Query(query) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+        let given: Vec<&str> = query
+            .iter()
+            .filter(|(name, _)| name == "dryRun")
+            .map(|(_, value)| value.as_str())
+            .collect();
+        let dry_run = match given.as_slice() {
+            [] => None,
+            ["true"] => Some(true),
+            ["false"] => Some(false),
+            [other] => {
+                return Err(ApiError::bad_request(format!(
+                    "dryRun: must be true or false, got {other:?}"
+                )))
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "dryRun: given more than once (give one dryRun=true or dryRun=false)",
+                ))
+            }
+        };
+        Ok(DryRun { dry_run })
     }
 }
 

@@ -1,5 +1,5 @@
-//! What successful responses of several resources share: the revision header, and the
-//! empty body of a DELETE.
+//! What successful responses of several resources share: the revision and dry-run headers,
+//! and the empty body of a DELETE.
 
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
@@ -8,6 +8,9 @@ use utoipa::ToSchema;
 
 /// The header that carries the revision a response reflects.
 pub const REVISION_HEADER: &str = "x-blocklist-revision";
+
+/// The header that marks the answer to a dry run (`?dryRun=true`).
+pub const DRY_RUN_HEADER: &str = "dry-run";
 
 /// Adds the `X-Blocklist-Revision` header to a response.
 pub(crate) fn with_revision(revision: u64, response: impl IntoResponse) -> Response {

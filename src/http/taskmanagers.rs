@@ -14,7 +14,7 @@ use super::error::{
     ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
     Unavailable, UnsupportedMediaType,
 };
-use super::extract::{IdPath, JsonBody};
+use super::extract::{DryRun, IdPath, JsonBody};
 use super::reply::{with_revision, Empty};
 use super::schema;
 use super::state::AppState;
@@ -118,7 +118,7 @@ pub(super) struct RegistrationBody {
     put,
     path = "/taskmanagers/{id}",
     tag = "membership",
-    params(IdPath),
+    params(IdPath, DryRun),
     request_body(content = RegistrationBody, content_type = "application/json"),
     responses(
         (status = 201, description = "New", body = Registration,
@@ -138,21 +138,25 @@ pub(super) struct RegistrationBody {
 pub(super) async fn register(
     State(state): State<AppState>,
     IdPath(id): IdPath,
+    dry: DryRun,
     JsonBody(body): JsonBody,
-) -> Result<Response> {
-    let node = validate::registration(&body)?;
-    let (results, revision) = state
-        .store
-        .register(vec![(id.clone(), node.clone())])
-        .await?;
-    let status = match results.first() {
-        Some(Registered::Created) => StatusCode::CREATED,
-        _ => StatusCode::OK,
-    };
-    Ok(with_revision(
-        revision,
-        (status, Json(Registration { id, node })),
-    ))
+) -> Response {
+    dry.answer(
+        async {
+            let node = validate::registration(&body)?;
+            let (results, revision) = state
+                .store
+                .with_mode(dry.mode())
+                .register(vec![(id.clone(), node.clone())])
+                .await?;
+            let status = match results.first() {
+                Some(Registered::Created) => StatusCode::CREATED,
+                _ => StatusCode::OK,
+            };
+            Ok::<_, ApiError>(dry.written(revision, (status, Json(Registration { id, node }))))
+        }
+        .await,
+    )
 }
 
 /// The body of `PUT /taskmanagers`.
@@ -192,6 +196,7 @@ pub(super) struct Summary {
     put,
     path = "/taskmanagers",
     tag = "membership",
+    params(DryRun),
     request_body(content = RegistrationBatch, content_type = "application/json"),
     responses(
         (status = 201, description = "At least one registration was new", body = Summary,
@@ -210,24 +215,30 @@ pub(super) struct Summary {
 )]
 pub(super) async fn register_many(
     State(state): State<AppState>,
+    dry: DryRun,
     JsonBody(body): JsonBody,
-) -> Result<Response> {
-    let pairs = validate::registrations(&body, state.limits.max_batch)?;
-    let mut summary = Summary::default();
-    let (results, revision) = state.store.register(pairs).await?;
-    for result in results {
-        match result {
-            Registered::Created => summary.created += 1,
-            Registered::Moved => summary.moved += 1,
-            Registered::Unchanged => summary.unchanged += 1,
+) -> Response {
+    dry.answer(
+        async {
+            let pairs = validate::registrations(&body, state.limits.max_batch)?;
+            let mut summary = Summary::default();
+            let (results, revision) = state.store.with_mode(dry.mode()).register(pairs).await?;
+            for result in results {
+                match result {
+                    Registered::Created => summary.created += 1,
+                    Registered::Moved => summary.moved += 1,
+                    Registered::Unchanged => summary.unchanged += 1,
+                }
+            }
+            let status = if summary.created > 0 {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok::<_, ApiError>(dry.written(revision, (status, Json(summary))))
         }
-    }
-    let status = if summary.created > 0 {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok(with_revision(revision, (status, Json(summary))))
+        .await,
+    )
 }
 
 /// Unregister a task manager
@@ -235,7 +246,7 @@ pub(super) async fn register_many(
     delete,
     path = "/taskmanagers/{id}",
     tag = "membership",
-    params(IdPath),
+    params(IdPath, DryRun),
     responses(
         (status = 200, description = "Unregistered (durably)", body = Empty,
             headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
@@ -250,11 +261,18 @@ pub(super) async fn register_many(
 pub(super) async fn unregister(
     State(state): State<AppState>,
     IdPath(id): IdPath,
-) -> Result<Response> {
-    match state.store.unregister(id.clone()).await? {
-        (Some(_), revision) => Ok(with_revision(revision, Json(Empty {}))),
-        (None, _) => Err(not_registered(&id)),
-    }
+    dry: DryRun,
+) -> Response {
+    let unregistered = state
+        .store
+        .with_mode(dry.mode())
+        .unregister(id.clone())
+        .await;
+    dry.answer(match unregistered {
+        Ok((Some(_), revision)) => Ok(dry.written(revision, Json(Empty {}))),
+        Ok((None, _)) => Err(not_registered(&id)),
+        Err(e) => Err(e.into()),
+    })
 }
 
 fn not_registered(id: &str) -> ApiError {

@@ -84,6 +84,10 @@ pub enum StoreError {
          the answer is withheld rather than risk one a crash could take back"
     )]
     NotDurable(std::time::Duration),
+    /// How a dry run's transaction ends once it has decided its outcome: rolled back, so
+    /// that it writes nothing. Never leaves the committer.
+    #[error("a dry run's transaction, rolled back on purpose")]
+    RolledBack,
 }
 
 impl StoreError {

@@ -73,7 +73,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
-pub use commit::{AddOutcome, Expired, Registered};
+pub use commit::{AddOutcome, Expired, Mode, Registered, Writer};
 pub use config::{Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};
 pub use error::{CommitError, Result, StoreError};

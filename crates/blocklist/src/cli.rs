@@ -54,6 +54,8 @@ pub enum Command {
         #[arg(value_enum)]
         kind: KindArg,
         id: String,
+        #[command(flatten)]
+        dry_run: DryRunArg,
     },
     /// Is a task manager blocked (itself or through its node), or a node?
     ///
@@ -68,11 +70,15 @@ pub enum Command {
         /// The node it runs on.
         #[arg(long)]
         node: String,
+        #[command(flatten)]
+        dry_run: DryRunArg,
     },
     /// Forget where a task manager runs (exit 1 when it was not registered).
     Unregister {
         /// Task manager id.
         taskmanager: String,
+        #[command(flatten)]
+        dry_run: DryRunArg,
     },
     /// Follow the change feed, one line per event, until Ctrl-C. Reconnects on its own
     /// after a dropped connection, resuming after the last event it printed.
@@ -112,6 +118,38 @@ pub struct AddArgs {
     /// takes FLIP-224's spellings `mergeOnConflict` and `mergeOnConflictallowMerge`.
     #[arg(long)]
     pub merge: bool,
+    #[command(flatten)]
+    pub dry_run: DryRunArg,
+}
+
+/// `--dry-run` on every write.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct DryRunArg {
+    /// Ask the daemon what the write would do, and write nothing (`?dryRun=true`): the
+    /// same checks, conflicts and merges, the same answer and exit code, no change.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl DryRunArg {
+    /// `path` with the dry-run flag when it is set.
+    pub fn path(self, path: &str) -> String {
+        if self.dry_run {
+            format!("{path}?dryRun=true")
+        } else {
+            path.to_owned()
+        }
+    }
+
+    /// What a line of output says was done: `done` ("blocked"), or `would` ("would
+    /// block") for a dry run.
+    pub fn verb<'a>(self, done: &'a str, would: &'a str) -> &'a str {
+        if self.dry_run {
+            would
+        } else {
+            done
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -25,7 +25,7 @@ use clap::Parser;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::cli::{AddArgs, Cli, Command};
+use crate::cli::{AddArgs, Cli, Command, DryRunArg};
 use crate::client::{check_id, item_path, segment, Client, Failure, Reply};
 use crate::render::{ItemView, Listing};
 
@@ -78,15 +78,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::List { kind } => list(&client, kind.map(Kind::from), json).await,
         Command::Get { kind, id } => get(&client, kind.into(), &id, json).await,
         Command::Add(args) => add(&client, args, json).await,
-        Command::Remove { kind, id } => remove(&client, kind.into(), &id, json).await,
+        Command::Remove { kind, id, dry_run } => {
+            remove(&client, kind.into(), &id, dry_run, json).await
+        }
         Command::Check(args) => {
             let (kind, id) = args.resolve().map_err(Failure::refused)?;
             check(&client, kind, &id, json).await
         }
-        Command::Register { taskmanager, node } => {
-            register(&client, &taskmanager, &node, json).await
-        }
-        Command::Unregister { taskmanager } => unregister(&client, &taskmanager, json).await,
+        Command::Register {
+            taskmanager,
+            node,
+            dry_run,
+        } => register(&client, &taskmanager, &node, dry_run, json).await,
+        Command::Unregister {
+            taskmanager,
+            dry_run,
+        } => unregister(&client, &taskmanager, dry_run, json).await,
         Command::Watch { since } => watch::run(&client, since, json).await,
     }
 }
@@ -194,7 +201,7 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
             element
         })
         .collect();
-    let path = format!("/blocklist/{}", kind.plural());
+    let path = args.dry_run.path(&format!("/blocklist/{}", kind.plural()));
     let reply = client
         .send(Method::POST, &path, Some(&Value::Array(elements)))
         .await?;
@@ -222,7 +229,8 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
         if seen.insert(id) && !merged.iter().any(|m| &m.id == id) {
             let _ = writeln!(
                 text,
-                "blocked {} {}: {}, ends {}",
+                "{} {} {}: {}, ends {}",
+                args.dry_run.verb("blocked", "would block"),
                 noun(kind),
                 render::clean(id),
                 render::action_name(action.as_str()),
@@ -231,7 +239,10 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
         }
     }
     if !merged.is_empty() {
-        text.push_str("merged into existing blocks, which are now:\n");
+        text.push_str(args.dry_run.verb(
+            "merged into existing blocks, which are now:\n",
+            "would merge into existing blocks, which would be:\n",
+        ));
         let rows: Vec<(&str, &ItemView)> = merged.iter().map(|i| (kind.singular(), i)).collect();
         text.push_str(&render::items_table(&rows, now, &chrono::Local));
     }
@@ -239,15 +250,25 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
     Ok(())
 }
 
-async fn remove(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Failure> {
+async fn remove(
+    client: &Client,
+    kind: Kind,
+    id: &str,
+    dry_run: DryRunArg,
+    json: bool,
+) -> Result<(), Failure> {
     check_id(noun(kind), id)?;
-    let reply = client
-        .send(Method::DELETE, &item_path(kind, id), None)
-        .await?;
+    let path = dry_run.path(&item_path(kind, id));
+    let reply = client.send(Method::DELETE, &path, None).await?;
     if json {
         print_json(&reply);
     } else {
-        emit(&format!("unblocked {} {}\n", noun(kind), render::clean(id)));
+        emit(&format!(
+            "{} {} {}\n",
+            dry_run.verb("unblocked", "would unblock"),
+            noun(kind),
+            render::clean(id)
+        ));
     }
     Ok(())
 }
@@ -270,10 +291,16 @@ async fn check(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), 
     Ok(())
 }
 
-async fn register(client: &Client, tm: &str, node: &str, json: bool) -> Result<(), Failure> {
+async fn register(
+    client: &Client,
+    tm: &str,
+    node: &str,
+    dry_run: DryRunArg,
+    json: bool,
+) -> Result<(), Failure> {
     check_id("task manager", tm)?;
     check_id("node", node)?;
-    let path = format!("/taskmanagers/{}", segment(tm));
+    let path = dry_run.path(&format!("/taskmanagers/{}", segment(tm)));
     let reply = client
         .send(Method::PUT, &path, Some(&json!({"node": node})))
         .await?;
@@ -281,30 +308,38 @@ async fn register(client: &Client, tm: &str, node: &str, json: bool) -> Result<(
         print_json(&reply);
     } else if reply.status == StatusCode::CREATED {
         emit(&format!(
-            "registered task manager {} on node {}\n",
+            "{} task manager {} on node {}\n",
+            dry_run.verb("registered", "would register"),
             render::clean(tm),
             render::clean(node)
         ));
     } else {
         // 200 covers both "moved" and "unchanged"; the daemon does not say which.
         emit(&format!(
-            "task manager {} is registered on node {} (it was registered before)\n",
+            "task manager {} {} on node {} (it was registered before)\n",
             render::clean(tm),
+            dry_run.verb("is registered", "would be registered"),
             render::clean(node)
         ));
     }
     Ok(())
 }
 
-async fn unregister(client: &Client, tm: &str, json: bool) -> Result<(), Failure> {
+async fn unregister(
+    client: &Client,
+    tm: &str,
+    dry_run: DryRunArg,
+    json: bool,
+) -> Result<(), Failure> {
     check_id("task manager", tm)?;
-    let path = format!("/taskmanagers/{}", segment(tm));
+    let path = dry_run.path(&format!("/taskmanagers/{}", segment(tm)));
     let reply = client.send(Method::DELETE, &path, None).await?;
     if json {
         print_json(&reply);
     } else {
         emit(&format!(
-            "unregistered task manager {}\n",
+            "{} task manager {}\n",
+            dry_run.verb("unregistered", "would unregister"),
             render::clean(tm)
         ));
     }

@@ -614,3 +614,31 @@ fn watch_resumes_after_a_dropped_connection_without_gap_or_duplicate() {
         "the reconnect resumes: {sent}"
     );
 }
+
+#[test]
+fn dry_runs_say_what_would_happen_and_change_nothing() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let revision = |d: &Daemon| cli(d, &["--json", "list"]).ok().json()["revision"].clone();
+    let before = revision(&d);
+
+    let run = cli(&d, &["add", "node", "n1", "--cause", "disk", "--dry-run"]).ok();
+    assert!(
+        run.stdout.starts_with("would block node n1: block, ends "),
+        "{run:?}"
+    );
+    let run = cli(&d, &["register", "tm-1", "--node", "n1", "--dry-run"]).ok();
+    assert_eq!(run.stdout, "would register task manager tm-1 on node n1\n");
+    // Refused as the real write would be, with the same exit code.
+    let run = cli(&d, &["remove", "node", "n1", "--dry-run"]);
+    assert_refused(&run, &["node \"n1\" is not blocked"]);
+    let run = cli(&d, &["unregister", "tm-1", "--dry-run"]);
+    assert_refused(&run, &["not registered"]);
+    assert_eq!(revision(&d), before, "a dry run wrote");
+
+    cli(&d, &["add", "node", "n1", "--cause", "disk"]).ok();
+    let run = cli(&d, &["remove", "node", "n1", "--dry-run"]).ok();
+    assert_eq!(run.stdout, "would unblock node n1\n");
+    let run = cli(&d, &["--json", "list", "nodes"]).ok();
+    assert_eq!(ids(&run.json()), ["n1"], "the dry run removed it");
+}

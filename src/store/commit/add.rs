@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::{earlier, Applied, Command, Op, Request, Tx, TxResult};
+use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
 use crate::model::{Block, Item, Kind, NewItem};
 use crate::store::{Result, Store, Watched};
@@ -112,7 +112,7 @@ impl Command for Add {
     }
 }
 
-impl Store {
+impl Writer<'_> {
     /// Adds (or merges) a validated batch as one atomic unit.
     pub async fn add(
         &self,
@@ -121,5 +121,17 @@ impl Store {
         now: i64,
     ) -> Result<(AddOutcome, u64)> {
         self.submit(Add { kind, items, now }).await
+    }
+}
+
+impl Store {
+    /// [`Writer::add`], committed.
+    pub async fn add(
+        &self,
+        kind: Kind,
+        items: Vec<NewItem>,
+        now: i64,
+    ) -> Result<(AddOutcome, u64)> {
+        self.with_mode(Mode::Commit).add(kind, items, now).await
     }
 }

@@ -5,7 +5,7 @@
 
 use std::ops::Bound;
 
-use super::{expiry_items, Applied, Command, Committer, Op, Request, Tx, TxResult};
+use super::{expiry_items, Applied, Command, Committer, Mode, Op, Request, Tx, TxResult};
 use crate::model::{EventType, Item, Kind};
 use crate::store::{after_watermark, keys, Result, Store, StoreError, Watched};
 
@@ -127,6 +127,6 @@ impl Store {
     /// expiry-key order from the watermark: their `expired` events, the counts, the
     /// watermark, in one commit. Their entries stay until [`Store::reclaim`].
     pub async fn announce(&self, upto: i64, limit: usize) -> Result<(Vec<Expired>, u64)> {
-        self.submit(Announce { upto, limit }).await
+        self.submit(Announce { upto, limit }, Mode::Commit).await
     }
 }

@@ -3,7 +3,7 @@
 
 use super::register::unregister;
 use super::remove::remove;
-use super::{Applied, Command, Op, Request, Tx, TxResult};
+use super::{Applied, Command, Mode, Op, Request, Tx, TxResult};
 use crate::model::Kind;
 use crate::store::{Result, Store, Watched};
 
@@ -67,7 +67,7 @@ impl Command for Clear {
 impl Store {
     /// Removes these items and registrations in one transaction; returns how many items.
     pub async fn clear(&self, items: Vec<(Kind, String)>, tms: Vec<String>) -> Result<usize> {
-        let (removed, _) = self.submit(Clear { items, tms }).await?;
+        let (removed, _) = self.submit(Clear { items, tms }, Mode::Commit).await?;
         Ok(removed)
     }
 }

@@ -1,7 +1,7 @@
 //! Importing exported items as they were (start included): items expired since the export
 //! are skipped, and an active item is replaced, or merged into when the import merges.
 
-use super::{earlier, Applied, Command, Op, Request, Tx, TxResult};
+use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult};
 use crate::model::{Item, Kind};
 use crate::store::{Result, Store, Watched};
 
@@ -72,7 +72,7 @@ impl Store {
     /// Writes exported items (see [`crate::backup`]) as they were, merging into active ones
     /// when `merge`. The ids must be distinct. Returns how many were written.
     pub async fn import(&self, items: Vec<(Kind, Item)>, merge: bool) -> Result<usize> {
-        let (written, _) = self.submit(Import { items, merge }).await?;
+        let (written, _) = self.submit(Import { items, merge }, Mode::Commit).await?;
         Ok(written)
     }
 }

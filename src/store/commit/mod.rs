@@ -12,6 +12,10 @@
 //! conflict) writes nothing while the rest of the batch commits. A storage error fails the
 //! whole batch, and nothing of it is acknowledged.
 //!
+//! A dry run ([`Mode::DryRun`]) is left out of the batch's transaction and decided after it,
+//! against what it committed, in a transaction of its own that is rolled back
+//! ([`Committer::rehearse`]); its answer waits for the batch's group to be durable.
+//!
 //! # Layout
 //! - this file: the [`Committer`], the [`Message`]s it is sent, and the [`Command`] every
 //!   operation implements; each request carries the reply channel of its own outcome type;
@@ -139,6 +143,21 @@ impl Op {
     fn fail(self, error: StoreError) {
         with_request!(self, request => request.fail(error));
     }
+
+    /// Whether it only asks what it would do ([`Mode::DryRun`]).
+    fn is_dry_run(&self) -> bool {
+        with_request!(self, request => request.mode == Mode::DryRun)
+    }
+}
+
+/// Whether a write is made, or only decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Commit,
+    /// Decided exactly as it would be at this point, against every committed change, and
+    /// answered once those are durable, but written nowhere: no change, no revision, no
+    /// event. The revision answered with it is the one its outcome was decided at.
+    DryRun,
 }
 
 /// One operation of the committer: what it writes in the batch's transaction, and what its
@@ -197,6 +216,7 @@ fn earlier(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// A request for command `C`, with the reply channel of its outcome.
 pub(crate) struct Request<C: Command> {
     command: C,
+    mode: Mode,
     reply: Reply<C::Outcome>,
     /// What the batch's transaction decided for it, with the revision after it. Set by each
     /// run of the transaction closure (sled may re-run it; the last run is the one that
@@ -209,9 +229,10 @@ pub(crate) struct Request<C: Command> {
 type Decision<O> = Result<(Applied<O>, u64)>;
 
 impl<C: Command> Request<C> {
-    fn new(command: C, reply: Reply<C::Outcome>) -> Request<C> {
+    fn new(command: C, mode: Mode, reply: Reply<C::Outcome>) -> Request<C> {
         Request {
             command,
+            mode,
             reply,
             decided: Cell::new(None),
         }
@@ -223,10 +244,15 @@ impl<C: Command> Request<C> {
     }
 
     fn apply(&self, tx: &Tx<'_>, due: &[Vec<u8>]) -> TxResult<()> {
-        let decided = self
-            .command
-            .apply(tx, due)?
-            .map(|applied| (applied, tx.revision()));
+        let before = tx.revision();
+        let decided = self.command.apply(tx, due)?.map(|applied| {
+            let revision = match self.mode {
+                Mode::Commit => tx.revision(),
+                // What it was decided at: it took no revision of its own.
+                Mode::DryRun => before,
+            };
+            (applied, revision)
+        });
         self.decided.set(Some(decided));
         Ok(())
     }
@@ -237,6 +263,10 @@ impl<C: Command> Request<C> {
             .into_inner()
             .expect("a committed transaction applied every request of its batch");
         let (answer, earliest_end) = match decided {
+            // A dry run changed nothing: it counts in no metric and wakes no sweeper.
+            Ok((applied, revision)) if self.mode == Mode::DryRun => {
+                (Ok((applied.outcome, revision)), None)
+            }
             Ok((applied, revision)) => {
                 C::record(&applied.outcome, metrics);
                 (Ok((applied.outcome, revision)), applied.earliest_end)
@@ -309,13 +339,31 @@ impl Committer {
     }
 }
 
-impl Store {
-    /// Sends `command` to the committer and waits for its answer, given once durable.
+/// The client writes of a [`Store`], made or only decided as its [`Mode`] says. The
+/// `Store`'s own methods of the same names commit.
+pub struct Writer<'a> {
+    store: &'a Store,
+    mode: Mode,
+}
+
+impl Writer<'_> {
     async fn submit<C: Command>(&self, command: C) -> Result<(C::Outcome, u64)> {
+        self.store.submit(command, self.mode).await
+    }
+}
+
+impl Store {
+    /// This store's client writes in `mode`.
+    pub fn with_mode(&self, mode: Mode) -> Writer<'_> {
+        Writer { store: self, mode }
+    }
+
+    /// Sends `command` to the committer and waits for its answer, given once durable.
+    async fn submit<C: Command>(&self, command: C, mode: Mode) -> Result<(C::Outcome, u64)> {
         let (reply, answer) = oneshot::channel();
         self.shared
             .commits
-            .send(Message::Write(C::op(Request::new(command, reply))))
+            .send(Message::Write(C::op(Request::new(command, mode, reply))))
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?

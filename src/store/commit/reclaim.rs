@@ -2,7 +2,7 @@
 //! where it is still the announced one. No event and no count: both happened when it was
 //! announced ([`super::announce`]).
 
-use super::{expiry_items, Applied, Command, Op, Request, Tx, TxResult};
+use super::{expiry_items, Applied, Command, Mode, Op, Request, Tx, TxResult};
 use crate::store::{keys, Result, Store, Watched};
 
 /// Deletes the entries behind `expiry_keys` (from [`Store::reclaimable`]).
@@ -60,7 +60,7 @@ impl Store {
     /// their items, where the item is still the announced one. Returns how many entries
     /// it deleted.
     pub async fn reclaim(&self, expiry_keys: Vec<Vec<u8>>) -> Result<usize> {
-        let (deleted, _) = self.submit(Reclaim { expiry_keys }).await?;
+        let (deleted, _) = self.submit(Reclaim { expiry_keys }, Mode::Commit).await?;
         Ok(deleted)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Applied, Command, Op, Request, Tx, TxResult};
+use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::model::{Change, EventType};
 use crate::store::{codec, keys, Result, Store, Watched};
 
@@ -119,7 +119,7 @@ fn registration_change(tm: &str, node: &str) -> Change {
     }
 }
 
-impl Store {
+impl Writer<'_> {
     /// Registers (or moves) task managers on nodes, atomically; one result per pair.
     pub async fn register(
         &self,
@@ -131,5 +131,20 @@ impl Store {
     /// Removes a task manager's registration; the node it was on, or `None`.
     pub async fn unregister(&self, tm: String) -> Result<(Option<String>, u64)> {
         self.submit(Unregister { tm }).await
+    }
+}
+
+impl Store {
+    /// [`Writer::register`], committed.
+    pub async fn register(
+        &self,
+        registrations: Vec<(String, String)>,
+    ) -> Result<(Vec<Registered>, u64)> {
+        self.with_mode(Mode::Commit).register(registrations).await
+    }
+
+    /// [`Writer::unregister`], committed.
+    pub async fn unregister(&self, tm: String) -> Result<(Option<String>, u64)> {
+        self.with_mode(Mode::Commit).unregister(tm).await
     }
 }

@@ -1,7 +1,7 @@
 //! Removing one item: the active one is gone for everyone (`removed`); an expired one the
 //! sweeper has not reached is deleted too, as the sweeper would have (`expired`).
 
-use super::{Applied, Command, Op, Request, Tx, TxResult};
+use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::model::{EventType, Item, Kind};
 use crate::store::{Result, Store, Watched};
 
@@ -60,9 +60,16 @@ pub(super) fn remove(tx: &Tx<'_>, kind: Kind, id: &str) -> TxResult<Result<Optio
         .then(|| Item::new(id.to_owned(), old))))
 }
 
-impl Store {
+impl Writer<'_> {
     /// Removes the active item `(kind, id)`; `None` when there is none.
     pub async fn remove(&self, kind: Kind, id: String) -> Result<(Option<Item>, u64)> {
         self.submit(Remove { kind, id }).await
+    }
+}
+
+impl Store {
+    /// [`Writer::remove`], committed.
+    pub async fn remove(&self, kind: Kind, id: String) -> Result<(Option<Item>, u64)> {
+        self.with_mode(Mode::Commit).remove(kind, id).await
     }
 }

@@ -81,6 +81,10 @@ impl Committer {
         // announced expired must stay expired (readers go by the same time).
         let now = self.sweep.now();
         let revision_before = self.revision;
+        // Dry runs are decided after the batch's transaction, against everything committed
+        // up to it, and answered with its group: once all they were decided against is
+        // durable. They stamp no key, since they change none.
+        let mut dry_runs: Vec<Op> = batch.extract_if(.., |op| op.is_dry_run()).collect();
         announces_first(batch);
         if batch.iter().any(Op::is_client_write) {
             self.sweep.last_write.store(now, Ordering::Relaxed);
@@ -90,7 +94,9 @@ impl Committer {
             Err(e) => {
                 tracing::error!(error = %e, "reading the expiry index failed");
                 self.broken = true;
-                fail_all(batch, &CommitError::TransactionFailed(Arc::new(e)));
+                let error = CommitError::TransactionFailed(Arc::new(e));
+                fail_all(batch, &error);
+                fail_all(&mut dry_runs, &error);
                 return;
             }
         };
@@ -109,7 +115,8 @@ impl Committer {
         match transacted {
             Ok(transacted) => {
                 let revision = transacted.revision;
-                let answers = self.answers(batch);
+                let mut answers = self.answers(batch);
+                answers.extend(self.rehearsals(dry_runs, now));
                 let group = self.group(transacted, answers, settled, started);
                 self.hand_over(group);
                 // Prune at least what this commit wrote, so a stream of big commits cannot
@@ -127,9 +134,30 @@ impl Committer {
                 // sled 0.34 keeps failing every write after an I/O error; the next batch
                 // reopens the database once the storage works again.
                 self.broken = true;
-                fail_all(batch, &CommitError::TransactionFailed(Arc::new(e)));
+                let error = CommitError::TransactionFailed(Arc::new(e));
+                fail_all(batch, &error);
+                fail_all(&mut dry_runs, &error);
             }
         }
+    }
+
+    /// Decides each dry run in turn against the committed state (none sees another's
+    /// outcome: each is rolled back), and takes its answer.
+    fn rehearsals(&mut self, dry_runs: Vec<Op>, now: i64) -> Vec<Box<dyn Answer>> {
+        let mut answers = Vec::with_capacity(dry_runs.len());
+        for op in dry_runs {
+            match self.rehearse(&op, now) {
+                Ok(()) => answers.push(op.answer(&self.metrics).0),
+                Err(e) => {
+                    tracing::error!(error = %e, "a dry run's transaction failed");
+                    self.broken = true;
+                    op.fail(StoreError::NotCommitted(CommitError::TransactionFailed(
+                        Arc::new(e),
+                    )));
+                }
+            }
+        }
+        answers
     }
 
     /// Stamps every key the batch may change with `settled`, before the transaction

@@ -6,8 +6,12 @@
 //! operations have run.
 
 use std::cell::{Cell, RefCell};
+use std::convert::Infallible;
 
-use sled::transaction::{ConflictableTransactionResult, TransactionError, TransactionalTree};
+use sled::transaction::{
+    ConflictableTransactionError, ConflictableTransactionResult, TransactionError,
+    TransactionalTree,
+};
 use sled::Transactional;
 
 use super::{Committer, Op};
@@ -52,19 +56,7 @@ impl Committer {
         trees
             .transaction(|(items, expiry, tm_node, node_tms, events, meta)| {
                 // Built afresh on every run of the closure: sled may re-run it.
-                let tx = Tx {
-                    items,
-                    expiry,
-                    tm_node,
-                    node_tms,
-                    now,
-                    revision: Cell::new(self.revision),
-                    emitted: RefCell::new(Vec::new()),
-                    counts: Cell::new(self.counts.map(|c| c as i64)),
-                    watermark: RefCell::new(self.watermark.clone()),
-                    unreclaimed: Cell::new(self.unreclaimed as i64),
-                    announcing_stopped: Cell::new(false),
-                };
+                let tx = self.tx([items, expiry, tm_node, node_tms], now);
                 for (op, due) in batch.iter().zip(due) {
                     op.apply(&tx, due)?;
                 }
@@ -102,6 +94,47 @@ impl Committer {
                 TransactionError::Abort(e) => e,
                 TransactionError::Storage(e) => StoreError::Sled(e),
             })
+    }
+
+    /// Decides a dry run's outcome (`op`, with nothing to announce) against the state every
+    /// committed transaction left, in a transaction of its own that is then rolled back:
+    /// nothing is written, and the revision, counts and watermark stay the committer's.
+    pub(super) fn rehearse(&self, op: &Op, now: i64) -> Result<(), StoreError> {
+        let t = &self.handles().trees;
+        let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms);
+        let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms)| {
+            let tx = self.tx([items, expiry, tm_node, node_tms], now);
+            op.apply(&tx, &[])?;
+            Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
+        });
+        match rolled_back {
+            Ok(never) => match never {},
+            Err(TransactionError::Abort(StoreError::RolledBack)) => Ok(()),
+            Err(TransactionError::Abort(e)) => Err(e),
+            Err(TransactionError::Storage(e)) => Err(StoreError::Sled(e)),
+        }
+    }
+
+    /// A transaction's view of the item and membership trees, starting from the state the
+    /// last committed transaction left.
+    fn tx<'a>(
+        &self,
+        [items, expiry, tm_node, node_tms]: [&'a TransactionalTree; 4],
+        now: i64,
+    ) -> Tx<'a> {
+        Tx {
+            items,
+            expiry,
+            tm_node,
+            node_tms,
+            now,
+            revision: Cell::new(self.revision),
+            emitted: RefCell::new(Vec::new()),
+            counts: Cell::new(self.counts.map(|c| c as i64)),
+            watermark: RefCell::new(self.watermark.clone()),
+            unreclaimed: Cell::new(self.unreclaimed as i64),
+            announcing_stopped: Cell::new(false),
+        }
     }
 }
 
