@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use crate::model::Kind;
+use crate::policy::{slot, Policy, Rate};
 use crate::store::{Retention, StoreConfig};
 
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
@@ -71,6 +73,10 @@ pub enum LogFormat {
 
 /// The daemon's flags.
 #[derive(Debug, Clone, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is an on/off flag of its own"
+)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free one (the bound address is printed on stdout).
     #[arg(long, env = "BLOCKLISTD_LISTEN", default_value = "127.0.0.1:7224")]
@@ -165,6 +171,65 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events_heartbeat_secs: u64,
 
+    /// Guardrail: at most this many nodes blocked at once; an add past it gets 429 (none
+    /// of its batch is written). Off by default.
+    #[arg(
+        long,
+        env = "BLOCKLISTD_MAX_BLOCKED_NODES",
+        help_heading = "Guardrails"
+    )]
+    pub max_blocked_nodes: Option<u64>,
+
+    /// Guardrail: at most this many task managers blocked at once (429 past it). Off by
+    /// default.
+    #[arg(
+        long,
+        env = "BLOCKLISTD_MAX_BLOCKED_TASKMANAGERS",
+        help_heading = "Guardrails"
+    )]
+    pub max_blocked_taskmanagers: Option<u64>,
+
+    /// Guardrail: at most this many new node evacuations (`MARK_BLOCKED_AND_EVACUATE_TASKS`:
+    /// a new item, or a merge that raises one) per minute, after a burst of
+    /// --node-evacuation-burst; more get 429 with Retry-After. Off by default.
+    #[arg(long, env = "BLOCKLISTD_NODE_EVACUATIONS_PER_MINUTE", help_heading = "Guardrails",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub node_evacuations_per_minute: Option<u32>,
+
+    /// How many node evacuations may come at once before the rate applies (default: a
+    /// minute's worth).
+    #[arg(long, env = "BLOCKLISTD_NODE_EVACUATION_BURST", help_heading = "Guardrails",
+          requires = "node_evacuations_per_minute",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub node_evacuation_burst: Option<u32>,
+
+    /// Guardrail: at most this many new task manager evacuations per minute, after a burst
+    /// of --taskmanager-evacuation-burst (429 past it). Off by default.
+    #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATIONS_PER_MINUTE",
+          help_heading = "Guardrails", value_parser = clap::value_parser!(u32).range(1..))]
+    pub taskmanager_evacuations_per_minute: Option<u32>,
+
+    /// How many task manager evacuations may come at once before the rate applies
+    /// (default: a minute's worth).
+    #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATION_BURST", help_heading = "Guardrails",
+          requires = "taskmanager_evacuations_per_minute",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub taskmanager_evacuation_burst: Option<u32>,
+
+    /// Guardrail: no block may last longer than this from its request, in seconds; a longer
+    /// one gets 422. Off by default.
+    #[arg(long, env = "BLOCKLISTD_MAX_BLOCK_DURATION_SECS", help_heading = "Guardrails",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_block_duration_secs: Option<u64>,
+
+    /// Guardrail: refuse permanent blocks (no timeout, no endTimestamp) with 422.
+    #[arg(
+        long,
+        env = "BLOCKLISTD_FORBID_PERMANENT_BLOCKS",
+        help_heading = "Guardrails"
+    )]
+    pub forbid_permanent_blocks: bool,
+
     /// A file holding the bearer token(s) that mutating requests must carry
     /// (`Authorization: Bearer <token>`), one per line; blank lines and `#` comments are
     /// ignored. Without it, nothing is authenticated (and only loopback may be bound).
@@ -231,7 +296,34 @@ impl Config {
             },
             feed_buffer: 1024,
             metrics: std::sync::Arc::default(),
+            policy: self.policy(),
         }
+    }
+
+    /// The guardrails the flags set.
+    pub fn policy(&self) -> Policy {
+        let rate = |per_minute: Option<u32>, burst: Option<u32>| {
+            per_minute.map(|per_minute| Rate {
+                per_minute,
+                burst: burst.unwrap_or(per_minute),
+            })
+        };
+        let mut policy = Policy {
+            max_duration_ms: self
+                .max_block_duration_secs
+                .map(|secs| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            allow_permanent: !self.forbid_permanent_blocks,
+            ..Policy::default()
+        };
+        policy.max_items[slot(Kind::Node)] = self.max_blocked_nodes;
+        policy.max_items[slot(Kind::TaskManager)] = self.max_blocked_taskmanagers;
+        policy.evacuations[slot(Kind::Node)] =
+            rate(self.node_evacuations_per_minute, self.node_evacuation_burst);
+        policy.evacuations[slot(Kind::TaskManager)] = rate(
+            self.taskmanager_evacuations_per_minute,
+            self.taskmanager_evacuation_burst,
+        );
+        policy
     }
 
     pub fn sweep_interval(&self) -> Duration {

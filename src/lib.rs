@@ -34,6 +34,7 @@ pub mod listing;
 pub mod metrics;
 pub mod model;
 pub mod offline;
+pub mod policy;
 pub mod store;
 pub mod sweep_signal;
 pub mod sweeper;

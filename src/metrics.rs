@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::model::{Action, EventType, Kind};
+use crate::policy::Guard;
 
 /// Sweeper lag buckets (seconds): fine around the tens of milliseconds that matter to a
 /// scheduler, coarse beyond.
@@ -70,6 +71,11 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuardLabels {
+    pub guard: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
 }
@@ -98,6 +104,9 @@ pub struct Metrics {
     pub changes: Family<ChangeLabels, Counter>,
     /// Add batches refused with 409.
     pub conflicts: Counter,
+    /// Add batches a guardrail refused (429 or 422), by guard (a batch that breaks two
+    /// counts under each).
+    guard_refusals: Family<GuardLabels, Counter>,
     /// Requests answered 4xx or 5xx, by status.
     pub rejected: Family<RejectLabels, Counter>,
     pub request_seconds: Family<RequestLabels, Histogram>,
@@ -141,6 +150,18 @@ impl Metrics {
             "Add batches refused because of a conflict",
             conflicts.clone(),
         );
+        let guard_refusals = Family::<GuardLabels, Counter>::default();
+        registry.register(
+            "guard_refusals",
+            "Add batches refused by a guardrail, by guard",
+            guard_refusals.clone(),
+        );
+        // Every guard's series from the start, so a query sees 0 rather than nothing.
+        for guard in Guard::ALL {
+            let _ = guard_refusals.get_or_create(&GuardLabels {
+                guard: guard.as_str(),
+            });
+        }
         let rejected = Family::<RejectLabels, Counter>::default();
         registry.register(
             "rejected_requests",
@@ -213,6 +234,7 @@ impl Metrics {
             registry,
             changes,
             conflicts,
+            guard_refusals,
             rejected,
             request_seconds,
             sweeper_lag_seconds,
@@ -224,6 +246,21 @@ impl Metrics {
             items,
             revision,
             disk_bytes,
+        }
+    }
+
+    /// Counts one refused batch under each guard it broke.
+    pub fn refused(&self, guards: impl IntoIterator<Item = Guard>) {
+        let mut counted = Vec::new();
+        for guard in guards {
+            if !counted.contains(&guard) {
+                counted.push(guard);
+                self.guard_refusals
+                    .get_or_create(&GuardLabels {
+                        guard: guard.as_str(),
+                    })
+                    .inc();
+            }
         }
     }
 

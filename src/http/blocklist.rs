@@ -20,6 +20,7 @@ use super::schema;
 use super::state::AppState;
 use crate::listing::Listing;
 use crate::model::{Id, Item, Kind};
+use crate::policy::{Guard, Refusal};
 use crate::store::{self, AddOutcome, Seen, Store};
 use crate::{backup, validate};
 
@@ -221,6 +222,7 @@ async fn add(
         AddOutcome::Written { merged } => {
             Ok(dry.written(revision, (StatusCode::ACCEPTED, Json(merged))))
         }
+        AddOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
                 .into_iter()
@@ -250,6 +252,53 @@ async fn remove(
     {
         (Some(_), revision) => Ok(dry.written(revision, Json(Empty {}))),
         (None, _) => Err(not_blocked(kind, &id)),
+    }
+}
+
+/// How many expiry entries a refused add looks through for the next end of its kind.
+const RELIEF_SCAN: usize = 10_000;
+
+/// The answer to an add a guardrail refused: 422 when one refusal is for good, else 429 with
+/// `Retry-After` when the daemon knows when the write could pass (the bucket's next token,
+/// or when the first block of the kind ends).
+async fn refused(state: &AppState, kind: Kind, refusals: Vec<Refusal>, now: i64) -> ApiError {
+    let errors: Vec<String> = refusals
+        .iter()
+        .map(|r| {
+            format!(
+                "items[{}] (id {:?}): {}: {}; nothing of the batch was written",
+                r.index,
+                r.id,
+                r.guard.as_str(),
+                r.message
+            )
+        })
+        .collect();
+    let Some(wait_ms) = refusals
+        .iter()
+        .map(|r| r.retry_after_ms)
+        .try_fold(0, |wait, r| r.map(|ms| wait.max(ms)))
+    else {
+        return ApiError::Unprocessable(errors);
+    };
+    // A cap: relieved when the first current block of the kind ends, if any is timed.
+    let cap = refusals.iter().any(|r| r.guard == Guard::MaxItems);
+    let relief_ms = if cap {
+        // Advice only: when it cannot be read, the answer goes without it.
+        let next = state
+            .blocking(move |store| store.next_end_of(kind, now, RELIEF_SCAN))
+            .await;
+        match next {
+            Ok(Some(end)) => Some(wait_ms.max(end - now)),
+            _ => None,
+        }
+    } else {
+        Some(wait_ms)
+    };
+    let retry_after_secs = relief_ms.map(|ms| u64::try_from(ms).unwrap_or(0).div_ceil(1000).max(1));
+    ApiError::TooMany {
+        errors,
+        retry_after_secs,
     }
 }
 
@@ -418,6 +467,9 @@ macro_rules! kind_handlers {
                 (status = 401, response = Unauthorized),
                 (status = 408, response = RequestTimeout),
                 (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
+                (status = 422, description = "A guardrail refused the batch for good (a block longer than --max-block-duration-secs, a permanent one under --forbid-permanent-blocks, more items or evacuations than the cap or the burst allow at all): every offending element named; nothing was written", body = ErrorBody),
+                (status = 429, description = "A guardrail refused the batch for now (--max-blocked-nodes/--max-blocked-taskmanagers, the evacuation rate): every offending element named, with the current figure, the cap and the figure after the batch; nothing was written", body = ErrorBody,
+                    headers(("Retry-After" = u64, description = "Seconds until the batch could pass: the next evacuation token, or the end of the first timed block of the kind; absent when the daemon cannot tell"))),
                 (status = 413, response = PayloadTooLarge),
                 (status = 415, response = UnsupportedMediaType),
                 (status = 500, response = Internal),

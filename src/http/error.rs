@@ -1,7 +1,8 @@
 //! The one error type of the HTTP layer, its `{"errors": [...]}` response, and the
 //! reusable error responses of the `OpenAPI` document.
 
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -28,6 +29,16 @@ pub enum ApiError {
     Gone(String),
     #[error("conflict: {0:?}")]
     Conflict(Vec<String>),
+    /// A guardrail refused the write and time will fix it: 429, with `Retry-After` in
+    /// seconds when the daemon knows when relief comes.
+    #[error("too many requests: {errors:?}")]
+    TooMany {
+        errors: Vec<String>,
+        retry_after_secs: Option<u64>,
+    },
+    /// A guardrail refused the write and retrying it as is never passes: 422.
+    #[error("unprocessable: {0:?}")]
+    Unprocessable(Vec<String>),
     #[error("payload too large: {0}")]
     PayloadTooLarge(String),
     #[error("unsupported media type: {0}")]
@@ -49,6 +60,8 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Gone(_) => StatusCode::GONE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -59,7 +72,10 @@ impl ApiError {
 
     fn messages(self) -> Vec<String> {
         match self {
-            ApiError::BadRequest(errors) | ApiError::Conflict(errors) => errors,
+            ApiError::BadRequest(errors)
+            | ApiError::Conflict(errors)
+            | ApiError::Unprocessable(errors)
+            | ApiError::TooMany { errors, .. } => errors,
             ApiError::NotFound(m)
             | ApiError::Unauthorized(m)
             | ApiError::RequestTimeout(m)
@@ -173,7 +189,18 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         }
+        let retry_after = match &self {
+            ApiError::TooMany {
+                retry_after_secs: Some(secs),
+                ..
+            } => Some(HeaderValue::from(*secs)),
+            _ => None,
+        };
         let errors = self.messages();
-        (status, Json(ErrorBody { errors })).into_response()
+        let mut response = (status, Json(ErrorBody { errors })).into_response();
+        if let Some(secs) = retry_after {
+            response.headers_mut().insert(RETRY_AFTER, secs);
+        }
+        response
     }
 }

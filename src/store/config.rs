@@ -1,5 +1,6 @@
 //! How to open the store: the data dir and the knobs of sled, the committer and the feed.
 
+use crate::policy::Policy;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,6 +29,8 @@ pub struct StoreConfig {
     pub feed_buffer: usize,
     /// Where the committer records what it does.
     pub metrics: Arc<Metrics>,
+    /// The guardrails every add is checked against, in its transaction.
+    pub policy: Policy,
 }
 
 impl StoreConfig {
@@ -44,6 +47,7 @@ impl StoreConfig {
             },
             feed_buffer: 1024,
             metrics: Arc::default(),
+            policy: Policy::default(),
         }
     }
 }

@@ -97,6 +97,8 @@ pub(crate) use meta::{
 use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
 
+use crate::clock;
+use crate::policy::Bucket;
 use crate::sweep_signal::SweepSignal;
 use commit::Message;
 
@@ -204,6 +206,11 @@ impl Store {
             unpublished: Vec::new(),
             retention: config.retention,
             metrics: config.metrics.clone(),
+            policy: config.policy,
+            buckets: config
+                .policy
+                .evacuations
+                .map(|rate| rate.map_or(Bucket::EMPTY, |rate| Bucket::full(rate, clock::now_ms()))),
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())

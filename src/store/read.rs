@@ -154,6 +154,28 @@ impl Store {
         }
     }
 
+    /// The earliest end after `now` of a `kind` item not yet announced expired: when the
+    /// first block of that kind ends, which relieves a cap on it. Looks at `limit` entries
+    /// at most (the other kind's come in between); `None` when it found none.
+    pub fn next_end_of(&self, kind: Kind, now: i64, limit: usize) -> Result<Option<i64>> {
+        let from = after_watermark(&self.shared.sweep.watermark.load());
+        let entries = self
+            .handles()?
+            .trees
+            .expiry
+            .range::<Vec<u8>, _>((from, Bound::Unbounded))
+            .keys()
+            .take(limit);
+        for key in entries {
+            let key = key?;
+            let (end, of, _) = keys::parse_expiry_key(&key).ok_or_else(|| bad_key(&key))?;
+            if of == kind && end > now {
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
+    }
+
     /// Up to `limit` expiry keys of items announced expired but still stored (at or before
     /// the watermark), earliest first: what reclaiming has left to delete.
     pub fn reclaimable(&self, limit: usize) -> Result<Vec<Vec<u8>>> {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
 use crate::model::{Block, Item, Kind, NewItem};
+use crate::policy::{self, Refusal};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Add {
@@ -25,6 +26,9 @@ pub enum AddOutcome {
     /// Nothing was written: these elements `(index, id)` met an active item without
     /// `allowMerge`.
     Conflict(Vec<(usize, String)>),
+    /// Nothing was written: the batch would break a guardrail ([`crate::policy`]); one
+    /// refusal per offending element and guard.
+    Refused(Vec<Refusal>),
 }
 
 impl Command for Add {
@@ -50,7 +54,8 @@ impl Command for Add {
         // element's result, so a later element of the batch arrives after an earlier one.
         let mut stored: HashMap<&str, Option<Block>> = HashMap::new();
         let mut state: HashMap<&str, Option<Block>> = HashMap::new();
-        let mut order: Vec<&str> = Vec::new();
+        // Each id once, in order of its first element: (that element's index, id).
+        let mut order: Vec<(usize, &str)> = Vec::new();
         let mut merged: Vec<&str> = Vec::new();
         let mut conflicts = Vec::new();
         for (index, new) in self.items.iter().enumerate() {
@@ -63,7 +68,7 @@ impl Command for Add {
                 let active = old.clone().filter(|b| b.is_active(tx.now));
                 stored.insert(id, old);
                 state.insert(id, active);
-                order.push(id);
+                order.push((index, id));
             }
             let current = state.get_mut(id).expect("inserted above");
             match current {
@@ -80,8 +85,12 @@ impl Command for Add {
         if !conflicts.is_empty() {
             return Ok(Ok(Applied::endless(AddOutcome::Conflict(conflicts))));
         }
+        let refusals = self.guard(tx, &order, &stored, &state);
+        if !refusals.is_empty() {
+            return Ok(Ok(Applied::endless(AddOutcome::Refused(refusals))));
+        }
         let mut earliest_end = None;
-        for id in &order {
+        for (_, id) in &order {
             let block = state[id]
                 .as_ref()
                 .expect("every touched id ends with a block");
@@ -106,9 +115,76 @@ impl Command for Add {
     }
 
     fn record(outcome: &AddOutcome, metrics: &Metrics) {
-        if let AddOutcome::Conflict(_) = outcome {
-            metrics.conflicts.inc();
+        match outcome {
+            AddOutcome::Conflict(_) => {
+                metrics.conflicts.inc();
+            }
+            AddOutcome::Refused(refusals) => metrics.refused(refusals.iter().map(|r| r.guard)),
+            AddOutcome::Written { .. } => {}
         }
+    }
+}
+
+impl Add {
+    /// The guardrails on the batch's outcome (`order`: each id once, with the index of its
+    /// first element; `stored`: what each id had; `state`: what each ends with), against
+    /// the state this transaction sees: every refusal, or none, in which case the
+    /// evacuations it admits are taken from the bucket.
+    fn guard(
+        &self,
+        tx: &Tx<'_>,
+        order: &[(usize, &str)],
+        stored: &HashMap<&str, Option<Block>>,
+        state: &HashMap<&str, Option<Block>>,
+    ) -> Vec<Refusal> {
+        let (kind, policy, now) = (self.kind, tx.policy, tx.now);
+        // How long a block lasts counts from its request, which is also its start.
+        let mut refusals: Vec<Refusal> = self
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(index, item)| policy::element(policy, kind, index, item, self.now))
+            .collect();
+        if policy.max_items[policy::slot(kind)].is_some() {
+            // Ids blocked after the batch that were not before (an announced item is out of
+            // the counts already; a due one not yet announced is still in them).
+            let new_ids: Vec<(usize, &str)> = order
+                .iter()
+                .copied()
+                .filter(|(_, id)| match &stored[id] {
+                    None => true,
+                    Some(old) => tx.is_announced(kind, id, old),
+                })
+                .collect();
+            refusals.extend(policy::max_items(policy, kind, tx.count_of(kind), &new_ids));
+        }
+        if let Some(rate) = policy.evacuations[policy::slot(kind)] {
+            let evacuations: Vec<(usize, &str)> = order
+                .iter()
+                .copied()
+                .filter(|(_, id)| {
+                    let before = stored[id]
+                        .as_ref()
+                        .filter(|old| old.is_active(now))
+                        .map(|old| old.action);
+                    let after = state[id].as_ref().expect("every id ends with a block");
+                    policy::is_new_evacuation(before, after.action)
+                })
+                .collect();
+            if !evacuations.is_empty() {
+                let mut buckets = tx.buckets.get();
+                let bucket = &mut buckets[policy::slot(kind)];
+                match policy::evacuation_rate(rate, *bucket, kind, &evacuations, now) {
+                    Ok(after) if refusals.is_empty() => {
+                        *bucket = after;
+                        tx.buckets.set(buckets);
+                    }
+                    Ok(_) => {}
+                    Err(refused) => refusals.extend(refused),
+                }
+            }
+        }
+        refusals
     }
 }
 

@@ -60,6 +60,7 @@ use super::{
 use super::{Result, Store};
 use crate::metrics::Metrics;
 use crate::model::Event;
+use crate::policy::{Bucket, Policy};
 
 pub use add::AddOutcome;
 pub use announce::Expired;
@@ -330,6 +331,9 @@ pub(crate) struct Committer {
     pub(super) unpublished: Vec<Event>,
     pub(super) retention: Retention,
     pub(super) metrics: Arc<Metrics>,
+    /// The guardrails, and the evacuation buckets after the last committed transaction.
+    pub(super) policy: Policy,
+    pub(super) buckets: [Bucket; 2],
 }
 
 impl Committer {

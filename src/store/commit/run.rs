@@ -179,8 +179,10 @@ impl Committer {
             counts,
             watermark,
             unreclaimed,
+            buckets,
         } = transacted;
         self.revision = *revision;
+        self.buckets = *buckets;
         self.counts = *counts;
         self.unreclaimed = *unreclaimed;
         self.feed.unreclaimed.store(*unreclaimed, Ordering::Relaxed);

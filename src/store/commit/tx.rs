@@ -15,7 +15,8 @@ use sled::transaction::{
 use sled::Transactional;
 
 use super::{Committer, Op};
-use crate::model::{Block, Change, Event, EventType, Item, Kind};
+use crate::model::{Action, Block, Change, Event, EventType, Item, Kind};
+use crate::policy::{Bucket, Policy};
 use crate::store::meta::encode_u64;
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, StoreError,
@@ -33,6 +34,7 @@ pub(super) struct Transacted {
     pub counts: Counts,
     pub watermark: Vec<u8>,
     pub unreclaimed: u64,
+    pub buckets: [Bucket; 2],
 }
 
 impl Committer {
@@ -88,6 +90,7 @@ impl Committer {
                     counts,
                     watermark,
                     unreclaimed,
+                    buckets: tx.buckets.get(),
                 })
             })
             .map_err(|e| match e {
@@ -118,7 +121,7 @@ impl Committer {
     /// A transaction's view of the item and membership trees, starting from the state the
     /// last committed transaction left.
     fn tx<'a>(
-        &self,
+        &'a self,
         [items, expiry, tm_node, node_tms]: [&'a TransactionalTree; 4],
         now: i64,
     ) -> Tx<'a> {
@@ -128,6 +131,8 @@ impl Committer {
             tm_node,
             node_tms,
             now,
+            policy: &self.policy,
+            buckets: Cell::new(self.buckets),
             revision: Cell::new(self.revision),
             emitted: RefCell::new(Vec::new()),
             counts: Cell::new(self.counts.map(|c| c as i64)),
@@ -146,6 +151,9 @@ pub(crate) struct Tx<'a> {
     pub(super) node_tms: &'a TransactionalTree,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
+    /// The guardrails, and the evacuation buckets as this transaction goes.
+    pub(super) policy: &'a Policy,
+    pub(super) buckets: Cell<[Bucket; 2]>,
     /// The last revision handed out in this transaction.
     revision: Cell<u64>,
     /// The events written, in revision order, for publishing once durable.
@@ -211,6 +219,16 @@ impl Tx<'_> {
             return Ok(Ok(None));
         };
         Ok(registration(tm, &bytes).map(Some))
+    }
+
+    /// Stored items of `kind` as this transaction goes, leaving out those announced expired
+    /// (a due one not yet announced still counts).
+    pub(super) fn count_of(&self, kind: Kind) -> u64 {
+        let counts = self.counts.get();
+        [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks]
+            .iter()
+            .map(|&action| counts[count_slot(kind, action)].max(0) as u64)
+            .sum()
     }
 
     pub(super) fn count(&self, kind: Kind, block: &Block, delta: i64) {
