@@ -52,6 +52,17 @@ pub fn slot(kind: Kind) -> usize {
     }
 }
 
+/// Where one kind stands against its guardrails.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    pub kind: Kind,
+    /// Items of the kind blocked, as the cap counts them (an item past its end counts until
+    /// the sweeper has announced it).
+    pub blocked: u64,
+    /// The evacuation tokens available now, with a rate set.
+    pub evacuation_tokens: Option<f64>,
+}
+
 /// Which guard refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Guard {

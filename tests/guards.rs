@@ -482,3 +482,56 @@ mod caps_hold {
         }
     }
 }
+
+#[tokio::test]
+async fn the_policy_status_shows_each_kind_against_its_guards() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[
+        "--max-blocked-nodes",
+        "3",
+        "--node-evacuations-per-minute",
+        "1",
+        "--node-evacuation-burst",
+        "2",
+        "--max-block-duration-secs",
+        "7200",
+    ]);
+    let url = d.url("/blocklist/nodes");
+    assert_eq!(
+        add(&d.client, &url, &timed("n1", EVACUATE)).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        add(&d.client, &url, &timed("n2", "MARK_BLOCKED"))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let (status, body) = d.get("/policy/status").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({
+            "taskManagers": {"blocked": 0, "maxBlocked": null, "headroom": null, "evacuations": null},
+            "nodes": {
+                "blocked": 2,
+                "maxBlocked": 3,
+                "headroom": 1,
+                "evacuations": {"perMinute": 1, "burst": 2, "available": 1},
+            },
+            "maxBlockDurationSecs": 7200,
+            "permanentBlocksAllowed": true,
+        })
+    );
+
+    // Without guard flags, nothing is guarded.
+    d.kill9();
+    let d = ws.start(&[]);
+    let body = d.get("/policy/status").await.1;
+    assert_eq!(
+        body["nodes"],
+        json!({"blocked": 2, "maxBlocked": null, "headroom": null, "evacuations": null})
+    );
+    assert_eq!(body["maxBlockDurationSecs"], Value::Null);
+    assert_eq!(body["permanentBlocksAllowed"], true);
+}

@@ -16,6 +16,7 @@ mod extract;
 mod observe;
 mod openapi;
 mod ops;
+mod policy;
 mod reply;
 mod schema;
 mod state;
@@ -60,6 +61,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/blocklist/check/taskmanagers/{id}"),
     ("GET", "/blocklist/check/nodes/{id}"),
     ("GET", "/blocklist/events"),
+    ("GET", "/policy/status"),
     ("GET", "/taskmanagers"),
     ("PUT", "/taskmanagers"),
     ("GET", "/taskmanagers/{id}"),
@@ -83,6 +85,7 @@ pub fn router(state: AppState) -> Router {
         .merge(blocklist::router())
         .merge(check::router())
         .merge(events::router())
+        .merge(policy::router())
         .merge(taskmanagers::router())
         .merge(ops::router())
         .fallback(not_found)

@@ -21,7 +21,7 @@ use super::error::{
     BadId, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::{blocklist, check, events, ops, taskmanagers};
+use super::{blocklist, check, events, ops, policy, taskmanagers};
 
 /// The name of the bearer security scheme in the document (the operations' `security(...)`
 /// spell it out: the macro takes only a literal).
@@ -58,6 +58,7 @@ const BEARER: &str = "bearerAuth";
         check::check_task_manager,
         check::check_node,
         events::watch,
+        policy::status,
         taskmanagers::list,
         taskmanagers::register_many,
         taskmanagers::get_one,
@@ -83,6 +84,7 @@ const BEARER: &str = "bearerAuth";
         (name = "check", description = "Is a task manager or node blocked (directly or via its node)?"),
         (name = "events", description = "The change feed"),
         (name = "membership", description = "Which task manager runs on which node"),
+        (name = "policy", description = "The guardrails: caps, the evacuation rate, durations"),
         (name = "operations", description = "Probes, metrics and this document"),
     ),
 )]

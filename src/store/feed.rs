@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, watch};
 use super::error::bad_key;
 use super::{codec, durable, keys, stamps, ReadMark, Result, Store, StoreError, Watched};
 use crate::model::Event;
+use crate::policy::Bucket;
 
 /// The revision counters and the live event feed, shared by the committer and readers.
 pub(crate) struct Feed {
@@ -34,6 +35,8 @@ pub(crate) struct Feed {
     pub stamps: stamps::ChangeStamps,
     /// Up to which `seq` everything is durable; see [`durable`].
     pub durability: durable::Durability,
+    /// The evacuation buckets as of the last commit (a std mutex: held for a copy).
+    pub buckets: std::sync::Mutex<[Bucket; 2]>,
 }
 
 impl Store {

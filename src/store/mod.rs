@@ -98,7 +98,7 @@ use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
 
 use crate::clock;
-use crate::policy::Bucket;
+use crate::policy::{Bucket, Policy};
 use crate::sweep_signal::SweepSignal;
 use commit::Message;
 
@@ -119,6 +119,8 @@ struct Shared {
     committer: Mutex<Option<JoinHandle<()>>>,
     sweep: Arc<SweepSignal>,
     feed: Arc<Feed>,
+    /// The guardrails the committer applies.
+    policy: Policy,
 }
 
 /// An open database and its trees.
@@ -157,6 +159,12 @@ impl Store {
             watermark,
             unreclaimed,
         } = open_handles(config)?;
+        // Full at the start: the buckets live in memory only.
+        let start = clock::now_ms();
+        let buckets = config
+            .policy
+            .evacuations
+            .map(|rate| rate.map_or(Bucket::EMPTY, |rate| Bucket::full(rate, start)));
         let feed = Arc::new(Feed {
             committed: AtomicU64::new(revision),
             seq: AtomicU64::new(0),
@@ -167,6 +175,7 @@ impl Store {
             unreclaimed: AtomicU64::new(unreclaimed),
             stamps: stamps::ChangeStamps::new(),
             durability: durable::Durability::new(),
+            buckets: std::sync::Mutex::new(buckets),
         });
         let log = if config.fsync {
             Some(Arc::new(std::fs::File::open(dir.join("db"))?))
@@ -207,10 +216,7 @@ impl Store {
             retention: config.retention,
             metrics: config.metrics.clone(),
             policy: config.policy,
-            buckets: config
-                .policy
-                .evacuations
-                .map(|rate| rate.map_or(Bucket::EMPTY, |rate| Bucket::full(rate, clock::now_ms()))),
+            buckets,
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())
@@ -222,6 +228,7 @@ impl Store {
                 committer: Mutex::new(Some(handle)),
                 sweep,
                 feed,
+                policy: config.policy,
             }),
         })
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use super::{count_slot, Counts, Result, Store};
 use crate::metrics::StoreGauges;
 use crate::model::{Action, Kind};
+use crate::policy::{slot, Policy, Standing};
 
 /// Live entries and bytes of one tree; see [`Store::disk_usage`].
 #[derive(Debug, Clone)]
@@ -62,6 +63,28 @@ impl Store {
             sweeper_next_deadline_ms: self.sweep_signal().sleeping_on(),
             disk_bytes: self.size_on_disk().ok(),
         }
+    }
+
+    /// What each kind's guardrails stand at `now`: the items blocked (as the cap counts
+    /// them) and the evacuation bucket refilled to `now`.
+    pub fn guard_standing(&self, now: i64) -> (Policy, [Standing; 2]) {
+        let policy = self.shared.policy;
+        let counts = self.item_counts();
+        let buckets = *self.shared.feed.buckets.lock().expect("not poisoned");
+        let standing = Kind::ALL.map(|kind| {
+            let blocked = [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks]
+                .map(|action| counts[count_slot(kind, action)])
+                .iter()
+                .sum();
+            let evacuation_tokens =
+                policy.evacuations[slot(kind)].map(|rate| buckets[slot(kind)].at(rate, now).level);
+            Standing {
+                kind,
+                blocked,
+                evacuation_tokens,
+            }
+        });
+        (policy, standing)
     }
 
     /// The database's size on disk, in bytes.

@@ -182,7 +182,10 @@ impl Committer {
             buckets,
         } = transacted;
         self.revision = *revision;
-        self.buckets = *buckets;
+        if *buckets != self.buckets {
+            self.buckets = *buckets;
+            *self.feed.buckets.lock().expect("not poisoned") = *buckets;
+        }
         self.counts = *counts;
         self.unreclaimed = *unreclaimed;
         self.feed.unreclaimed.store(*unreclaimed, Ordering::Relaxed);
