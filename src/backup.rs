@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::listing::Listing;
 use crate::model::{validate_id, Item, Kind, MAX_MERGED_CAUSE_BYTES};
+use crate::progress::{Progress, Unit};
 use crate::store::{self, Store};
 
 /// One line of an export.
@@ -45,6 +46,54 @@ pub fn export(store: &Store, now: i64) -> store::Result<String> {
     let bytes = export_listing(now).collect(store)?;
     Ok(String::from_utf8(bytes).expect("JSON is UTF-8"))
 }
+
+/// An export collected in one buffer, and what it holds.
+#[derive(Debug, Default)]
+pub struct Exported {
+    pub text: Vec<u8>,
+    pub items: u64,
+    pub registrations: u64,
+}
+
+/// The whole export, as [`export`], reporting each record to `progress`: a stage of items
+/// (as many as the store's item counts say, which also count expired items not yet
+/// announced: the export skips those) and then one of registrations (not counted anywhere,
+/// so without a total).
+pub fn export_reporting(
+    store: &Store,
+    now: i64,
+    progress: &dyn Progress,
+) -> store::Result<Exported> {
+    let items: u64 = store.item_counts().iter().sum();
+    progress.stage("exporting items", Unit::Count("records"), Some(items));
+    let mut listing = export_listing(now);
+    let mut done = Exported::default();
+    loop {
+        let start = done.text.len();
+        let finished = listing.next_chunk(store, &mut done.text)?;
+        // Items come first: a chunk holds items, then perhaps the first registrations.
+        for line in done.text[start..].split(|&b| b == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            if line.starts_with(REGISTRATION_TAG) {
+                if done.registrations == 0 {
+                    progress.stage("exporting registrations", Unit::Count("records"), None);
+                }
+                done.registrations += 1;
+            } else {
+                done.items += 1;
+            }
+            progress.advance(1);
+        }
+        if finished {
+            return Ok(done);
+        }
+    }
+}
+
+/// How every registration line begins: serde writes an internally tagged enum's tag first.
+const REGISTRATION_TAG: &[u8] = br#"{"type":"registration""#;
 
 #[expect(
     clippy::unnecessary_wraps,
@@ -81,14 +130,32 @@ pub struct Parsed {
 
 /// Parses and checks an export; errors name the line.
 pub fn parse(text: &str) -> Result<Parsed, Vec<String>> {
+    parse_reporting(text, &())
+}
+
+/// Lines between two reports of [`parse_reporting`].
+const LINES_PER_REPORT: usize = 1024;
+
+/// [`parse`], reporting to `progress` the bytes parsed (in the caller's stage).
+pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Vec<String>> {
     let mut items = BTreeMap::new();
     let mut registrations = BTreeMap::new();
     let mut errors = Vec::new();
-    for (n, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
+    let mut unreported = 0;
+    // As `str::lines` splits (LF or CRLF), keeping count of the bytes.
+    for (n, raw) in text.split_inclusive('\n').enumerate() {
+        unreported += raw.len();
+        if n % LINES_PER_REPORT == LINES_PER_REPORT - 1 {
+            progress.advance(unreported as u64);
+            unreported = 0;
+        }
+        let line = match raw.strip_suffix('\n') {
+            Some(line) => line.strip_suffix('\r').unwrap_or(line),
+            None => raw,
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
         let n = n + 1;
         match serde_json::from_str::<Record>(line) {
             Err(e) => errors.push(format!("line {n}: {e}")),
@@ -115,6 +182,7 @@ pub fn parse(text: &str) -> Result<Parsed, Vec<String>> {
             }
         }
     }
+    progress.advance(unreported as u64);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -139,6 +207,13 @@ pub struct Imported {
 /// Items (or registrations) per transaction.
 const CHUNK: usize = 10_000;
 
+impl Parsed {
+    /// Items and registrations.
+    pub fn records(&self) -> usize {
+        self.items.len() + self.registrations.len()
+    }
+}
+
 /// Loads parsed records; with `replace`, first removes every item and registration.
 /// Applied in transactions of 10,000 records: re-running a merge import is harmless.
 pub async fn import(
@@ -146,6 +221,18 @@ pub async fn import(
     parsed: Parsed,
     replace: bool,
     now: i64,
+) -> store::Result<Imported> {
+    import_reporting(store, parsed, replace, now, &()).await
+}
+
+/// [`import`], reporting to `progress`: a stage of clearing (with `replace`), then one of
+/// writing every record, each with its total.
+pub async fn import_reporting(
+    store: &Store,
+    parsed: Parsed,
+    replace: bool,
+    now: i64,
+    progress: &dyn Progress,
 ) -> store::Result<Imported> {
     let mut done = Imported::default();
     if replace {
@@ -158,21 +245,29 @@ pub async fn import(
             .into_iter()
             .map(|(tm, _)| tm)
             .collect();
+        let total = (items.len() + tms.len()) as u64;
+        progress.stage("clearing", Unit::Count("records"), Some(total));
         for chunk in items.chunks(CHUNK) {
             done.cleared += store.clear(chunk.to_vec(), Vec::new()).await?;
+            progress.advance(chunk.len() as u64);
         }
         for chunk in tms.chunks(CHUNK) {
             store.clear(Vec::new(), chunk.to_vec()).await?;
+            progress.advance(chunk.len() as u64);
         }
     }
+    let records = parsed.records() as u64;
+    progress.stage("importing", Unit::Count("records"), Some(records));
     let total = parsed.items.len();
     for chunk in parsed.items.chunks(CHUNK) {
         done.items += store.import(chunk.to_vec(), !replace).await?;
+        progress.advance(chunk.len() as u64);
     }
     done.skipped_expired = total - done.items;
     for chunk in parsed.registrations.chunks(CHUNK) {
         store.register(chunk.to_vec()).await?;
         done.registrations += chunk.len();
+        progress.advance(chunk.len() as u64);
     }
     Ok(done)
 }
@@ -195,6 +290,35 @@ mod tests {
         assert_eq!(parsed.items.len(), 1);
         assert_eq!(parsed.items[0].1.cause, "b");
         assert_eq!(parsed.registrations, [("tm".to_owned(), "n1".to_owned())]);
+    }
+
+    #[test]
+    fn registration_lines_begin_with_their_tag() {
+        let mut line = Vec::new();
+        write_record(
+            &mut line,
+            &Record::Registration {
+                id: "tm".into(),
+                node: "n".into(),
+            },
+        );
+        assert!(line.starts_with(REGISTRATION_TAG), "{line:?}");
+    }
+
+    #[test]
+    fn parsing_reports_every_byte() {
+        struct Sum(std::sync::atomic::AtomicU64);
+        impl Progress for Sum {
+            fn stage(&self, _: &'static str, _: Unit, _: Option<u64>) {}
+            fn advance(&self, n: u64) {
+                self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let line = "{\"type\":\"registration\",\"id\":\"tm\",\"node\":\"n1\"}\n";
+        let text = line.repeat(3 * LINES_PER_REPORT + 7) + "\n";
+        let sum = Sum(std::sync::atomic::AtomicU64::new(0));
+        parse_reporting(&text, &sum).unwrap();
+        assert_eq!(sum.0.into_inner(), text.len() as u64);
     }
 
     #[test]

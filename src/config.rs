@@ -23,17 +23,30 @@ pub struct Cli {
     pub serve: Config,
 }
 
-/// Offline tools for a data dir no daemon is running on.
+/// What the binary does instead of serving.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
+    #[command(flatten)]
+    Offline(Offline),
+}
+
+/// Offline tools for a data dir no daemon is running on. Each shows its progress on stderr:
+/// a bar when stderr is a terminal, one summary line when it is not.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Offline {
     /// Verify the store's invariants (items vs. expiry index, membership index, event log,
     /// every value decodes); prints what is wrong. Exit 0 when sound, 1 when not.
-    Check,
+    Check {
+        #[command(flatten)]
+        progress: ProgressArgs,
+    },
     /// Write every active item and registration as JSON lines.
     Export {
         /// Where to write; `-` for stdout.
         #[arg(long, default_value = "-")]
         out: PathBuf,
+        #[command(flatten)]
+        progress: ProgressArgs,
     },
     /// Export what is still readable from a data dir the daemon cannot open (a disk that
     /// lost data), as JSON lines for `import` into a new data dir. Works on copies; the data
@@ -46,6 +59,8 @@ pub enum Command {
         /// temporary directory beside the data dir.
         #[arg(long)]
         scratch: Option<PathBuf>,
+        #[command(flatten)]
+        progress: ProgressArgs,
     },
     /// Load JSON lines written by `export` (or GET /blocklist/export). Expired items are
     /// skipped.
@@ -56,7 +71,28 @@ pub enum Command {
         /// of items and registrations first.
         #[arg(long, value_enum, default_value_t = ImportMode::Merge)]
         mode: ImportMode,
+        #[command(flatten)]
+        progress: ProgressArgs,
     },
+}
+
+/// How an offline subcommand reports its progress.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ProgressArgs {
+    /// Show no progress and no summary on stderr; errors and warnings still go there.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl Offline {
+    pub fn progress(&self) -> ProgressArgs {
+        match self {
+            Offline::Check { progress }
+            | Offline::Export { progress, .. }
+            | Offline::Salvage { progress, .. }
+            | Offline::Import { progress, .. } => *progress,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -21,6 +21,8 @@
 //!   layer streams and the offline export collects.
 //! - [`backup`]: export and import as JSON lines.
 //! - [`offline`]: the `check`, `export`, `salvage` and `import` subcommands.
+//! - [`progress`]: how far long offline work has got, on stderr: a bar on a terminal, one
+//!   summary line otherwise; the work reports through its `Progress` trait.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
@@ -35,6 +37,7 @@ pub mod metrics;
 pub mod model;
 pub mod offline;
 pub mod policy;
+pub mod progress;
 pub mod store;
 pub mod sweep_signal;
 pub mod sweeper;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use blocklistd::config::{Cli, LogFormat};
+use blocklistd::config::{Cli, Command, LogFormat};
 
 /// sled copies tree nodes on every write and frees them from other threads (its epoch
 /// reclamation); glibc's malloc spent a fifth of the committer's time on that and kept the
@@ -37,9 +37,14 @@ fn purge_freed_memory_at_once() {
 fn main() -> ExitCode {
     purge_freed_memory_at_once();
     let cli = Cli::parse();
+    // `--quiet` offline work logs only warnings and errors: no "created a new database".
+    let level = match &cli.command {
+        Some(Command::Offline(work)) if work.progress().quiet => "warn",
+        _ => &cli.serve.log_level,
+    };
     // RUST_LOG wins over --log-level when set, as operators expect from Rust daemons.
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&cli.serve.log_level))
+        .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -59,14 +64,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Some(command) = cli.command {
-        return match runtime.block_on(blocklistd::offline::run(command, &cli.serve.data_dir)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("blocklistd: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(Command::Offline(work)) = cli.command {
+        return exit(runtime.block_on(blocklistd::offline::run(work, &cli.serve.data_dir)));
     }
     let shutdown = match runtime.block_on(async { shutdown_signal() }) {
         Ok(shutdown) => shutdown,
@@ -79,6 +78,17 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "blocklistd failed");
+            eprintln!("blocklistd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The exit of a subcommand: 0, or 1 with its error on stderr.
+fn exit(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
             eprintln!("blocklistd: {e}");
             ExitCode::FAILURE
         }

@@ -1,29 +1,44 @@
 //! The offline subcommands: `check`, `export`, `salvage`, `import` on a stopped daemon's
-//! data dir.
+//! data dir. Each reports its progress through a [`Meter`] on stderr and ends with one
+//! summary line there (none with `--quiet`); stdout carries only the work's own output.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::backup;
 use crate::clock::now_ms;
-use crate::config::{Command, ImportMode};
+use crate::config::{ImportMode, Offline};
+use crate::progress::{Meter, Output, Progress, Unit};
 use crate::store::{self, DiskUsage, Store, StoreConfig};
 
 /// Runs a subcommand; the process exit code is 0 on success, 1 otherwise.
-pub async fn run(command: Command, data_dir: &Path) -> Result<(), String> {
+pub async fn run(command: Offline, data_dir: &Path) -> Result<(), String> {
+    let output = Output::for_stderr(command.progress().quiet);
     match command {
-        Command::Check => check(data_dir),
-        Command::Export { out } => export(data_dir, &out),
-        Command::Salvage { out, scratch } => salvage(data_dir, &out, scratch.as_deref()),
-        Command::Import { file, mode } => import(data_dir, &file, mode).await,
+        Offline::Check { .. } => check(data_dir, output),
+        Offline::Export { out, .. } => export(data_dir, &out, output),
+        Offline::Salvage { out, scratch, .. } => {
+            salvage(data_dir, &out, scratch.as_deref(), output)
+        }
+        Offline::Import { file, mode, .. } => import(data_dir, &file, mode, output).await,
     }
 }
 
+/// What a record count is, in the summary lines.
+const RECORDS: Unit = Unit::Count("records");
+const ENTRIES: Unit = Unit::Count("entries");
+
 /// Opens an existing store (never creates one: a typo must not make an empty database).
-fn open_existing(dir: &Path) -> Result<Store, String> {
+fn open_existing(dir: &Path, meter: &Meter) -> Result<Store, String> {
     if !dir.join("db").exists() {
         return Err(format!("{} holds no blocklistd database", dir.display()));
     }
+    open(dir, meter)
+}
+
+/// Opens (or creates) the store; sled's recovery of a large log takes a while.
+fn open(dir: &Path, meter: &Meter) -> Result<Store, String> {
+    meter.wait("opening the data dir");
     Store::open(&StoreConfig::new(dir)).map_err(|e| e.to_string())
 }
 
@@ -35,21 +50,52 @@ fn close(store: Store) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn check(dir: &Path) -> Result<(), String> {
-    let store = open_existing(dir)?;
-    let problems = store.verify().map_err(|e| e.to_string())?;
-    let (items, expiry) = store.tree_sizes().map_err(|e| e.to_string())?;
-    println!(
-        "{}: {items} items ({} expired, storage not reclaimed yet), {expiry} expiry entries, \
-         revision {}, events from {}",
-        dir.display(),
+fn check(dir: &Path, output: Output) -> Result<(), String> {
+    let meter = Meter::new("check", output);
+    let store = open_existing(dir, &meter)?;
+    let problems = store.verify_reporting(&meter).map_err(|e| e.to_string())?;
+    // The sizes read the same trees again (and `meta`): as many entries as verify read.
+    meter.stage("measuring the trees", ENTRIES, Some(meter.done()));
+    let usage = store
+        .disk_usage_reporting(&meter)
+        .map_err(|e| e.to_string())?;
+    let entries = |name: &str| {
+        usage
+            .trees
+            .iter()
+            .find(|t| t.name == name)
+            .map_or(0, |t| t.entries)
+    };
+    let (unreclaimed, revision, first) = (
         store.unreclaimed(),
         store.revision(),
-        store.first_retained()
+        store.first_retained(),
     );
-    let usage = store.disk_usage().map_err(|e| e.to_string())?;
-    print_disk_usage(&usage);
+    meter.wait("closing the data dir");
     close(store)?;
+    let read = meter.done();
+    // The bar goes before the report is printed: on a terminal both share the screen.
+    meter.finish(
+        format_args!(
+            "checked {} items, {} expiry entries, {} registrations and {} event chunks \
+             ({read} entries read): {} problem(s)",
+            entries("items"),
+            entries("expiry"),
+            entries("tm_node"),
+            entries("events"),
+            problems.len()
+        ),
+        read,
+        ENTRIES,
+    );
+    println!(
+        "{}: {} items ({unreclaimed} expired, storage not reclaimed yet), {} expiry entries, \
+         revision {revision}, events from {first}",
+        dir.display(),
+        entries("items"),
+        entries("expiry"),
+    );
+    print_disk_usage(&usage);
     if problems.is_empty() {
         println!("ok: every invariant holds");
         Ok(())
@@ -86,21 +132,53 @@ fn print_disk_usage(usage: &DiskUsage) {
     );
 }
 
-fn export(dir: &Path, out: &Path) -> Result<(), String> {
-    let store = open_existing(dir)?;
-    let text = backup::export(&store, now_ms()).map_err(|e| e.to_string());
+fn export(dir: &Path, out: &Path, output: Output) -> Result<(), String> {
+    let meter = Meter::new("export", output);
+    let store = open_existing(dir, &meter)?;
+    let exported = backup::export_reporting(&store, now_ms(), &meter).map_err(|e| e.to_string());
+    meter.wait("closing the data dir");
     close(store)?;
-    write_out(out, text?.as_bytes())
+    let exported = exported?;
+    write_out(out, &exported.text, &meter)?;
+    let records = exported.items + exported.registrations;
+    meter.finish(
+        format_args!(
+            "exported {} items and {} registrations to {}",
+            exported.items,
+            exported.registrations,
+            destination(out)
+        ),
+        records,
+        RECORDS,
+    );
+    Ok(())
+}
+
+/// `out` as the summary names it.
+fn destination(out: &Path) -> String {
+    if out.as_os_str() == "-" {
+        "stdout".to_owned()
+    } else {
+        out.display().to_string()
+    }
 }
 
 /// Writes `bytes` to stdout (`-`) or, durably, to the file `out`: a temporary file beside
 /// it, fsynced, renamed over it, and the directory fsynced — a crash leaves the old file or
-/// the whole new one, never a torn one.
-fn write_out(out: &Path, bytes: &[u8]) -> Result<(), String> {
+/// the whole new one, never a torn one. Reports the bytes written to `progress`.
+fn write_out(out: &Path, bytes: &[u8], progress: &dyn Progress) -> Result<(), String> {
+    /// Written at a time, so that the bar moves on a large export.
+    const PIECE: usize = 1024 * 1024;
+    progress.stage("writing", Unit::Bytes, Some(bytes.len() as u64));
+    let write = |to: &mut dyn Write| -> std::io::Result<()> {
+        for piece in bytes.chunks(PIECE) {
+            to.write_all(piece)?;
+            progress.advance(piece.len() as u64);
+        }
+        to.flush()
+    };
     if out.as_os_str() == "-" {
-        return std::io::stdout()
-            .write_all(bytes)
-            .map_err(|e| e.to_string());
+        return write(&mut std::io::stdout().lock()).map_err(|e| e.to_string());
     }
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", out.display());
     let parent = match out.parent() {
@@ -108,7 +186,7 @@ fn write_out(out: &Path, bytes: &[u8]) -> Result<(), String> {
         _ => Path::new("."),
     };
     let mut file = tempfile::NamedTempFile::new_in(parent).map_err(fail)?;
-    file.write_all(bytes).map_err(fail)?;
+    write(&mut file).map_err(fail)?;
     file.as_file().sync_all().map_err(fail)?;
     file.persist(out).map_err(|e| fail(e.error))?;
     std::fs::File::open(parent)
@@ -116,7 +194,7 @@ fn write_out(out: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(fail)
 }
 
-fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>) -> Result<(), String> {
+fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>, output: Output) -> Result<(), String> {
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -130,7 +208,8 @@ fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>) -> Result<(), String>
             .tempdir_in(parent),
     }
     .map_err(|e| format!("cannot make a scratch directory: {e}"))?;
-    let salvaged = store::salvage(dir, scratch.path())?;
+    let meter = Meter::new("salvage", output);
+    let salvaged = store::salvage(dir, scratch.path(), &meter)?;
     let now = now_ms();
     let mut text = Vec::new();
     let (mut items, mut expired) = (0, 0);
@@ -146,37 +225,80 @@ fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>) -> Result<(), String>
     for (id, node) in salvaged.registrations {
         backup::write_record(&mut text, &backup::Record::Registration { id, node });
     }
-    write_out(out, &text)?;
-    eprintln!(
-        "salvaged {items} items ({expired} expired left out) and {registrations} registrations \
-         from {}, opened {}",
-        dir.display(),
-        salvaged.how
+    write_out(out, &text, &meter)?;
+    meter.finish(
+        format_args!(
+            "salvaged {items} items ({expired} expired left out) and {registrations} \
+             registrations from {}, opened {}",
+            dir.display(),
+            salvaged.how
+        ),
+        (items + registrations) as u64,
+        RECORDS,
     );
+    // Not progress: what is lost, which `--quiet` does not hide.
     for line in &salvaged.skipped {
         eprintln!("not salvaged: {line}");
     }
     Ok(())
 }
 
-async fn import(dir: &Path, file: &PathBuf, mode: ImportMode) -> Result<(), String> {
-    let mut text = String::new();
-    if file.as_os_str() == "-" {
-        std::io::stdin().read_to_string(&mut text)
-    } else {
-        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
-    }
-    .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let parsed = backup::parse(&text)
+async fn import(dir: &Path, file: &Path, mode: ImportMode, output: Output) -> Result<(), String> {
+    let meter = Meter::new("import", output);
+    let text = read_in(file, &meter).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    meter.stage("checking", Unit::Bytes, Some(text.len() as u64));
+    let parsed = backup::parse_reporting(&text, &meter)
         .map_err(|errors| format!("nothing was imported:\n{}", errors.join("\n")))?;
+    drop(text);
+    let records = parsed.records() as u64;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let store = Store::open(&StoreConfig::new(dir)).map_err(|e| e.to_string())?;
-    let result = backup::import(&store, parsed, mode == ImportMode::Replace, now_ms()).await;
+    let store = open(dir, &meter)?;
+    let result = backup::import_reporting(
+        &store,
+        parsed,
+        mode == ImportMode::Replace,
+        now_ms(),
+        &meter,
+    )
+    .await;
+    meter.wait("closing the data dir");
     close(store)?;
     let done = result.map_err(|e| e.to_string())?;
-    eprintln!(
-        "imported {} items ({} expired skipped) and {} registrations; {} items cleared first",
-        done.items, done.skipped_expired, done.registrations, done.cleared
+    meter.finish(
+        format_args!(
+            "imported {} items ({} expired skipped) and {} registrations; {} items cleared first",
+            done.items, done.skipped_expired, done.registrations, done.cleared
+        ),
+        records,
+        RECORDS,
     );
     Ok(())
+}
+
+/// The whole of `file` (`-`: stdin) as text, read in pieces that are reported to
+/// `progress` (with the file's size as the stage's total; stdin has none).
+fn read_in(file: &Path, progress: &dyn Progress) -> std::io::Result<String> {
+    let mut input: Box<dyn Read> = if file.as_os_str() == "-" {
+        progress.stage("reading", Unit::Bytes, None);
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(file)?;
+        progress.stage("reading", Unit::Bytes, Some(f.metadata()?.len()));
+        Box::new(f)
+    };
+    let mut bytes = Vec::new();
+    let mut buf = vec![0; 1024 * 1024];
+    loop {
+        match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes.extend_from_slice(&buf[..n]);
+                progress.advance(n as u64);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
 }

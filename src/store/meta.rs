@@ -1,7 +1,6 @@
 //! The `meta` tree: its keys, the encoding of its values (the only byte-order code outside
 //! `keys` and `codec`), the item counts and the expiry watermark the committer keeps there
-//! (so neither a scrape nor a start scans the items), and the scans that rebuild or check
-//! them.
+//! (so neither a scrape nor a start scans the items), and the scan that rebuilds the counts.
 // Byte order is this module's format (see the workspace lints in Cargo.toml).
 #![allow(clippy::big_endian_bytes)]
 
@@ -82,8 +81,8 @@ pub(crate) fn decode_counts(bytes: &[u8]) -> Option<Counts> {
     Some(counts)
 }
 
-/// Counts the stored items not yet announced expired, by scanning (for upgrades and
-/// `verify`).
+/// Counts the stored items not yet announced expired, by scanning (for upgrades, and an
+/// open that finds no stored counts; `verify` counts them in its own pass).
 pub(crate) fn scan_counts(items: &Tree, watermark: &[u8]) -> Result<Counts> {
     let mut counts = [0u64; 4];
     for entry in items {
@@ -95,23 +94,6 @@ pub(crate) fn scan_counts(items: &Tree, watermark: &[u8]) -> Result<Counts> {
         }
     }
     Ok(counts)
-}
-
-/// How many expiry entries are at or before the watermark, by scanning them (for
-/// `verify`).
-pub(super) fn count_unreclaimed(expiry: &Tree, watermark: &[u8]) -> Result<u64> {
-    if watermark.is_empty() {
-        return Ok(0);
-    }
-    let mut n = 0;
-    for key in expiry
-        .range::<&[u8], _>((Bound::Unbounded, Bound::Included(watermark)))
-        .keys()
-    {
-        key?;
-        n += 1;
-    }
-    Ok(n)
 }
 
 /// Where the expiry keys not yet announced begin.

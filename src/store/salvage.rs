@@ -13,9 +13,11 @@
 //! `tm_node` is decoded on its own: an entry that does not decode is reported and skipped,
 //! never the reason to give up.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::model::{Item, Kind};
+use crate::progress::{Progress, Ticks, Unit};
 
 use super::{blobs, codec, datadir, keys, panic_message, ITEMS_TREE, TM_NODE_TREE};
 
@@ -33,8 +35,11 @@ pub struct Salvaged {
 }
 
 /// Reads what is readable from the database in `dir`, working on copies made under
-/// `scratch` (which it empties again). Fails only when no attempt opens it.
-pub fn salvage(dir: &Path, scratch: &Path) -> Result<Salvaged, String> {
+/// `scratch` (which it empties again). Fails only when no attempt opens it. Each attempt
+/// reports to `progress` a stage of copying (its total: the size of the data dir's files)
+/// and one of reading (without a total: the damaged store's own counts are not to be
+/// trusted).
+pub fn salvage(dir: &Path, scratch: &Path, progress: &dyn Progress) -> Result<Salvaged, String> {
     if !dir.join("db").is_file() {
         return Err(format!(
             "{} holds no sled database (no db file)",
@@ -59,6 +64,7 @@ pub fn salvage(dir: &Path, scratch: &Path) -> Result<Salvaged, String> {
             true,
         ),
     ];
+    let size = dir_size(dir).ok();
     let mut failures = Vec::new();
     for (n, (how, drop_blobs, drop_snapshots)) in attempts.into_iter().enumerate() {
         if drop_blobs && damaged.is_empty() && !drop_snapshots {
@@ -69,7 +75,8 @@ pub fn salvage(dir: &Path, scratch: &Path) -> Result<Salvaged, String> {
         let mut best: Option<Salvaged> = None;
         for &segment in &sizes {
             let copy = scratch.join(format!("attempt-{}-{segment}", n + 1));
-            let result = copy_dir(dir, &copy)
+            progress.stage("copying the data dir", Unit::Bytes, size);
+            let result = copy_dir(dir, &copy, progress)
                 .map_err(|e| format!("cannot copy {} to {}: {e}", dir.display(), copy.display()))
                 .and_then(|()| {
                     prepare(
@@ -81,7 +88,11 @@ pub fn salvage(dir: &Path, scratch: &Path) -> Result<Salvaged, String> {
                         sizes.len() > 1,
                     )
                 })
-                .and_then(|()| read(&copy, segment));
+                .and_then(|()| {
+                    progress.stage("reading", Unit::Count("entries"), None);
+                    read(&copy, segment, progress)
+                });
+            progress.wait("removing the copy");
             let _ = std::fs::remove_dir_all(&copy);
             match result {
                 Ok(mut salvaged) => {
@@ -129,7 +140,7 @@ pub(crate) fn opens_on_copy(dir: &Path, segment: usize) -> Result<(), String> {
         .tempdir_in(parent)
         .map_err(|e| format!("cannot make a trial copy beside the data dir: {e}"))?;
     let copy = scratch.path().join("data");
-    copy_dir(dir, &copy).map_err(|e| format!("cannot make a trial copy: {e}"))?;
+    copy_dir(dir, &copy, &()).map_err(|e| format!("cannot make a trial copy: {e}"))?;
     open_raw(&copy, segment).map(drop)
 }
 
@@ -181,11 +192,11 @@ fn prepare(
 }
 
 /// Opens the copy with sled and decodes every item and registration it can.
-fn read(copy: &Path, segment: usize) -> Result<Salvaged, String> {
+fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged, String> {
     let db = open_raw(copy, segment)?;
     let mut salvaged = Salvaged::default();
     let items = db.open_tree(ITEMS_TREE).map_err(|e| e.to_string())?;
-    for (key, value) in readable(&items, ITEMS_TREE, &mut salvaged.skipped) {
+    for (key, value) in readable(&items, ITEMS_TREE, &mut salvaged.skipped, progress) {
         let Some((kind, id)) = keys::parse_item_key(&key) else {
             salvaged
                 .skipped
@@ -200,13 +211,15 @@ fn read(copy: &Path, segment: usize) -> Result<Salvaged, String> {
         }
     }
     let tm_node = db.open_tree(TM_NODE_TREE).map_err(|e| e.to_string())?;
-    for (key, value) in readable(&tm_node, TM_NODE_TREE, &mut salvaged.skipped) {
+    for (key, value) in readable(&tm_node, TM_NODE_TREE, &mut salvaged.skipped, progress) {
         let tm = String::from_utf8_lossy(&key).into_owned();
         match codec::decode_registration(&value) {
             Ok(node) => salvaged.registrations.push((tm, node)),
             Err(e) => salvaged.skipped.push(format!("tm_node: {tm:?}: {e}")),
         }
     }
+    progress.wait("closing the copy");
+    drop(db);
     Ok(salvaged)
 }
 
@@ -215,11 +228,16 @@ fn readable(
     tree: &sled::Tree,
     name: &str,
     skipped: &mut Vec<String>,
+    progress: &dyn Progress,
 ) -> Vec<(sled::IVec, sled::IVec)> {
+    let mut ticks = Ticks::new(progress);
     let mut entries = Vec::new();
     for entry in tree {
         match entry {
-            Ok(entry) => entries.push(entry),
+            Ok(entry) => {
+                ticks.tick();
+                entries.push(entry);
+            }
             Err(e) => {
                 skipped.push(format!("{name}: the rest of the tree is unreadable: {e}"));
                 break;
@@ -229,17 +247,50 @@ fn readable(
     entries
 }
 
-/// Copies the files of `from` (and of its subdirectories) into a new directory `to`.
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies the files of `from` (and of its subdirectories) into a new directory `to`,
+/// reporting the bytes copied.
+fn copy_dir(from: &Path, to: &Path, progress: &dyn Progress) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
         if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
+            copy_dir(&entry.path(), &target, progress)?;
         } else {
-            std::fs::copy(entry.path(), &target)?;
+            copy_file(&entry.path(), &target, progress)?;
         }
     }
     Ok(())
+}
+
+/// Copies one file in pieces of 1 MiB, reporting each (the log is most of a data dir).
+fn copy_file(from: &Path, to: &Path, progress: &dyn Progress) -> std::io::Result<()> {
+    let mut source = std::fs::File::open(from)?;
+    let mut target = std::fs::File::create(to)?;
+    let mut buf = vec![0; 1024 * 1024];
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        target.write_all(&buf[..n])?;
+        progress.advance(n as u64);
+    }
+}
+
+/// The bytes of the files under `dir`: what a copy of it writes.
+fn dir_size(dir: &Path) -> std::io::Result<u64> {
+    let mut size = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        size += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(size)
 }

@@ -7,6 +7,7 @@ use super::{count_slot, Counts, Result, Store};
 use crate::metrics::StoreGauges;
 use crate::model::{Action, Kind};
 use crate::policy::{slot, Policy, Standing};
+use crate::progress::{Progress, Ticks};
 
 /// Live entries and bytes of one tree; see [`Store::disk_usage`].
 #[derive(Debug, Clone)]
@@ -102,6 +103,13 @@ impl Store {
     /// database on disk: sled's log keeps whole leaves and superseded copies of them, so the
     /// file runs to a few times the live bytes (see `docs/operations.md`). Reads every entry.
     pub fn disk_usage(&self) -> Result<DiskUsage> {
+        self.disk_usage_reporting(&())
+    }
+
+    /// [`Store::disk_usage`], reporting each entry read to `progress`, in the caller's
+    /// stage.
+    pub fn disk_usage_reporting(&self, progress: &dyn Progress) -> Result<DiskUsage> {
+        let mut ticks = Ticks::new(progress);
         let handles = self.handles()?;
         let t = &handles.trees;
         let all = [
@@ -121,6 +129,7 @@ impl Store {
             };
             for entry in tree {
                 let (key, value) = entry?;
+                ticks.tick();
                 usage.entries += 1;
                 usage.bytes += (key.len() + value.len()) as u64;
             }

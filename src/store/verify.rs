@@ -1,22 +1,57 @@
-//! `verify`: every invariant of the module header, checked against what the trees hold.
+//! `verify`: every invariant of the module header, checked against what the trees hold,
+//! reading each tree once.
 
-use super::meta::{count_unreclaimed, decode_counts, decode_u64, read_watermark, scan_counts};
-use super::{codec, keys, Result, Store, COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY};
+use super::meta::{announced, decode_counts, decode_u64, read_watermark};
+use super::{codec, count_slot, keys, Result, Store, COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY};
+use crate::progress::{Progress, Ticks, Unit};
+
+/// What the stages of a verify count.
+const ENTRIES: Unit = Unit::Count("entries");
 
 impl Store {
     /// Checks the store's invariants and returns every violation found (empty when sound).
     pub fn verify(&self) -> Result<Vec<String>> {
+        self.verify_reporting(&())
+    }
+
+    /// [`Store::verify`], reporting each entry read to `progress`, one stage per tree. The
+    /// items stage's total is the stored item counts (and the unreclaimed ones), the expiry
+    /// index's the items with a finite end, the membership index's the registrations: all
+    /// known before the stage, without a scan of their own.
+    pub fn verify_reporting(&self, progress: &dyn Progress) -> Result<Vec<String>> {
         let mut problems = Vec::new();
         let handles = self.handles()?;
         let trees = &handles.trees;
+        let watermark = match read_watermark(&trees.meta) {
+            Ok(watermark) => watermark,
+            Err(e) => {
+                problems.push(format!("meta: {e}"));
+                Vec::new()
+            }
+        };
+        let stored_items = self.item_counts().iter().sum::<u64>() + self.unreclaimed();
+        progress.stage("checking items", ENTRIES, Some(stored_items));
+        let mut ticks = Ticks::new(progress);
         let mut indexed = 0usize;
+        // The counts the committer should have kept; `None` once an item does not decode.
+        let mut scanned = Some([0u64; 4]);
         for entry in &trees.items {
             let (key, bytes) = entry?;
+            ticks.tick();
             let Some((kind, id)) = keys::parse_item_key(&key) else {
                 problems.push(format!("items: malformed key {key:?}"));
+                scanned = None;
                 continue;
             };
-            match codec::decode_block(&bytes) {
+            let block = codec::decode_block(&bytes);
+            match (&mut scanned, &block) {
+                (Some(counts), Ok(block)) if !announced(&watermark, block.end, kind, id) => {
+                    counts[count_slot(kind, block.action)] += 1;
+                }
+                (_, Ok(_)) => {}
+                (_, Err(_)) => scanned = None,
+            }
+            match block {
                 Err(e) => problems.push(format!("items: {} {id:?}: {e}", kind.singular())),
                 Ok(block) if block.is_permanent() => {}
                 Ok(block) if block.end < 0 => problems.push(format!(
@@ -39,10 +74,19 @@ impl Store {
                 }
             }
         }
+        drop(ticks);
+        progress.stage("checking the expiry index", ENTRIES, Some(indexed as u64));
+        let mut ticks = Ticks::new(progress);
         let mut entries = 0usize;
+        // Entries at or before the watermark: announced expired, storage not reclaimed.
+        let mut unreclaimed = 0u64;
         for key in trees.expiry.iter().keys() {
             let key = key?;
+            ticks.tick();
             entries += 1;
+            if !watermark.is_empty() && key.as_ref() <= watermark.as_slice() {
+                unreclaimed += 1;
+            }
             let Some((end, kind, id)) = keys::parse_expiry_key(&key) else {
                 problems.push(format!("expiry: malformed key {key:?}"));
                 continue;
@@ -58,8 +102,14 @@ impl Store {
                 ));
             }
         }
+        drop(ticks);
+        progress.stage("checking registrations", ENTRIES, None);
+        let mut ticks = Ticks::new(progress);
+        let mut registrations = 0u64;
         for entry in &trees.tm_node {
             let (key, bytes) = entry?;
+            ticks.tick();
+            registrations += 1;
             let tm = String::from_utf8_lossy(&key);
             match codec::decode_registration(&bytes) {
                 Err(e) => problems.push(format!("tm_node: {tm:?}: {e}")),
@@ -70,8 +120,16 @@ impl Store {
                 }
             }
         }
+        drop(ticks);
+        progress.stage(
+            "checking the membership index",
+            ENTRIES,
+            Some(registrations),
+        );
+        let mut ticks = Ticks::new(progress);
         for key in trees.node_tms.iter().keys() {
             let key = key?;
+            ticks.tick();
             let Some((node, tm)) = keys::parse_node_tm_key(&key) else {
                 problems.push(format!("node_tms: malformed key {key:?}"));
                 continue;
@@ -97,9 +155,13 @@ impl Store {
             problems.push("meta: no revision".into());
             0
         };
+        drop(ticks);
+        progress.stage("checking events", ENTRIES, None);
+        let mut ticks = Ticks::new(progress);
         let mut expected: Option<u64> = None;
         for entry in &trees.events {
             let (key, bytes) = entry?;
+            ticks.tick();
             let Some(rev) = keys::parse_event_key(&key) else {
                 problems.push(format!("events: malformed key {key:?}"));
                 continue;
@@ -131,27 +193,20 @@ impl Store {
                 next - 1
             ));
         }
+        drop(ticks);
         let stored = trees.meta.get(COUNTS_KEY)?.and_then(|b| decode_counts(&b));
-        let watermark = match read_watermark(&trees.meta) {
-            Ok(watermark) => watermark,
-            Err(e) => {
-                problems.push(format!("meta: {e}"));
-                Vec::new()
-            }
-        };
         let stored_unreclaimed = trees
             .meta
             .get(UNRECLAIMED_KEY)?
             .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
             .map_or(0, u64::from_be_bytes);
-        let unreclaimed = count_unreclaimed(&trees.expiry, &watermark)?;
         if stored_unreclaimed != unreclaimed {
             problems.push(format!(
                 "meta: unreclaimed count {stored_unreclaimed} disagrees with the {unreclaimed} \
                  expiry entries at or before the watermark"
             ));
         }
-        if let Ok(scanned) = scan_counts(&trees.items, &watermark) {
+        if let Some(scanned) = scanned {
             if stored != Some(scanned) {
                 problems.push(format!(
                     "meta: item counts {stored:?} disagree with the items ({scanned:?})"

@@ -7,7 +7,8 @@
 //! - `raw`: a raw-socket HTTP/1.1 client;
 //! - `metrics`: `/metrics` samples;
 //! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs;
-//! - `tools`: the external tools some tests need, and the skip-or-fail rule when one is missing.
+//! - `tools`: the external tools some tests need, and the skip-or-fail rule when one is missing;
+//! - `terminal`: a binary run on a pseudo-terminal, and what it drew.
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -17,6 +18,7 @@ mod offline;
 mod process;
 mod raw;
 mod sse;
+mod terminal;
 mod tools;
 
 use std::time::{Duration, Instant};
@@ -27,6 +29,7 @@ pub use offline::*;
 pub use process::*;
 pub use raw::*;
 pub use sse::*;
+pub use terminal::*;
 pub use tools::*;
 
 /// How long anything in a test may take before it counts as hung.
