@@ -13,7 +13,8 @@ use crate::store::{Retention, StoreConfig};
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
 ///
 /// Without a subcommand it serves; `check`, `export`, `salvage` and `import` work on a
-/// stopped daemon's data dir.
+/// stopped daemon's data dir; `completion` and `man` print a shell completion script and
+/// the manual pages.
 #[derive(Debug, Clone, Parser)]
 #[command(version, about)]
 pub struct Cli {
@@ -28,6 +29,19 @@ pub struct Cli {
 pub enum Command {
     #[command(flatten)]
     Offline(Offline),
+    /// Print the completion script for a shell, e.g. `blocklistd completion bash >
+    /// /etc/bash_completion.d/blocklistd`.
+    Completion {
+        #[arg(value_enum)]
+        shell: crate::shell::Shell,
+    },
+    /// Print the manual page (roff), or with `--dir` write it and one page per subcommand
+    /// (blocklistd-import.1, ...) into a directory, e.g. /usr/local/share/man/man1.
+    Man {
+        /// The directory to write the pages into (it must exist); they are listed on stdout.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Offline tools for a data dir no daemon is running on. Each shows its progress on stderr:

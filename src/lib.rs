@@ -23,6 +23,8 @@
 //! - [`offline`]: the `check`, `export`, `salvage` and `import` subcommands.
 //! - [`progress`]: how far long offline work has got, on stderr: a bar on a terminal, one
 //!   summary line otherwise; the work reports through its `Progress` trait.
+//! - [`shell`]: completion scripts and manual pages from the clap definitions (both
+//!   binaries' `completion` and `man` subcommands).
 //! - [`metrics`]: the Prometheus registry.
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
@@ -38,6 +40,7 @@ pub mod model;
 pub mod offline;
 pub mod policy;
 pub mod progress;
+pub mod shell;
 pub mod store;
 pub mod sweep_signal;
 pub mod sweeper;

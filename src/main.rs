@@ -4,7 +4,7 @@ use std::future::Future;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
 use blocklistd::config::{Cli, Command, LogFormat};
@@ -37,6 +37,19 @@ fn purge_freed_memory_at_once() {
 fn main() -> ExitCode {
     purge_freed_memory_at_once();
     let cli = Cli::parse();
+    let printed = match &cli.command {
+        Some(Command::Completion { shell }) => {
+            Some(blocklistd::shell::print_completion(&Cli::command(), *shell))
+        }
+        Some(Command::Man { dir }) => Some(blocklistd::shell::print_man(
+            &Cli::command(),
+            dir.as_deref(),
+        )),
+        _ => None,
+    };
+    if let Some(printed) = printed {
+        return exit(printed);
+    }
     // `--quiet` offline work logs only warnings and errors: no "created a new database".
     let level = match &cli.command {
         Some(Command::Offline(work)) if work.progress().quiet => "warn",

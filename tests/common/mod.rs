@@ -8,7 +8,8 @@
 //! - `metrics`: `/metrics` samples;
 //! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs;
 //! - `tools`: the external tools some tests need, and the skip-or-fail rule when one is missing;
-//! - `terminal`: a binary run on a pseudo-terminal, and what it drew.
+//! - `terminal`: a binary run on a pseudo-terminal, and what it drew;
+//! - `shell`: the completion scripts and manual pages both binaries print, checked.
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -17,6 +18,7 @@ mod metrics;
 mod offline;
 mod process;
 mod raw;
+mod shell;
 mod sse;
 mod terminal;
 mod tools;
@@ -28,6 +30,7 @@ pub use metrics::*;
 pub use offline::*;
 pub use process::*;
 pub use raw::*;
+pub use shell::*;
 pub use sse::*;
 pub use terminal::*;
 pub use tools::*;

@@ -36,6 +36,26 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    #[command(flatten)]
+    Api(Api),
+    /// Print the completion script for a shell, e.g. `blocklist completion bash >
+    /// /etc/bash_completion.d/blocklist`.
+    Completion {
+        #[arg(value_enum)]
+        shell: blocklistd::shell::Shell,
+    },
+    /// Print the manual page (roff), or with `--dir` write it and one page per subcommand
+    /// (blocklist-add.1, ...) into a directory, e.g. /usr/local/share/man/man1.
+    Man {
+        /// The directory to write the pages into (it must exist); they are listed on stdout.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// The subcommands that talk to the daemon.
+#[derive(Debug, Subcommand)]
+pub enum Api {
     /// List what is blocked: everything, or only task managers or only nodes.
     List {
         #[arg(value_enum)]
@@ -294,7 +314,7 @@ mod tests {
             ("MARK_BLOCKED_AND_EVACUATE_TASKS", ActionArg::Evacuate),
         ] {
             let cli = parse(&["add", "node", "n1", "--cause", "c", "--action", word]).unwrap();
-            let Command::Add(add) = cli.command else {
+            let Command::Api(Api::Add(add)) = cli.command else {
                 panic!("not an add")
             };
             assert_eq!(add.action, action, "{word}");
@@ -329,7 +349,7 @@ mod tests {
             "--merge",
         ])
         .unwrap();
-        let Command::Add(add) = cli.command else {
+        let Command::Api(Api::Add(add)) = cli.command else {
             panic!("not an add")
         };
         assert_eq!(add.kind, KindArg::TaskManager);
@@ -342,7 +362,7 @@ mod tests {
         let mut all = vec!["check"];
         all.extend_from_slice(args);
         match parse(&all).map_err(|e| e.to_string())?.command {
-            Command::Check(check) => check.resolve(),
+            Command::Api(Api::Check(check)) => check.resolve(),
             other => panic!("not a check: {other:?}"),
         }
     }
@@ -372,13 +392,13 @@ mod tests {
             ("node", KindArg::Node),
         ] {
             match parse(&["list", word]).unwrap().command {
-                Command::List { kind: Some(k) } => assert_eq!(k, kind),
+                Command::Api(Api::List { kind: Some(k) }) => assert_eq!(k, kind),
                 other => panic!("{other:?}"),
             }
         }
         assert!(matches!(
             parse(&["list"]).unwrap().command,
-            Command::List { kind: None }
+            Command::Api(Api::List { kind: None })
         ));
     }
 }

@@ -8,6 +8,9 @@
 //!   feed event lines.
 //! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
 //!
+//! `completion` and `man` print what the daemon's library generates from [`cli`]'s
+//! definitions (`blocklistd::shell`), without a request.
+//!
 //! This file runs one subcommand: it builds the request, sends it, and prints either the
 //! server's JSON (`--json`) or the human rendering.
 
@@ -21,11 +24,11 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use blocklistd::model::{Action, Kind};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::cli::{AddArgs, Cli, Command, DryRunArg};
+use crate::cli::{AddArgs, Api, Cli, Command, DryRunArg};
 use crate::client::{check_id, item_path, segment, Client, Failure, Reply};
 use crate::render::{ItemView, Listing};
 
@@ -39,6 +42,18 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::from(e.use_stderr()));
         }
     };
+    let api = match cli.command {
+        Command::Api(api) => api,
+        Command::Completion { shell } => {
+            return printed(blocklistd::shell::print_completion(&Cli::command(), shell))
+        }
+        Command::Man { dir } => {
+            return printed(blocklistd::shell::print_man(
+                &Cli::command(),
+                dir.as_deref(),
+            ))
+        }
+    };
     // One request at a time: a single-threaded runtime is all it takes.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -50,13 +65,24 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(&cli.server, cli.token_file.as_deref(), cli.json, api)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             for message in failure.messages() {
                 eprintln!("blocklist: {message}");
             }
             ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// The exit of `completion` and `man`: 0, or 1 with the error.
+fn printed(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("blocklist: {e}");
+            ExitCode::from(1)
         }
     }
 }
@@ -70,31 +96,35 @@ pub fn emit(text: &str) -> bool {
         .is_ok()
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
-    let streaming = matches!(cli.command, Command::Watch { .. });
-    let client = Client::new(&cli.server, cli.token_file.as_deref(), streaming)?;
-    let json = cli.json;
-    match cli.command {
-        Command::List { kind } => list(&client, kind.map(Kind::from), json).await,
-        Command::Get { kind, id } => get(&client, kind.into(), &id, json).await,
-        Command::Add(args) => add(&client, args, json).await,
-        Command::Remove { kind, id, dry_run } => {
+async fn run(
+    server: &str,
+    token_file: Option<&std::path::Path>,
+    json: bool,
+    api: Api,
+) -> Result<(), Failure> {
+    let streaming = matches!(api, Api::Watch { .. });
+    let client = Client::new(server, token_file, streaming)?;
+    match api {
+        Api::List { kind } => list(&client, kind.map(Kind::from), json).await,
+        Api::Get { kind, id } => get(&client, kind.into(), &id, json).await,
+        Api::Add(args) => add(&client, args, json).await,
+        Api::Remove { kind, id, dry_run } => {
             remove(&client, kind.into(), &id, dry_run, json).await
         }
-        Command::Check(args) => {
+        Api::Check(args) => {
             let (kind, id) = args.resolve().map_err(Failure::refused)?;
             check(&client, kind, &id, json).await
         }
-        Command::Register {
+        Api::Register {
             taskmanager,
             node,
             dry_run,
         } => register(&client, &taskmanager, &node, dry_run, json).await,
-        Command::Unregister {
+        Api::Unregister {
             taskmanager,
             dry_run,
         } => unregister(&client, &taskmanager, dry_run, json).await,
-        Command::Watch { since } => watch::run(&client, since, json).await,
+        Api::Watch { since } => watch::run(&client, since, json).await,
     }
 }
 
