@@ -101,7 +101,8 @@ pub enum Api {
         dry_run: DryRunArg,
     },
     /// Follow the change feed, one line per event, until Ctrl-C. Reconnects on its own
-    /// after a dropped connection, resuming after the last event it printed.
+    /// after a dropped connection, resuming after the last event it printed. On a
+    /// terminal, a status line on stderr shows the connection's state.
     Watch {
         /// Replay every event after this revision first (e.g. the `revision` of a
         /// `list --json`). Without it, only new events are shown.

@@ -107,6 +107,11 @@ impl Client {
         Ok(Client { http, base, token })
     }
 
+    /// The daemon's base URL, as requests are sent to it.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// A request to `path` (which starts with `/`), with the token when there is one.
     pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
@@ -123,19 +128,21 @@ impl Client {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<Reply, Failure> {
-        let mut req = self.request(method, path);
+        // What the spinner names while a request is slow.
+        let label = || format!("{method} {}{path}", self.base);
+        let mut req = self.request(method.clone(), path);
         if let Some(body) = body {
             req = req
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string());
         }
-        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
-        let status = resp.status();
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| self.unreachable(&e))?
-            .to_vec();
+        let (status, body) = crate::status::while_slow(label, async {
+            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            let status = resp.status();
+            let body = resp.bytes().await.map_err(|e| self.unreachable(&e))?;
+            Ok::<_, Failure>((status, body.to_vec()))
+        })
+        .await?;
         if status.is_success() {
             Ok(Reply { status, body })
         } else {

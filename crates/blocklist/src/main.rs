@@ -7,6 +7,7 @@
 //! - [`render`]: human output — tables, local end times with "in 59m", check answers,
 //!   feed event lines.
 //! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
+//! - [`status`]: the spinner and status line on stderr, on a terminal only.
 //!
 //! `completion` and `man` print what the daemon's library generates from [`cli`]'s
 //! definitions (`blocklistd::shell`), without a request.
@@ -17,6 +18,7 @@
 mod cli;
 mod client;
 mod render;
+mod status;
 mod watch;
 
 use std::fmt::Write as _;
