@@ -100,6 +100,9 @@ pub enum Api {
         #[command(flatten)]
         dry_run: DryRunArg,
     },
+    /// Show the guardrails in force and where each kind stands against them: items blocked
+    /// against the cap, evacuations the rate admits now, the longest block.
+    Policy,
     /// Follow the change feed, one line per event, until Ctrl-C. Reconnects on its own
     /// after a dropped connection, resuming after the last event it printed. On a
     /// terminal, a status line on stderr shows the connection's state.

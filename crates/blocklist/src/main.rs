@@ -110,9 +110,7 @@ async fn run(
         Api::List { kind } => list(&client, kind.map(Kind::from), json).await,
         Api::Get { kind, id } => get(&client, kind.into(), &id, json).await,
         Api::Add(args) => add(&client, args, json).await,
-        Api::Remove { kind, id, dry_run } => {
-            remove(&client, kind.into(), &id, dry_run, json).await
-        }
+        Api::Remove { kind, id, dry_run } => remove(&client, kind.into(), &id, dry_run, json).await,
         Api::Check(args) => {
             let (kind, id) = args.resolve().map_err(Failure::refused)?;
             check(&client, kind, &id, json).await
@@ -126,6 +124,7 @@ async fn run(
             taskmanager,
             dry_run,
         } => unregister(&client, &taskmanager, dry_run, json).await,
+        Api::Policy => policy(&client, json).await,
         Api::Watch { since } => watch::run(&client, since, json).await,
     }
 }
@@ -320,6 +319,16 @@ async fn check(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), 
         now(),
         &chrono::Local,
     ));
+    Ok(())
+}
+
+async fn policy(client: &Client, json: bool) -> Result<(), Failure> {
+    let reply = client.send(Method::GET, "/policy/status", None).await?;
+    if json {
+        print_json(&reply);
+    } else {
+        emit(&render::policy_text(&reply.json()?));
+    }
     Ok(())
 }
 

@@ -47,6 +47,73 @@ pub struct CheckView {
     pub blocked_by: Vec<ItemView>,
 }
 
+/// `GET /policy/status`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyView {
+    pub task_managers: KindGuardsView,
+    pub nodes: KindGuardsView,
+    #[serde(default)]
+    pub max_block_duration_secs: Option<u64>,
+    pub permanent_blocks_allowed: bool,
+}
+
+/// One kind in `GET /policy/status`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindGuardsView {
+    pub blocked: u64,
+    #[serde(default)]
+    pub max_blocked: Option<u64>,
+    #[serde(default)]
+    pub headroom: Option<u64>,
+    #[serde(default)]
+    pub evacuations: Option<EvacuationsView>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvacuationsView {
+    pub per_minute: u32,
+    pub burst: u32,
+    pub available: u32,
+}
+
+/// The guardrails, a line per kind and one for durations.
+pub fn policy_text(policy: &PolicyView) -> String {
+    let kind = |name: &str, guards: &KindGuardsView| {
+        let cap = match (guards.max_blocked, guards.headroom) {
+            (Some(cap), Some(headroom)) => format!("cap {cap} ({headroom} more allowed)"),
+            _ => "no cap".to_owned(),
+        };
+        let evacuations = match &guards.evacuations {
+            Some(e) => format!(
+                "evacuations {}/min, bursts of {}: {} allowed now",
+                e.per_minute, e.burst, e.available
+            ),
+            None => "no evacuation limit".to_owned(),
+        };
+        format!("{name}: {} blocked, {cap}; {evacuations}\n", guards.blocked)
+    };
+    let longest = match policy.max_block_duration_secs {
+        Some(secs) => format!(
+            "at most {}",
+            humantime::format_duration(std::time::Duration::from_secs(secs))
+        ),
+        None => "no longest".to_owned(),
+    };
+    let permanent = if policy.permanent_blocks_allowed {
+        "permanent blocks allowed"
+    } else {
+        "permanent blocks not allowed"
+    };
+    format!(
+        "{}{}blocks: {longest}; {permanent}\n",
+        kind("nodes", &policy.nodes),
+        kind("task managers", &policy.task_managers),
+    )
+}
+
 /// The short action names the CLI accepts, so what the table shows can be typed back.
 pub fn action_name(action: &str) -> &str {
     match action {
@@ -401,6 +468,25 @@ mod tests {
         assert_eq!(
             event_line(45, "renamed", &json!({"x": 1}), now, &Utc),
             "45 renamed {\"x\":1}"
+        );
+    }
+
+    #[test]
+    fn policy_lines() {
+        let policy: PolicyView = serde_json::from_value(serde_json::json!({
+            "taskManagers": {"blocked": 0, "maxBlocked": null, "headroom": null, "evacuations": null},
+            "nodes": {"blocked": 18, "maxBlocked": 20, "headroom": 2,
+                      "evacuations": {"perMinute": 6, "burst": 6, "available": 4}},
+            "maxBlockDurationSecs": 86400,
+            "permanentBlocksAllowed": false
+        }))
+        .unwrap();
+        assert_eq!(
+            policy_text(&policy),
+            "nodes: 18 blocked, cap 20 (2 more allowed); evacuations 6/min, bursts of 6: 4 \
+             allowed now\n\
+             task managers: 0 blocked, no cap; no evacuation limit\n\
+             blocks: at most 1day; permanent blocks not allowed\n"
         );
     }
 }

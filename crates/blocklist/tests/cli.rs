@@ -16,86 +16,10 @@ use std::time::Instant;
 use common::*;
 use serde_json::Value;
 
-const CLI: &str = env!("CARGO_BIN_EXE_blocklist");
+#[path = "cli/run.rs"]
+mod run;
 
-/// What one run of the CLI did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "expected success: {self:?}");
-        self
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
-    }
-}
-
-/// The CLI with a clean environment (no server or token from the caller's shell) and a
-/// fixed time zone.
-fn command(server: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(CLI);
-    cmd.arg("--server")
-        .arg(server)
-        .args(args)
-        .env_remove("BLOCKLIST_SERVER")
-        .env_remove("BLOCKLIST_TOKEN_FILE")
-        .env("TZ", "UTC");
-    cmd
-}
-
-/// Runs the CLI to completion, failing the test if it takes longer than [`DEADLINE`].
-fn run_cmd(mut cmd: Command) -> Run {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start blocklist");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = rx
-        .recv_timeout(DEADLINE)
-        .expect("blocklist did not finish in time")
-        .expect("wait for blocklist");
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
-        stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
-    }
-}
-
-fn cli(d: &Daemon, args: &[&str]) -> Run {
-    run_cmd(command(&d.url(""), args))
-}
-
-fn assert_refused(run: &Run, needles: &[&str]) {
-    assert_eq!(run.code, 1, "expected a refusal: {run:?}");
-    assert!(run.stdout.is_empty(), "{run:?}");
-    for needle in needles {
-        assert!(
-            run.stderr.contains(needle),
-            "stderr lacks {needle:?}: {run:?}"
-        );
-    }
-}
-
-/// A port nothing listens on: bound, then closed.
-fn dead_server() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
-}
+use run::*;
 
 #[test]
 fn add_list_get_remove_in_human_and_json_form() {
@@ -641,4 +565,30 @@ fn dry_runs_say_what_would_happen_and_change_nothing() {
     assert_eq!(run.stdout, "would unblock node n1\n");
     let run = cli(&d, &["--json", "list", "nodes"]).ok();
     assert_eq!(ids(&run.json()), ["n1"], "the dry run removed it");
+}
+
+#[test]
+fn policy_shows_the_guardrails_and_where_each_kind_stands() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&["--max-blocked-nodes", "5", "--forbid-permanent-blocks"]);
+    cli(
+        &d,
+        &["add", "node", "n1", "--cause", "disk", "--timeout", "1h"],
+    )
+    .ok();
+    let run = cli(&d, &["policy"]).ok();
+    assert_eq!(
+        run.stdout,
+        "nodes: 1 blocked, cap 5 (4 more allowed); no evacuation limit\n\
+         task managers: 0 blocked, no cap; no evacuation limit\n\
+         blocks: no longest; permanent blocks not allowed\n"
+    );
+    let json = cli(&d, &["--json", "policy"]).ok().json();
+    assert_eq!(json["nodes"]["headroom"], 4);
+    // A refused add exits 1 with the daemon's message.
+    let run = cli(&d, &["add", "node", "n2", "--cause", "disk"]);
+    assert_refused(
+        &run,
+        &["permanent: a permanent node block is not allowed here"],
+    );
 }

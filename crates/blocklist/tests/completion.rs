@@ -22,6 +22,7 @@ fn subcommands() -> Vec<String> {
         "check",
         "register",
         "unregister",
+        "policy",
         "watch",
         "completion",
         "man",
