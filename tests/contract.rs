@@ -627,3 +627,33 @@ async fn the_dry_run_flag_is_as_strict_in_the_document_as_in_the_server() {
     }
     assert_none(&found);
 }
+
+/// A whole number written with a fraction (`3798509692882382.0`) is an integer to JSON
+/// Schema, and to the server while a double holds it exactly: parsing must not round it
+/// to a neighbour with a fraction.
+#[tokio::test]
+async fn whole_numbers_written_as_floats_are_taken_exactly() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let c = Contract::of(&d).await;
+    let validator = c.body_schema(&Method::POST, "/blocklist/nodes");
+    let mut found = Vec::new();
+    for (i, number) in [
+        "3798509692882382.0",
+        "9007199254740992.0",
+        "4102444800000.0",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let text = format!(
+            r#"[{{"id": "float-{i}", "action": "MARK_BLOCKED", "cause": "c", "endTimestamp": {number}}}]"#
+        );
+        let instance: Value = serde_json::from_str(&text).unwrap();
+        let answer = d
+            .post_raw("/blocklist/nodes", "application/json", text.into_bytes())
+            .await;
+        found.extend(disagreement(number, &validator, &instance, answer, CREATED));
+    }
+    assert_none(&found);
+}
