@@ -75,6 +75,8 @@ pub enum Action {
 }
 
 impl Action {
+    pub const ALL: [Action; 2] = [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Action::MarkBlocked => "MARK_BLOCKED",
@@ -449,7 +451,7 @@ mod tests {
     #[test]
     fn action_strength_order() {
         assert!(Action::MarkBlocked < Action::MarkBlockedAndEvacuateTasks);
-        for a in [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks] {
+        for a in Action::ALL {
             assert_eq!(Action::parse(a.as_str()), Some(a));
         }
         assert_eq!(Action::parse("mark_blocked"), None);

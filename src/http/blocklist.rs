@@ -274,13 +274,14 @@ async fn refused(state: &AppState, kind: Kind, refusals: Vec<Refusal>, now: i64)
             )
         })
         .collect();
-    let Some(wait_ms) = refusals
-        .iter()
-        .map(|r| r.retry_after_ms)
-        .try_fold(0, |wait, r| r.map(|ms| wait.max(ms)))
-    else {
+    if !refusals.iter().all(Refusal::is_for_later) {
         return ApiError::Unprocessable(errors);
-    };
+    }
+    let wait_ms = refusals
+        .iter()
+        .filter_map(|r| r.retry_after_ms)
+        .max()
+        .unwrap_or(0);
     // A cap: relieved when the first current block of the kind ends, if any is timed.
     let cap = refusals.iter().any(|r| r.guard == Guard::MaxItems);
     let relief_ms = if cap {

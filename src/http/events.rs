@@ -155,7 +155,7 @@ pub(super) async fn watch(
 /// The largest revision: revisions are unsigned, but kept to an int64's range, which is what
 /// the document declares and what most clients' integers hold. (At a million changes a
 /// second, the daemon reaches it in 292,000 years.)
-pub const MAX_REVISION: u64 = i64::MAX as u64;
+const MAX_REVISION: u64 = i64::MAX as u64;
 
 /// One event of the feed as an SSE client reads it (`event`, `id` and the `data` text), for
 /// the document: a `oneOf` over the kinds of change, each naming the schema of its data's

@@ -46,6 +46,14 @@ pub fn count_slot(kind: Kind, action: Action) -> usize {
     }
 }
 
+/// The items of `kind` in `counts`, both actions together.
+pub fn kind_count(counts: &Counts, kind: Kind) -> u64 {
+    Action::ALL
+        .iter()
+        .map(|&action| counts[count_slot(kind, action)])
+        .sum()
+}
+
 /// A `meta` counter (`revision`, `unreclaimed`): u64 big-endian.
 pub(crate) fn encode_u64(value: u64) -> [u8; 8] {
     value.to_be_bytes()

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::meta::kind_count;
 use super::{count_slot, Counts, Result, Store};
 use crate::metrics::StoreGauges;
 use crate::model::{Action, Kind};
@@ -53,8 +54,7 @@ impl Store {
         let items = Kind::ALL
             .into_iter()
             .flat_map(|kind| {
-                [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks]
-                    .map(|action| (kind, action, counts[count_slot(kind, action)]))
+                Action::ALL.map(|action| (kind, action, counts[count_slot(kind, action)]))
             })
             .collect();
         StoreGauges {
@@ -73,10 +73,7 @@ impl Store {
         let counts = self.item_counts();
         let buckets = *self.shared.feed.buckets.lock().expect("not poisoned");
         let standing = Kind::ALL.map(|kind| {
-            let blocked = [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks]
-                .map(|action| counts[count_slot(kind, action)])
-                .iter()
-                .sum();
+            let blocked = kind_count(&counts, kind);
             let evacuation_tokens =
                 policy.evacuations[slot(kind)].map(|rate| buckets[slot(kind)].at(rate, now).level);
             Standing {

@@ -15,9 +15,9 @@ use sled::transaction::{
 use sled::Transactional;
 
 use super::{Committer, Op};
-use crate::model::{Action, Block, Change, Event, EventType, Item, Kind};
+use crate::model::{Block, Change, Event, EventType, Item, Kind};
 use crate::policy::{Bucket, Policy};
-use crate::store::meta::encode_u64;
+use crate::store::meta::{encode_u64, kind_count};
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, StoreError,
     COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
@@ -224,11 +224,7 @@ impl Tx<'_> {
     /// Stored items of `kind` as this transaction goes, leaving out those announced expired
     /// (a due one not yet announced still counts).
     pub(super) fn count_of(&self, kind: Kind) -> u64 {
-        let counts = self.counts.get();
-        [Action::MarkBlocked, Action::MarkBlockedAndEvacuateTasks]
-            .iter()
-            .map(|&action| counts[count_slot(kind, action)].max(0) as u64)
-            .sum()
+        kind_count(&self.counts.get().map(|c| c.max(0) as u64), kind)
     }
 
     pub(super) fn count(&self, kind: Kind, block: &Block, delta: i64) {
