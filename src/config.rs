@@ -281,8 +281,9 @@ pub struct Config {
     pub forbid_permanent_blocks: bool,
 
     /// A file holding the bearer token(s) that mutating requests must carry
-    /// (`Authorization: Bearer <token>`), one per line; blank lines and `#` comments are
-    /// ignored. Without it, nothing is authenticated (and only loopback may be bound).
+    /// (`Authorization: Bearer <token>`), one per line as `TOKEN [name=NAME]
+    /// [role=admin|writer|reader]` (a bare token is a writer); blank lines and `#` comments
+    /// are ignored. Without it, nothing is authenticated (and only loopback may be bound).
     #[arg(long, env = "BLOCKLISTD_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 

@@ -128,6 +128,160 @@ async fn reads_can_be_closed_but_probes_and_metrics_stay_open() {
     }
 }
 
+/// A request with a bearer token; its status and JSON body.
+async fn with_token(
+    d: &Daemon,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (StatusCode, serde_json::Value) {
+    let mut request = d.client.request(method, d.url(path)).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let resp = request.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+#[tokio::test]
+async fn a_token_has_the_role_its_line_gives_and_a_bare_token_writes() {
+    use reqwest::Method;
+    let mut ws = Workspace::new();
+    let tokens = token_file(
+        &ws,
+        "# a bare token, as files were before roles
+         bare-token-value
+         reader-token-value name=grafana role=reader
+         
+         admin-token-value role=admin name=alice
+",
+    );
+    let d = ws.start(&["--token-file", &tokens, "--auth-reads", "true"]);
+    let add = |id: &str| Some(json!([item(id, "MARK_BLOCKED", "c")]));
+
+    // The bare token still writes (and reads).
+    let (status, _) = with_token(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        "bare-token-value",
+        add("n1"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = with_token(
+        &d,
+        Method::GET,
+        "/blocklist/nodes",
+        "bare-token-value",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The reader reads and checks, and changes nothing.
+    let reader = "reader-token-value";
+    let (status, nodes) = with_token(&d, Method::GET, "/blocklist/nodes", reader, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
+    let (status, _) = with_token(
+        &d,
+        Method::POST,
+        "/blocklist/check",
+        reader,
+        Some(json!({"nodes": ["n1"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = with_token(&d, Method::POST, "/blocklist/nodes", reader, add("n2")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(
+        body,
+        json!({"errors": ["POST /blocklist/nodes needs a writer token; this token's role is reader"]})
+    );
+    let (status, _) = with_token(&d, Method::DELETE, "/blocklist/nodes/n1", reader, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = with_token(
+        &d,
+        Method::PUT,
+        "/taskmanagers/t",
+        reader,
+        Some(json!({"node": "n1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, nodes) = with_token(&d, Method::GET, "/blocklist/nodes", reader, None).await;
+    assert_eq!(
+        nodes.as_array().map(Vec::len),
+        Some(1),
+        "nothing was written: {nodes}"
+    );
+    let (_, registrations) = with_token(&d, Method::GET, "/taskmanagers", reader, None).await;
+    assert_eq!(registrations, json!([]));
+
+    // The admin does everything a writer does.
+    let (status, _) = with_token(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        "admin-token-value",
+        add("n3"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // Fields do not make a token: the whole line is no token.
+    let (status, _) = with_token(
+        &d,
+        Method::GET,
+        "/blocklist/nodes",
+        "reader-token-value name=grafana role=reader",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let log = d.log_text();
+    assert!(
+        log.contains("caller=\"grafana\"") && log.contains("role=reader"),
+        "the refusal names the token's holder: {log}"
+    );
+    assert!(!log.contains("-token-value"), "tokens never reach the log");
+}
+
+#[tokio::test]
+async fn a_bad_token_line_stops_the_daemon_naming_the_line_and_not_the_token() {
+    let ws = Workspace::new();
+    let tokens = token_file(
+        &ws,
+        "fine-token
+# ops
+secret-token-value name=bob role=superuser
+",
+    );
+    let dir = ws.data_dir();
+    let (status, stderr) = run_to_exit(&[
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+        "--token-file".as_ref(),
+        tokens.as_ref(),
+    ]);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the token file {tokens}, line 3"))
+            && stderr.contains("the field `role` must be admin, writer or reader, not `superuser`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret-token"), "{stderr}");
+    assert!(
+        !dir.join("db").exists(),
+        "refused before touching the data dir"
+    );
+}
+
 #[tokio::test]
 async fn a_non_loopback_address_without_a_token_is_refused() {
     let ws = Workspace::new();

@@ -1,8 +1,11 @@
-//! Bearer-token authentication for mutating requests (and reads, if the operator asks).
+//! Bearer-token authentication for mutating requests (and reads, if the operator asks), and
+//! the role each token has.
 //!
-//! Tokens come from `--token-file` (one per line, so a token can be rotated without a gap:
-//! add the new one, move clients, remove the old). Comparison is constant-time, and tokens
-//! are never logged: only the method and path of a refused request are.
+//! Tokens come from `--token-file` (syntax: `super::tokens`), each with an optional name and
+//! a role. Several tokens let one be rotated without a gap: add the new one, move clients,
+//! remove the old. Comparison is constant-time over every token, and tokens are never
+//! logged: only the method and path of a refused request, and the name and role of a token
+//! refused for its role.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,14 +15,16 @@ use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
+use super::caller::{Caller, Role};
 use super::error::ApiError;
+use super::tokens::{self, Entry};
 
-/// The accepted tokens and what they protect.
+/// The accepted tokens, who holds each, and what they protect.
 #[derive(Clone)]
 pub struct Auth {
-    tokens: Vec<Vec<u8>>,
+    entries: Vec<Entry>,
     /// Whether reads need a token too.
     reads: bool,
 }
@@ -28,112 +33,251 @@ impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the tokens themselves.
         f.debug_struct("Auth")
-            .field("tokens", &self.tokens.len())
+            .field("tokens", &self.entries.len())
             .field("reads", &self.reads)
             .finish()
     }
 }
 
 impl Auth {
-    /// Reads the token file: one token per line; blank lines and `#` comments are skipped.
+    /// Reads the token file (its syntax: `super::tokens`).
     pub fn from_file(path: &Path, reads: bool) -> Result<Auth, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
-        let tokens: Vec<Vec<u8>> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(|l| l.as_bytes().to_vec())
-            .collect();
-        if tokens.is_empty() {
-            return Err(format!("the token file {} holds no token", path.display()));
+        let entries = tokens::read(path)?;
+        let count = |role| entries.iter().filter(|e| e.caller.role == role).count();
+        tracing::info!(
+            path = %path.display(),
+            admin = count(Role::Admin),
+            writer = count(Role::Writer),
+            reader = count(Role::Reader),
+            "tokens read"
+        );
+        Ok(Auth { entries, reads })
+    }
+
+    /// The holder of `presented`, if it is a listed token.
+    fn caller_of(&self, presented: &[u8]) -> Option<&Caller> {
+        // Compare with every token (no early exit), each in constant time, and pick the
+        // match without a branch on which one it was.
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u64;
+        for (i, entry) in (0u64..).zip(&self.entries) {
+            let hit = entry.token.as_slice().ct_eq(presented);
+            index.conditional_assign(&i, hit);
+            found |= hit;
         }
-        Ok(Auth { tokens, reads })
+        bool::from(found).then(|| &self.entries[index as usize].caller)
     }
 
-    fn accepts(&self, presented: &[u8]) -> bool {
-        // Check every token (no early exit), each in constant time.
-        self.tokens
-            .iter()
-            .fold(subtle::Choice::from(0), |ok, t| {
-                ok | t.as_slice().ct_eq(presented)
-            })
-            .into()
-    }
-
-    /// Whether this request needs a token.
-    fn protects(&self, method: &Method, path: &str) -> bool {
+    /// The least role this request needs, or `None` when it needs no token.
+    fn needs(&self, method: &Method, path: &str) -> Option<Role> {
         // The cluster's own machinery (probes, scraping) must never be locked out.
         if matches!(path, "/healthz" | "/readyz" | "/metrics") {
-            return false;
+            return None;
         }
         let read = matches!(*method, Method::GET | Method::HEAD)
             || (*method == Method::POST && path == "/blocklist/check");
-        !read || self.reads
+        if !read {
+            Some(Role::Writer)
+        } else if self.reads {
+            Some(Role::Reader)
+        } else {
+            None
+        }
     }
 }
 
-/// Middleware: refuses a protected request without a valid token with 401. Installed only
-/// when a token file was given (`http::router`).
-pub async fn require_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    if !auth.protects(req.method(), req.uri().path()) {
+/// Middleware: refuses a protected request without a valid token with 401, and one whose
+/// token's role is too low for it (a `reader` token on a change) with 403; otherwise puts the
+/// token's [`Caller`] into the request's extensions. Installed only when a token file was
+/// given (`http::router`).
+pub async fn require_token(
+    State(auth): State<Arc<Auth>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(needs) = auth.needs(req.method(), req.uri().path()) else {
         return next.run(req).await;
-    }
+    };
     let presented = req
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    match presented {
-        Some(token) if auth.accepts(token) => next.run(req).await,
-        other => {
-            let why = if other.is_some() {
-                "the bearer token is not valid"
-            } else {
-                "this request needs an Authorization: Bearer <token> header"
-            };
-            tracing::info!(method = %req.method(), path = req.uri().path(), "refused: {why}");
-            let mut response = ApiError::Unauthorized(why.into()).into_response();
-            response.headers_mut().insert(
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"blocklistd\""),
-            );
-            response
+    let Some(caller) = presented.and_then(|token| auth.caller_of(token)) else {
+        let why = if presented.is_some() {
+            "the bearer token is not valid"
+        } else {
+            "this request needs an Authorization: Bearer <token> header"
+        };
+        tracing::info!(method = %req.method(), path = req.uri().path(), "refused: {why}");
+        let mut response = ApiError::Unauthorized(why.into()).into_response();
+        response.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"blocklistd\""),
+        );
+        return response;
+    };
+    // Checked before `require`, so that an allowed request builds no message.
+    if caller.role < needs {
+        let what = format!("{} {}", req.method(), req.uri().path());
+        tracing::info!(
+            method = %req.method(),
+            path = req.uri().path(),
+            caller = caller.name.as_deref().unwrap_or("-"),
+            role = %caller.role,
+            "refused: the token's role is too low"
+        );
+        if let Err(refused) = caller.require(needs, &what) {
+            return refused.into_response();
         }
     }
+    req.extensions_mut().insert(caller.clone());
+    next.run(req).await
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::body::Body;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    use axum::Router;
+    use http_body_util::BodyExt;
+    use tower_service::Service;
+
+    use super::super::caller::TokenCheck;
     use super::*;
 
-    fn auth(reads: bool) -> Auth {
+    fn auth(text: &str, reads: bool) -> Auth {
         Auth {
-            tokens: vec![b"old".to_vec(), b"new-token".to_vec()],
+            entries: tokens::parse(text).unwrap(),
             reads,
         }
     }
 
     #[test]
-    fn any_listed_token_is_accepted_and_nothing_else() {
-        let a = auth(false);
-        assert!(a.accepts(b"old"));
-        assert!(a.accepts(b"new-token"));
-        assert!(!a.accepts(b"new-toke"));
-        assert!(!a.accepts(b""));
+    fn each_listed_token_is_its_own_caller_and_nothing_else_is_one() {
+        let a = auth(
+            "old\nnew-token name=alice role=admin\nro role=reader",
+            false,
+        );
+        assert_eq!(
+            a.caller_of(b"old"),
+            Some(&Caller::with_token(None, Role::Writer))
+        );
+        assert_eq!(
+            a.caller_of(b"new-token"),
+            Some(&Caller::with_token(Some("alice".into()), Role::Admin))
+        );
+        assert_eq!(a.caller_of(b"ro").map(|c| c.role), Some(Role::Reader));
+        assert_eq!(a.caller_of(b"new-toke"), None);
+        assert_eq!(a.caller_of(b"new-token "), None);
+        assert_eq!(a.caller_of(b""), None);
     }
 
     #[test]
-    fn what_is_protected() {
-        let a = auth(false);
-        assert!(a.protects(&Method::POST, "/blocklist/nodes"));
-        assert!(a.protects(&Method::DELETE, "/blocklist/nodes/x"));
-        assert!(a.protects(&Method::PUT, "/taskmanagers/x"));
-        assert!(!a.protects(&Method::GET, "/blocklist"));
-        assert!(!a.protects(&Method::POST, "/blocklist/check"));
-        let a = auth(true);
-        assert!(a.protects(&Method::GET, "/blocklist"));
-        assert!(a.protects(&Method::POST, "/blocklist/check"));
-        assert!(!a.protects(&Method::GET, "/healthz"));
-        assert!(!a.protects(&Method::GET, "/metrics"));
+    fn what_each_request_needs() {
+        let a = auth("t", false);
+        assert_eq!(
+            a.needs(&Method::POST, "/blocklist/nodes"),
+            Some(Role::Writer)
+        );
+        assert_eq!(
+            a.needs(&Method::DELETE, "/blocklist/nodes/x"),
+            Some(Role::Writer)
+        );
+        assert_eq!(a.needs(&Method::PUT, "/taskmanagers/x"), Some(Role::Writer));
+        assert_eq!(a.needs(&Method::GET, "/blocklist"), None);
+        assert_eq!(a.needs(&Method::POST, "/blocklist/check"), None);
+        let a = auth("t", true);
+        assert_eq!(a.needs(&Method::GET, "/blocklist"), Some(Role::Reader));
+        assert_eq!(
+            a.needs(&Method::POST, "/blocklist/check"),
+            Some(Role::Reader)
+        );
+        assert_eq!(
+            a.needs(&Method::POST, "/blocklist/nodes"),
+            Some(Role::Writer)
+        );
+        assert_eq!(a.needs(&Method::GET, "/healthz"), None);
+        assert_eq!(a.needs(&Method::GET, "/metrics"), None);
+    }
+
+    /// A router whose one route answers with the caller its handler sees.
+    fn app(reads: bool) -> Router {
+        async fn who(caller: Caller) -> String {
+            format!("{} {}", caller.name.as_deref().unwrap_or("-"), caller.role)
+        }
+        let auth = Arc::new(auth(
+            "w name=ci\nr name=grafana role=reader\na role=admin",
+            reads,
+        ));
+        Router::new()
+            .route("/x", get(who).post(who))
+            .layer(axum::middleware::from_fn_with_state(auth, require_token))
+            .with_state(TokenCheck::On)
+    }
+
+    async fn send(app: &mut Router, method: Method, token: Option<&str>) -> (StatusCode, String) {
+        let mut request = Request::builder().method(method).uri("/x");
+        if let Some(token) = token {
+            request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = app
+            .call(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_handler_sees_the_tokens_caller_and_a_reader_cannot_write() {
+        let mut app = app(false);
+        assert_eq!(
+            send(&mut app, Method::POST, Some("w")).await,
+            (StatusCode::OK, "ci writer".into())
+        );
+        assert_eq!(
+            send(&mut app, Method::POST, Some("a")).await,
+            (StatusCode::OK, "- admin".into())
+        );
+        assert_eq!(
+            send(&mut app, Method::POST, Some("r")).await,
+            (
+                StatusCode::FORBIDDEN,
+                r#"{"errors":["POST /x needs a writer token; this token's role is reader"]}"#
+                    .into()
+            )
+        );
+        assert_eq!(
+            send(&mut app, Method::POST, None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        // An open read is not checked, even with a token: it is anonymous, and no admin.
+        assert_eq!(
+            send(&mut app, Method::GET, None).await,
+            (StatusCode::OK, "- reader".into())
+        );
+        assert_eq!(
+            send(&mut app, Method::GET, Some("a")).await,
+            (StatusCode::OK, "- reader".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn with_auth_reads_a_reader_token_reads() {
+        let mut app = app(true);
+        assert_eq!(
+            send(&mut app, Method::GET, Some("r")).await,
+            (StatusCode::OK, "grafana reader".into())
+        );
+        assert_eq!(
+            send(&mut app, Method::GET, None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            send(&mut app, Method::POST, Some("r")).await.0,
+            StatusCode::FORBIDDEN
+        );
     }
 }

@@ -11,8 +11,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{Modify, PartialSchema, ToSchema};
 
 use super::error::{
-    ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
-    Unavailable, UnsupportedMediaType,
+    ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
+    Unauthorized, Unavailable, UnsupportedMediaType,
 };
 use super::extract::{DryRun, IdPath, JsonBody};
 use super::reply::Empty;
@@ -466,6 +466,7 @@ macro_rules! kind_handlers {
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
                 (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
                 (status = 401, response = Unauthorized),
+                (status = 403, response = Forbidden),
                 (status = 408, response = RequestTimeout),
                 (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
                 (status = 422, description = "A guardrail refused the batch for good (a block longer than --max-block-duration-secs, a permanent one under --forbid-permanent-blocks, more items or evacuations than the cap or the burst allow at all): every offending element named; nothing was written", body = ErrorBody),
@@ -513,6 +514,7 @@ macro_rules! kind_handlers {
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
                 (status = 400, response = BadId),
                 (status = 401, response = Unauthorized),
+                (status = 403, response = Forbidden),
                 (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
                 (status = 500, response = Internal),
                 (status = 503, response = Unavailable),

@@ -19,6 +19,10 @@ pub enum ApiError {
     BadRequest(Vec<String>),
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// The token is valid but its role is too low for the request (`http::caller`): 403.
+    /// The message says which role the action needs and which one the token has.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     #[error("request timeout: {0}")]
     RequestTimeout(String),
     #[error("not found: {0}")]
@@ -56,6 +60,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -78,6 +83,7 @@ impl ApiError {
             | ApiError::TooMany { errors, .. } => errors,
             ApiError::NotFound(m)
             | ApiError::Unauthorized(m)
+            | ApiError::Forbidden(m)
             | ApiError::RequestTimeout(m)
             | ApiError::MethodNotAllowed(m)
             | ApiError::Gone(m)
@@ -139,6 +145,16 @@ pub struct BadId(ErrorBody);
     reason = "documents a response; the body sent is `ApiError`'s"
 )]
 pub struct Unauthorized(ErrorBody);
+
+/// `--token-file` is set and this request's token has a role too low for it: a `reader`
+/// token on a change, or a `writer` token on an admin action. The message names the role
+/// needed and the token's.
+#[derive(ToResponse)]
+#[expect(
+    dead_code,
+    reason = "documents a response; the body sent is `ApiError`'s"
+)]
+pub struct Forbidden(ErrorBody);
 
 /// The body did not arrive within `--body-timeout-ms`.
 #[derive(ToResponse)]

@@ -5,10 +5,13 @@
 //! of its requests and responses; `openapi` only gathers those into the document. What they
 //! share: `state` (`AppState`), `error` (`ApiError`, the error body and responses),
 //! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
-//! body), `stream` (streamed listings), `auth` and `observe` (the layers).
+//! body), `stream` (streamed listings), `caller` (who sent a request: the `Caller`
+//! extractor, roles, `Caller::require`), `tokens` (the token file), `auth` and `observe`
+//! (the layers).
 
 mod auth;
 mod blocklist;
+mod caller;
 mod check;
 mod error;
 mod events;
@@ -22,6 +25,7 @@ mod schema;
 mod state;
 mod stream;
 mod taskmanagers;
+mod tokens;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -18,7 +18,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::blocklist::AtMostOne;
 use super::error::{
-    BadId, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
+    BadId, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
 use super::{blocklist, check, events, ops, policy, taskmanagers};
@@ -40,7 +40,9 @@ const BEARER: &str = "bearerAuth";
             (over `--max-connections`; the connection is closed).\n\n\
             With `--token-file`, POST/PUT/DELETE need `Authorization: Bearer <token>`; reads \
             (GET, and POST /blocklist/check) need it only with `--auth-reads`; the probes \
-            and /metrics never do.",
+            and /metrics never do. Each token has a role: `reader` (reads only; a change \
+            answers **403**), `writer` (every read and change but the admin ones) or \
+            `admin` (everything).",
         license(name = "Apache-2.0"),
     ),
     paths(
@@ -72,6 +74,7 @@ const BEARER: &str = "bearerAuth";
     components(responses(
         BadId,
         Unauthorized,
+        Forbidden,
         RequestTimeout,
         PayloadTooLarge,
         UnsupportedMediaType,
@@ -98,7 +101,9 @@ impl Modify for BearerScheme {
         let components = openapi.components.get_or_insert_with(Default::default);
         let mut http = Http::new(HttpAuthScheme::Bearer);
         http.description = Some(
-            "A token from `--token-file` (one per line; any listed token is accepted).".into(),
+            "A token from `--token-file` (one per line; any listed token is accepted). Its \
+             role there (`reader`, `writer` or `admin`) decides what it may do."
+                .into(),
         );
         components.add_security_scheme(BEARER, SecurityScheme::Http(http));
     }

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::FromRef;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::auth::Auth;
+use super::caller::TokenCheck;
 use super::error::{self, ApiError};
 use crate::check::Checker;
 use crate::metrics::Metrics;
@@ -56,6 +58,18 @@ pub struct Shared {
     /// Set to true when the server stops: long-lived responses (watch streams) end on it,
     /// or graceful shutdown would wait for them forever.
     pub(super) stop: Arc<watch::Sender<bool>>,
+}
+
+/// Who a request without a checked token is (`http::caller`): decided by whether there is a
+/// token file, which is what `auth` holds.
+impl FromRef<AppState> for TokenCheck {
+    fn from_ref(state: &AppState) -> TokenCheck {
+        if state.auth.is_some() {
+            TokenCheck::On
+        } else {
+            TokenCheck::Off
+        }
+    }
 }
 
 impl AppState {

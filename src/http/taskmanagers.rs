@@ -11,8 +11,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::error::{
-    ApiError, BadId, ErrorBody, Internal, PayloadTooLarge, RequestTimeout, Result, Unauthorized,
-    Unavailable, UnsupportedMediaType,
+    ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
+    Unauthorized, Unavailable, UnsupportedMediaType,
 };
 use super::extract::{DryRun, IdPath, JsonBody};
 use super::reply::{with_revision, Empty};
@@ -127,6 +127,7 @@ pub(super) struct RegistrationBody {
             headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
         (status = 400, description = "Bad id or body", body = ErrorBody),
         (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
         (status = 408, response = RequestTimeout),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
@@ -205,6 +206,7 @@ pub(super) struct Summary {
             headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
         (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
         (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
         (status = 408, response = RequestTimeout),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
@@ -252,6 +254,7 @@ pub(super) async fn register_many(
             headers(("X-Blocklist-Revision" = u64, description = "The revision of the change"))),
         (status = 400, response = BadId),
         (status = 401, response = Unauthorized),
+        (status = 403, response = Forbidden),
         (status = 404, description = "Not registered", body = ErrorBody),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),

@@ -1,0 +1,229 @@
+//! Who sent a request, as handlers see it: the name and role of its token.
+//!
+//! The auth middleware (`super::auth`) puts a [`Caller`] into the request's extensions once it
+//! has accepted a token. A handler takes `caller: Caller` as an argument and calls
+//! [`Caller::require`] before an action that needs more than the route's own role (the
+//! middleware already refuses a `reader` token on a change). A request the middleware did not
+//! check has no extension; what it counts as depends on the daemon ([`TokenCheck`]): without
+//! a token file every caller is trusted, with one an unchecked caller may only read.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::request::Parts;
+
+use super::error::ApiError;
+
+/// What a token may do. Ordered: `Reader < Writer < Admin`, each allowed everything the
+/// lower ones are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Reads only (listings, checks, the feed).
+    Reader,
+    /// Every read and write except the admin ones. A token without a role has this one.
+    Writer,
+    /// Everything, including what bypasses or changes the guardrails.
+    Admin,
+}
+
+impl Role {
+    /// As written in the token file and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Writer => "writer",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The role with its article, for "needs an admin token".
+    fn with_article(self) -> &'static str {
+        match self {
+            Role::Reader => "a reader",
+            Role::Writer => "a writer",
+            Role::Admin => "an admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Role, ()> {
+        match s {
+            "reader" => Ok(Role::Reader),
+            "writer" => Ok(Role::Writer),
+            "admin" => Ok(Role::Admin),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The sender of a request. An axum extractor that never fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The token's `name=`, for logs and `addedBy`; `None` for a token without one, and for
+    /// a caller who sent no token.
+    pub name: Option<String>,
+    pub role: Role,
+    /// Whether a token was checked: a refusal says "no token was sent" otherwise. Private, so
+    /// that a `Caller` is built only by the constructors below.
+    token: bool,
+}
+
+impl Caller {
+    /// Every caller of a daemon without a token file: nothing can be checked, so nothing is
+    /// refused (only loopback may be bound then, unless the operator says the network is
+    /// trusted).
+    pub fn open() -> Caller {
+        Caller {
+            name: None,
+            role: Role::Admin,
+            token: false,
+        }
+    }
+
+    /// A caller who sent no token to a daemon with a token file: only a read gets through
+    /// unchecked (without `--auth-reads`), so reading is all it may do.
+    pub fn anonymous() -> Caller {
+        Caller {
+            name: None,
+            role: Role::Reader,
+            token: false,
+        }
+    }
+
+    /// The holder of an accepted token.
+    pub fn with_token(name: Option<String>, role: Role) -> Caller {
+        Caller {
+            name,
+            role,
+            token: true,
+        }
+    }
+
+    /// Refuses with 403 unless this caller has at least `role`. `what` names the action, as
+    /// the subject of "… needs an admin token": `caller.require(Role::Admin, "forcing past a
+    /// guardrail")?`.
+    pub fn require(&self, role: Role, what: &str) -> Result<(), ApiError> {
+        if self.role >= role {
+            return Ok(());
+        }
+        let why = if self.token {
+            format!("this token's role is {}", self.role)
+        } else {
+            "no token was sent".to_owned()
+        };
+        Err(ApiError::Forbidden(format!(
+            "{what} needs {} token; {why}",
+            role.with_article()
+        )))
+    }
+}
+
+/// Whether this daemon checks tokens, which decides who a request without a [`Caller`]
+/// extension is. Taken from the router's state (`AppState` implements `FromRef` for it), not
+/// from a layer, so that no setup of the router can turn an unchecked read into an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// No token file: every caller is [`Caller::open`].
+    Off,
+    /// A token file: a caller the middleware let through unchecked is [`Caller::anonymous`].
+    On,
+}
+
+impl<S> FromRequestParts<S> for Caller
+where
+    S: Send + Sync,
+    TokenCheck: FromRef<S>,
+{
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Caller, Infallible> {
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            return Ok(caller.clone());
+        }
+        Ok(match TokenCheck::from_ref(state) {
+            TokenCheck::Off => Caller::open(),
+            TokenCheck::On => Caller::anonymous(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Request, StatusCode};
+
+    use super::*;
+
+    #[test]
+    fn roles_are_ordered_reader_writer_admin() {
+        assert!(Role::Reader < Role::Writer && Role::Writer < Role::Admin);
+        for role in [Role::Reader, Role::Writer, Role::Admin] {
+            assert_eq!(role.as_str().parse::<Role>(), Ok(role));
+        }
+        assert_eq!("Admin".parse::<Role>(), Err(()));
+        assert_eq!("".parse::<Role>(), Err(()));
+    }
+
+    fn refusal(result: Result<(), ApiError>) -> String {
+        let error = result.unwrap_err();
+        assert_eq!(error.status(), StatusCode::FORBIDDEN);
+        match error {
+            ApiError::Forbidden(message) => message,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn require_passes_the_role_and_above_and_names_what_is_missing() {
+        let writer = Caller::with_token(Some("ci".into()), Role::Writer);
+        assert!(writer.require(Role::Reader, "reading").is_ok());
+        assert!(writer.require(Role::Writer, "writing").is_ok());
+        assert_eq!(
+            refusal(writer.require(Role::Admin, "forcing past a guardrail")),
+            "forcing past a guardrail needs an admin token; this token's role is writer"
+        );
+        let reader = Caller::with_token(None, Role::Reader);
+        assert_eq!(
+            refusal(reader.require(Role::Writer, "POST /blocklist/nodes")),
+            "POST /blocklist/nodes needs a writer token; this token's role is reader"
+        );
+        assert_eq!(
+            refusal(Caller::anonymous().require(Role::Admin, "changing the policy")),
+            "changing the policy needs an admin token; no token was sent"
+        );
+        assert!(Caller::open().require(Role::Admin, "anything").is_ok());
+    }
+
+    async fn extracted(request: Request<()>, check: TokenCheck) -> Caller {
+        let (mut parts, ()) = request.into_parts();
+        let Ok(caller) = Caller::from_request_parts(&mut parts, &check).await;
+        caller
+    }
+
+    #[tokio::test]
+    async fn the_extractor_takes_the_extension_or_the_daemons_default() {
+        let alice = Caller::with_token(Some("alice".into()), Role::Admin);
+        let mut request = Request::new(());
+        request.extensions_mut().insert(alice.clone());
+        assert_eq!(extracted(request, TokenCheck::On).await, alice);
+
+        assert_eq!(
+            extracted(Request::new(()), TokenCheck::Off).await,
+            Caller::open()
+        );
+        // With a token file, a request the middleware let through unchecked is no admin.
+        let unchecked = extracted(Request::new(()), TokenCheck::On).await;
+        assert_eq!(unchecked, Caller::anonymous());
+        assert_eq!((unchecked.name, unchecked.role), (None, Role::Reader));
+    }
+}
