@@ -1,6 +1,9 @@
-//! Export and import as JSON lines: one record per item or registration.
+//! Export and import as JSON lines: the guardrail policy, then one record per allowlist
+//! entry, item and registration.
 //!
 //! ```text
+//! {"type":"policy","nodes":{…},"taskManagers":{…},"minRegistered":10,…}
+//! {"type":"allowlist","kind":"node","id":"db-","prefix":true,"comment":"databases",…}
 //! {"type":"item","kind":"node","id":"n1","action":"MARK_BLOCKED","startTimestamp":1,"endTimestamp":2,"cause":"disk"}
 //! {"type":"registration","id":"tm-1","node":"n1"}
 //! ```
@@ -12,8 +15,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::allowlist::Entry;
 use crate::listing::Listing;
 use crate::model::{validate_id, Item, Kind, MAX_MERGED_CAUSE_BYTES};
+use crate::policy::Policy;
 use crate::progress::{Progress, Unit};
 use crate::store::{self, Store};
 
@@ -30,12 +35,49 @@ pub enum Record {
         id: String,
         node: String,
     },
+    Policy {
+        #[serde(flatten)]
+        policy: Policy,
+    },
+    Allowlist {
+        #[serde(flatten)]
+        entry: Entry,
+    },
 }
 
-/// Every active item at `now` (task managers, then nodes, each by id) and every
-/// registration, as JSON lines, produced in chunks (`GET /blocklist/export` streams it).
-pub fn export_listing(now: i64) -> Listing {
+/// The lines an export starts with: the policy and every allowlist entry in force.
+pub fn export_head(policy: &Policy, entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_record(
+        &mut out,
+        &Record::Policy {
+            policy: policy.clone(),
+        },
+    );
+    out.extend(export_head_entries(entries));
+    out
+}
+
+/// The allowlist lines of [`export_head`].
+pub fn export_head_entries(entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in entries {
+        write_record(
+            &mut out,
+            &Record::Allowlist {
+                entry: entry.clone(),
+            },
+        );
+    }
+    out
+}
+
+/// `head` ([`export_head`]), then every active item at `now` (task managers, then nodes,
+/// each by id) and every registration, as JSON lines, produced in chunks
+/// (`GET /blocklist/export` streams it).
+pub fn export_listing(head: Vec<u8>, now: i64) -> Listing {
     Listing::new(now)
+        .text(head)
         .items(Kind::TaskManager, item_line, b"")
         .items(Kind::Node, item_line, b"")
         .registrations(registration_line, b"")
@@ -43,7 +85,7 @@ pub fn export_listing(now: i64) -> Listing {
 
 /// The whole export at once, as [`export_listing`] produces it.
 pub fn export(store: &Store, now: i64) -> store::Result<String> {
-    let bytes = export_listing(now).collect(store)?;
+    let bytes = export_listing(stored_head(store, now)?, now).collect(store)?;
     Ok(String::from_utf8(bytes).expect("JSON is UTF-8"))
 }
 
@@ -66,7 +108,7 @@ pub fn export_reporting(
 ) -> store::Result<Exported> {
     let items: u64 = store.item_counts().iter().sum();
     progress.stage("exporting items", Unit::Count("records"), Some(items));
-    let mut listing = export_listing(now);
+    let mut listing = export_listing(stored_head(store, now)?, now);
     let mut done = Exported::default();
     loop {
         let start = done.text.len();
@@ -74,6 +116,9 @@ pub fn export_reporting(
         // Items come first: a chunk holds items, then perhaps the first registrations.
         for line in done.text[start..].split(|&b| b == b'\n') {
             if line.is_empty() {
+                continue;
+            }
+            if HEAD_TAGS.iter().any(|tag| line.starts_with(tag)) {
                 continue;
             }
             if line.starts_with(REGISTRATION_TAG) {
@@ -91,6 +136,17 @@ pub fn export_reporting(
         }
     }
 }
+
+/// The head of an export of a stopped daemon's store.
+fn stored_head(store: &Store, now: i64) -> store::Result<Vec<u8>> {
+    Ok(export_head(
+        &store.stored_policy()?,
+        &store.stored_allowlist(None, now)?,
+    ))
+}
+
+/// How every head line begins.
+const HEAD_TAGS: [&[u8]; 2] = [br#"{"type":"policy""#, br#"{"type":"allowlist""#];
 
 /// How every registration line begins: serde writes an internally tagged enum's tag first.
 const REGISTRATION_TAG: &[u8] = br#"{"type":"registration""#;
@@ -124,6 +180,8 @@ pub fn write_record(out: &mut Vec<u8>, record: &Record) {
 /// task manager wins).
 #[derive(Debug, Default)]
 pub struct Parsed {
+    pub policy: Option<Policy>,
+    pub allowlist: Vec<Entry>,
     pub items: Vec<(Kind, Item)>,
     pub registrations: Vec<(String, String)>,
 }
@@ -140,6 +198,8 @@ const LINES_PER_REPORT: usize = 1024;
 pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Vec<String>> {
     let mut items = BTreeMap::new();
     let mut registrations = BTreeMap::new();
+    let mut policy = None;
+    let mut allowlist = BTreeMap::new();
     let mut errors = Vec::new();
     let mut unreported = 0;
     // As `str::lines` splits (LF or CRLF), keeping count of the bytes.
@@ -172,6 +232,20 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
                     }
                 }
             }
+            Ok(Record::Policy { policy: p }) => {
+                let problems = p.problems();
+                if problems.is_empty() {
+                    policy = Some(p);
+                } else {
+                    errors.push(format!("line {n}: {}", problems.join("; ")));
+                }
+            }
+            Ok(Record::Allowlist { entry }) => match validate_id(&entry.id) {
+                Err(e) => errors.push(format!("line {n}: id {e}")),
+                Ok(()) => {
+                    allowlist.insert((entry.kind, entry.id.clone()), entry);
+                }
+            },
             Ok(Record::Registration { id, node }) => {
                 match validate_id(&id).and_then(|()| validate_id(&node)) {
                     Err(e) => errors.push(format!("line {n}: id or node {e}")),
@@ -187,6 +261,8 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
         return Err(errors);
     }
     Ok(Parsed {
+        policy,
+        allowlist: allowlist.into_values().collect(),
         items: items
             .into_iter()
             .map(|((kind, _), item)| (kind, item))
@@ -198,6 +274,7 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
 /// What an import did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Imported {
+    pub allowlist: usize,
     pub items: usize,
     pub skipped_expired: usize,
     pub registrations: usize,
@@ -208,9 +285,12 @@ pub struct Imported {
 const CHUNK: usize = 10_000;
 
 impl Parsed {
-    /// Items and registrations.
+    /// Every record: the policy, allowlist entries, items and registrations.
     pub fn records(&self) -> usize {
-        self.items.len() + self.registrations.len()
+        usize::from(self.policy.is_some())
+            + self.allowlist.len()
+            + self.items.len()
+            + self.registrations.len()
     }
 }
 
@@ -255,9 +335,24 @@ pub async fn import_reporting(
             store.clear(Vec::new(), chunk.to_vec()).await?;
             progress.advance(chunk.len() as u64);
         }
+        for entry in store.stored_allowlist(None, now)? {
+            store.remove_allow(entry.kind, entry.id).await?;
+        }
     }
     let records = parsed.records() as u64;
     progress.stage("importing", Unit::Count("records"), Some(records));
+    if let Some(policy) = parsed.policy {
+        store.set_policy(policy).await?;
+        progress.advance(1);
+    }
+    // Before the items: an entry lifts the blocks it covers (an export holds none).
+    for entry in parsed.allowlist {
+        if entry.is_active(now) {
+            store.put_allow(entry).await?;
+            done.allowlist += 1;
+        }
+        progress.advance(1);
+    }
     let total = parsed.items.len();
     for chunk in parsed.items.chunks(CHUNK) {
         done.items += store.import(chunk.to_vec(), !replace).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::model::Kind;
-use crate::policy::{slot, Policy, Rate};
+use crate::policy::{slot, Overrides};
 use crate::store::{Retention, StoreConfig};
 
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
@@ -123,10 +123,6 @@ pub enum LogFormat {
 
 /// The daemon's flags.
 #[derive(Debug, Clone, Args)]
-#[expect(
-    clippy::struct_excessive_bools,
-    reason = "each is an on/off flag of its own"
-)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free one (the bound address is printed on stdout).
     #[arg(long, env = "BLOCKLISTD_LISTEN", default_value = "127.0.0.1:7224")]
@@ -221,64 +217,11 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events_heartbeat_secs: u64,
 
-    /// Guardrail: at most this many nodes blocked at once; an add past it gets 429 (none
-    /// of its batch is written). Off by default.
-    #[arg(
-        long,
-        env = "BLOCKLISTD_MAX_BLOCKED_NODES",
-        help_heading = "Guardrails"
-    )]
-    pub max_blocked_nodes: Option<u64>,
-
-    /// Guardrail: at most this many task managers blocked at once (429 past it). Off by
-    /// default.
-    #[arg(
-        long,
-        env = "BLOCKLISTD_MAX_BLOCKED_TASKMANAGERS",
-        help_heading = "Guardrails"
-    )]
-    pub max_blocked_taskmanagers: Option<u64>,
-
-    /// Guardrail: at most this many new node evacuations (`MARK_BLOCKED_AND_EVACUATE_TASKS`:
-    /// a new item, or a merge that raises one) per minute, after a burst of
-    /// --node-evacuation-burst; more get 429 with Retry-After. Off by default.
-    #[arg(long, env = "BLOCKLISTD_NODE_EVACUATIONS_PER_MINUTE", help_heading = "Guardrails",
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub node_evacuations_per_minute: Option<u32>,
-
-    /// How many node evacuations may come at once before the rate applies (default: a
-    /// minute's worth).
-    #[arg(long, env = "BLOCKLISTD_NODE_EVACUATION_BURST", help_heading = "Guardrails",
-          requires = "node_evacuations_per_minute",
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub node_evacuation_burst: Option<u32>,
-
-    /// Guardrail: at most this many new task manager evacuations per minute, after a burst
-    /// of --taskmanager-evacuation-burst (429 past it). Off by default.
-    #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATIONS_PER_MINUTE",
-          help_heading = "Guardrails", value_parser = clap::value_parser!(u32).range(1..))]
-    pub taskmanager_evacuations_per_minute: Option<u32>,
-
-    /// How many task manager evacuations may come at once before the rate applies
-    /// (default: a minute's worth).
-    #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATION_BURST", help_heading = "Guardrails",
-          requires = "taskmanager_evacuations_per_minute",
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub taskmanager_evacuation_burst: Option<u32>,
-
-    /// Guardrail: no block may last longer than this from its request, in seconds; a longer
-    /// one gets 422. Off by default.
-    #[arg(long, env = "BLOCKLISTD_MAX_BLOCK_DURATION_SECS", help_heading = "Guardrails",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_block_duration_secs: Option<u64>,
-
-    /// Guardrail: refuse permanent blocks (no timeout, no endTimestamp) with 422.
-    #[arg(
-        long,
-        env = "BLOCKLISTD_FORBID_PERMANENT_BLOCKS",
-        help_heading = "Guardrails"
-    )]
-    pub forbid_permanent_blocks: bool,
+    /// Guardrails set at start. Each flag given replaces its field of the stored policy
+    /// (`GET /policy`), and the change is recorded in the change feed; fields without a
+    /// flag keep what is stored (on a new data dir, the defaults). `off` turns a guard off.
+    #[command(flatten)]
+    pub guardrails: GuardrailFlags,
 
     /// A file holding the bearer token(s) that mutating requests must carry
     /// (`Authorization: Bearer <token>`), one per line as `TOKEN [name=NAME]
@@ -347,34 +290,14 @@ impl Config {
             },
             feed_buffer: 1024,
             metrics: std::sync::Arc::default(),
-            policy: self.policy(),
+            new_policy: crate::policy::Policy::default(),
+            policy: self.policy_overrides(),
         }
     }
 
-    /// The guardrails the flags set.
-    pub fn policy(&self) -> Policy {
-        let rate = |per_minute: Option<u32>, burst: Option<u32>| {
-            per_minute.map(|per_minute| Rate {
-                per_minute,
-                burst: burst.unwrap_or(per_minute),
-            })
-        };
-        let mut policy = Policy {
-            max_duration_ms: self
-                .max_block_duration_secs
-                .map(|secs| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
-            allow_permanent: !self.forbid_permanent_blocks,
-            ..Policy::default()
-        };
-        policy.max_items[slot(Kind::Node)] = self.max_blocked_nodes;
-        policy.max_items[slot(Kind::TaskManager)] = self.max_blocked_taskmanagers;
-        policy.evacuations[slot(Kind::Node)] =
-            rate(self.node_evacuations_per_minute, self.node_evacuation_burst);
-        policy.evacuations[slot(Kind::TaskManager)] = rate(
-            self.taskmanager_evacuations_per_minute,
-            self.taskmanager_evacuation_burst,
-        );
-        policy
+    /// What the guardrail flags change in the stored policy.
+    pub fn policy_overrides(&self) -> Overrides {
+        self.guardrails.overrides()
     }
 
     pub fn sweep_interval(&self) -> Duration {
@@ -402,5 +325,175 @@ impl Config {
 
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout)
+    }
+}
+
+/// A guardrail flag's value: a number, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting<T> {
+    Off,
+    Set(T),
+}
+
+impl<T> Setting<T> {
+    fn get(self) -> Option<T> {
+        match self {
+            Setting::Off => None,
+            Setting::Set(v) => Some(v),
+        }
+    }
+}
+
+fn setting<T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy>(
+    s: &str,
+    min: T,
+    max: T,
+) -> Result<Setting<T>, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Setting::Off);
+    }
+    match s.parse::<T>() {
+        Ok(v) if v >= min && v <= max => Ok(Setting::Set(v)),
+        _ => Err(format!(
+            "must be `off` or a whole number from {min} to {max}"
+        )),
+    }
+}
+
+fn percent(s: &str) -> Result<Setting<u8>, String> {
+    setting(s, 0, 100)
+}
+
+fn count(s: &str) -> Result<Setting<u64>, String> {
+    setting(s, 0, u64::MAX)
+}
+
+fn per_minute(s: &str) -> Result<Setting<u32>, String> {
+    setting(s, 1, u32::MAX)
+}
+
+fn secs(s: &str) -> Result<Setting<u64>, String> {
+    setting(s, 1, u64::MAX)
+}
+
+/// Whether permanent blocks are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Permanent {
+    Allowed,
+    Forbidden,
+}
+
+/// The guardrail flags (see [`Config::guardrails`]).
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Guardrails (each replaces its field of the stored policy)")]
+pub struct GuardrailFlags {
+    /// At most this percentage of the registered nodes blocked at once (default 50); past
+    /// it an add gets 429. Applies with at least --min-registered registered nodes.
+    #[arg(long, env = "BLOCKLISTD_MAX_BLOCKED_NODES_PERCENT", value_name = "PERCENT|off",
+          value_parser = percent)]
+    pub max_blocked_nodes_percent: Option<Setting<u8>>,
+
+    /// At most this percentage of the registered nodes evacuating at once (default 20).
+    #[arg(long, env = "BLOCKLISTD_MAX_EVACUATING_NODES_PERCENT", value_name = "PERCENT|off",
+          value_parser = percent)]
+    pub max_evacuating_nodes_percent: Option<Setting<u8>>,
+
+    /// At most this percentage of the registered task managers effectively blocked (by
+    /// their own item or their node's) at once (default 50).
+    #[arg(long, env = "BLOCKLISTD_MAX_BLOCKED_TASKMANAGERS_PERCENT",
+          value_name = "PERCENT|off", value_parser = percent)]
+    pub max_blocked_taskmanagers_percent: Option<Setting<u8>>,
+
+    /// At most this percentage of the registered task managers evacuating at once
+    /// (default off).
+    #[arg(long, env = "BLOCKLISTD_MAX_EVACUATING_TASKMANAGERS_PERCENT",
+          value_name = "PERCENT|off", value_parser = percent)]
+    pub max_evacuating_taskmanagers_percent: Option<Setting<u8>>,
+
+    /// The share caps of a kind apply only with at least this many of its ids registered
+    /// (default 10).
+    #[arg(long, env = "BLOCKLISTD_MIN_REGISTERED", value_name = "COUNT")]
+    pub min_registered: Option<u64>,
+
+    /// At most this many node items, registered or not (default off).
+    #[arg(long, env = "BLOCKLISTD_MAX_BLOCKED_NODES", value_name = "COUNT|off",
+          value_parser = count)]
+    pub max_blocked_nodes: Option<Setting<u64>>,
+
+    /// At most this many task manager items (default off).
+    #[arg(long, env = "BLOCKLISTD_MAX_BLOCKED_TASKMANAGERS", value_name = "COUNT|off",
+          value_parser = count)]
+    pub max_blocked_taskmanagers: Option<Setting<u64>>,
+
+    /// At most this many new node evacuations (`MARK_BLOCKED_AND_EVACUATE_TASKS`: a new
+    /// item, or a merge that raises one) per minute, after a burst of
+    /// --node-evacuation-burst; more get 429 with Retry-After (default off).
+    #[arg(long, env = "BLOCKLISTD_NODE_EVACUATIONS_PER_MINUTE", value_name = "RATE|off",
+          value_parser = per_minute)]
+    pub node_evacuations_per_minute: Option<Setting<u32>>,
+
+    /// How many node evacuations may come at once before the rate applies (default: a
+    /// minute's worth).
+    #[arg(long, env = "BLOCKLISTD_NODE_EVACUATION_BURST", value_name = "COUNT",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub node_evacuation_burst: Option<u32>,
+
+    /// At most this many new task manager evacuations per minute, after a burst of
+    /// --taskmanager-evacuation-burst (default off).
+    #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATIONS_PER_MINUTE",
+          value_name = "RATE|off", value_parser = per_minute)]
+    pub taskmanager_evacuations_per_minute: Option<Setting<u32>>,
+
+    /// How many task manager evacuations may come at once before the rate applies
+    /// (default: a minute's worth).
+    #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATION_BURST", value_name = "COUNT",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub taskmanager_evacuation_burst: Option<u32>,
+
+    /// No block may last longer than this from its request, in seconds; a longer one gets
+    /// 422 (default off).
+    #[arg(long, env = "BLOCKLISTD_MAX_BLOCK_DURATION_SECS", value_name = "SECS|off",
+          value_parser = secs)]
+    pub max_block_duration_secs: Option<Setting<u64>>,
+
+    /// Whether a block may be permanent (no timeout, no endTimestamp); a forbidden one
+    /// gets 422 (default allowed).
+    #[arg(long, env = "BLOCKLISTD_PERMANENT_BLOCKS", value_enum)]
+    pub permanent_blocks: Option<Permanent>,
+}
+
+impl GuardrailFlags {
+    fn overrides(&self) -> Overrides {
+        fn by_kind<T>(tm: Option<T>, node: Option<T>) -> [Option<T>; 2] {
+            let mut pair = [None, None];
+            pair[slot(Kind::TaskManager)] = tm;
+            pair[slot(Kind::Node)] = node;
+            pair
+        }
+        Overrides {
+            max_blocked_percent: by_kind(
+                self.max_blocked_taskmanagers_percent.map(Setting::get),
+                self.max_blocked_nodes_percent.map(Setting::get),
+            ),
+            max_evacuating_percent: by_kind(
+                self.max_evacuating_taskmanagers_percent.map(Setting::get),
+                self.max_evacuating_nodes_percent.map(Setting::get),
+            ),
+            max_blocked: by_kind(
+                self.max_blocked_taskmanagers.map(Setting::get),
+                self.max_blocked_nodes.map(Setting::get),
+            ),
+            evacuations_per_minute: by_kind(
+                self.taskmanager_evacuations_per_minute.map(Setting::get),
+                self.node_evacuations_per_minute.map(Setting::get),
+            ),
+            evacuation_burst: by_kind(
+                self.taskmanager_evacuation_burst,
+                self.node_evacuation_burst,
+            ),
+            min_registered: self.min_registered,
+            max_block_duration_secs: self.max_block_duration_secs.map(Setting::get),
+            permanent_blocks_allowed: self.permanent_blocks.map(|p| p == Permanent::Allowed),
+        }
     }
 }

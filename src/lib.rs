@@ -29,6 +29,7 @@
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
 
+pub mod allowlist;
 pub mod backup;
 pub mod check;
 pub mod clock;

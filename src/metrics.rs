@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::model::{Action, EventType, Kind};
-use crate::policy::Guard;
+use crate::policy::{Figure, Guard};
 
 /// Sweeper lag buckets (seconds): fine around the tens of milliseconds that matter to a
 /// scheduler, coarse beyond.
@@ -76,6 +76,17 @@ pub struct GuardLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindGuardLabels {
+    pub kind: &'static str,
+    pub guard: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
 }
@@ -96,6 +107,12 @@ pub struct StoreGauges {
     /// The database's size on disk; `None` when it could not be read, and the gauge keeps
     /// the last size read.
     pub disk_bytes: Option<u64>,
+    /// Each count guard's figure against its limit.
+    pub guards: Vec<Figure>,
+    /// Registered ids per kind.
+    pub registered: Vec<(Kind, u64)>,
+    /// The evacuation tokens available per kind with a rate.
+    pub evacuation_tokens: Vec<(Kind, f64)>,
 }
 
 pub struct Metrics {
@@ -125,6 +142,10 @@ pub struct Metrics {
     items: Family<ItemLabels, Gauge>,
     revision: Gauge,
     disk_bytes: Gauge,
+    guard_current: Family<KindGuardLabels, Gauge>,
+    guard_limit: Family<KindGuardLabels, Gauge>,
+    registered: Family<KindLabels, Gauge>,
+    evacuation_tokens: Family<KindLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -230,6 +251,31 @@ impl Metrics {
             "The database's size on disk",
             disk_bytes.clone(),
         );
+        let guard_current = Family::<KindGuardLabels, Gauge>::default();
+        registry.register(
+            "guard_current",
+            "Each count guard's current figure: items of the kind (max-items), registered ids \
+             effectively blocked (blocked-share) or evacuating (evacuating-share)",
+            guard_current.clone(),
+        );
+        let guard_limit = Family::<KindGuardLabels, Gauge>::default();
+        registry.register(
+            "guard_limit",
+            "Each count guard's limit, in ids; absent while the guard is off or does not apply",
+            guard_limit.clone(),
+        );
+        let registered = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "registered",
+            "Registered ids per kind (a node, while a task manager is registered on it)",
+            registered.clone(),
+        );
+        let evacuation_tokens = Family::<KindLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "evacuation_tokens",
+            "New evacuations the rate admits now, per kind with a rate",
+            evacuation_tokens.clone(),
+        );
         Metrics {
             registry,
             changes,
@@ -246,6 +292,10 @@ impl Metrics {
             items,
             revision,
             disk_bytes,
+            guard_current,
+            guard_limit,
+            registered,
+            evacuation_tokens,
         }
     }
 
@@ -291,6 +341,42 @@ impl Metrics {
         if let Some(bytes) = store.disk_bytes {
             self.disk_bytes.set(bytes as i64);
         }
+        for figure in &store.guards {
+            let labels = KindGuardLabels {
+                kind: figure.kind.singular(),
+                guard: figure.guard.as_str(),
+            };
+            self.guard_current
+                .get_or_create(&labels)
+                .set(figure.current as i64);
+            match figure.limit {
+                Some(limit) => {
+                    self.guard_limit.get_or_create(&labels).set(limit as i64);
+                }
+                None => {
+                    self.guard_limit.remove(&labels);
+                }
+            }
+        }
+        for &(kind, count) in &store.registered {
+            let labels = KindLabels {
+                kind: kind.singular(),
+            };
+            self.registered.get_or_create(&labels).set(count as i64);
+        }
+        for kind in Kind::ALL {
+            let labels = KindLabels {
+                kind: kind.singular(),
+            };
+            match store.evacuation_tokens.iter().find(|(k, _)| *k == kind) {
+                Some(&(_, tokens)) => {
+                    self.evacuation_tokens.get_or_create(&labels).set(tokens);
+                }
+                None => {
+                    self.evacuation_tokens.remove(&labels);
+                }
+            }
+        }
         let mut out = String::new();
         match format {
             Exposition::Prometheus => prometheus_text::encode(&mut out, &self.registry),
@@ -318,9 +404,33 @@ mod tests {
                 unreclaimed: 7,
                 sweeper_next_deadline_ms: Some(1_500),
                 disk_bytes: Some(4096),
+                guards: vec![
+                    Figure {
+                        kind: Kind::Node,
+                        guard: Guard::BlockedShare,
+                        current: 5,
+                        limit: Some(100),
+                    },
+                    Figure {
+                        kind: Kind::Node,
+                        guard: Guard::EvacuatingShare,
+                        current: 2,
+                        limit: None,
+                    },
+                ],
+                registered: vec![(Kind::Node, 200)],
+                evacuation_tokens: vec![(Kind::TaskManager, 2.5)],
             };
             let text = metrics.render(&gauges, format);
+            assert!(
+                !text.contains(r#"blocklist_guard_limit{kind="node",guard="evacuating-share"}"#),
+                "a guard that does not apply has no limit:\n{text}"
+            );
             for line in [
+                r#"blocklist_guard_current{kind="node",guard="blocked-share"} 5"#,
+                r#"blocklist_guard_limit{kind="node",guard="blocked-share"} 100"#,
+                r#"blocklist_registered{kind="node"} 200"#,
+                r#"blocklist_evacuation_tokens{kind="taskmanager"} 2.5"#,
                 r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
                 r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
                 "blocklist_revision 42",

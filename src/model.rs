@@ -103,6 +103,23 @@ pub struct Block {
     pub end: i64,
     /// Distinct causes in arrival order, joined by [`CAUSE_SEPARATOR`].
     pub cause: String,
+    /// Set when a write passed a guardrail by force to make this block what it is.
+    pub forced: Option<Forced>,
+}
+
+/// A write admitted past guardrails by `?force=true`: which, by whom, when. Kept through
+/// later merges, so an operator can always tell a forced block; a later forced write
+/// replaces it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Forced {
+    /// The guards it passed, by name (as in errors and in
+    /// `blocklist_guard_refusals_total`).
+    pub guards: Vec<String>,
+    /// The name of the token that forced it; `null` when the token has none.
+    pub by: Option<String>,
+    /// Unix ms of the forced write.
+    pub at: i64,
 }
 
 impl Block {
@@ -191,6 +208,9 @@ pub struct Item {
     pub end_timestamp: i64,
     /// Why; merged causes are joined with `,`.
     pub cause: String,
+    /// Present only when the block was admitted past a guardrail by force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<Forced>,
 }
 
 impl Item {
@@ -201,6 +221,7 @@ impl Item {
             start: self.start_timestamp,
             end: self.end_timestamp,
             cause: self.cause.clone(),
+            forced: self.forced.clone(),
         }
     }
 
@@ -211,6 +232,7 @@ impl Item {
             start_timestamp: block.start,
             end_timestamp: block.end,
             cause: block.cause,
+            forced: block.forced,
         }
     }
 }
@@ -224,16 +246,29 @@ pub enum EventType {
     Expired,
     Registered,
     Unregistered,
+    /// The guardrail policy changed (data: the new policy).
+    PolicyChanged,
+    /// An allowlist entry was added or replaced (data: the entry).
+    Allowlisted,
+    /// An allowlist entry was removed (data: the entry as it was).
+    Unallowlisted,
+    /// An allowlist entry reached its end (data: the entry as it was).
+    AllowlistExpired,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 6] = [
+    /// Every type, in the order of their stored codes: append only.
+    pub const ALL: [EventType; 10] = [
         EventType::Added,
         EventType::Merged,
         EventType::Removed,
         EventType::Expired,
         EventType::Registered,
         EventType::Unregistered,
+        EventType::PolicyChanged,
+        EventType::Allowlisted,
+        EventType::Unallowlisted,
+        EventType::AllowlistExpired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -244,6 +279,10 @@ impl EventType {
             EventType::Expired => "expired",
             EventType::Registered => "registered",
             EventType::Unregistered => "unregistered",
+            EventType::PolicyChanged => "policy",
+            EventType::Allowlisted => "allowlisted",
+            EventType::Unallowlisted => "unallowlisted",
+            EventType::AllowlistExpired => "allowlist-expired",
         }
     }
 }
@@ -299,7 +338,8 @@ pub enum Change {
     Item { kind: Kind, item: Item },
     /// A task manager's registration (the node it was on, for unregistrations).
     Registration { tm: String, node: String },
-    /// An event stored by an older version as its finished JSON.
+    /// An event kept as its finished JSON: a policy or allowlist change (rare, and shaped
+    /// by the API rather than by the store), or an event an older version stored so.
     Json(String),
 }
 
@@ -356,6 +396,7 @@ impl NewItem {
             start: now,
             end: self.end,
             cause: merge_causes("", &self.cause),
+            forced: None,
         }
     }
 }
@@ -392,6 +433,7 @@ mod tests {
             start: 100,
             end,
             cause: cause.into(),
+            forced: None,
         }
     }
 
@@ -479,6 +521,7 @@ mod tests {
                 start: 7,
                 end: *end,
                 cause: merge_causes("", cause),
+                forced: None,
             };
             for (action, end, cause) in &reports[1..] {
                 block.merge(*action, *end, cause);

@@ -211,7 +211,17 @@ fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>, output: Output) -> Re
     let meter = Meter::new("salvage", output);
     let salvaged = store::salvage(dir, scratch.path(), &meter)?;
     let now = now_ms();
-    let mut text = Vec::new();
+    let entries: Vec<_> = salvaged
+        .allowlist
+        .into_iter()
+        .filter(|e| e.is_active(now))
+        .collect();
+    // The head an export starts with, but only of what decoded: an import keeps its own
+    // policy when the salvage found none.
+    let mut text = match &salvaged.policy {
+        Some(policy) => backup::export_head(policy, &entries),
+        None => backup::export_head_entries(&entries),
+    };
     let (mut items, mut expired) = (0, 0);
     for (kind, item) in salvaged.items {
         if item.end_timestamp <= now {

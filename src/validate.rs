@@ -306,6 +306,17 @@ fn unknown_fields(map: &Map<String, Value>, known: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The end of an allowlist entry from its body's `timeout` or `endTimestamp` (the same
+/// rules as an item's); `None`: until removed.
+pub fn entry_end(map: &Map<String, Value>, now: i64) -> Result<Option<i64>, Vec<String>> {
+    let mut errors = Vec::new();
+    match resolve_end(map, now, &mut errors) {
+        Some(PERMANENT) => Ok(None),
+        Some(end) if errors.is_empty() => Ok(Some(end)),
+        _ => Err(errors),
+    }
+}
+
 /// The absolute end time: `now + timeout`, the given `endTimestamp`, or permanent.
 fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> Option<i64> {
     let timeout = optional(map, "timeout");

@@ -137,6 +137,9 @@ async fn a_big_listing_is_streamed_in_chunks_and_is_exactly_what_is_stored() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
+    // The policy line, then the items, then the registrations.
+    assert_eq!(lines[0]["type"], "policy");
+    let lines = &lines[1..];
     assert_eq!(lines.len(), 40_000 + 3);
     let mut exported_items = lines[..40_000].iter().map(|l| {
         let mut l = l.clone();

@@ -10,18 +10,19 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{Modify, PartialSchema, ToSchema};
 
+use super::caller::{Caller, Role};
 use super::error::{
     ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
     Unauthorized, Unavailable, UnsupportedMediaType,
 };
-use super::extract::{DryRun, IdPath, JsonBody};
-use super::reply::Empty;
+use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath, JsonBody};
 use super::schema;
 use super::state::AppState;
+use crate::allowlist::Entry;
 use crate::listing::Listing;
 use crate::model::{Id, Item, Kind};
 use crate::policy::{Guard, Refusal};
-use crate::store::{self, AddOutcome, Seen, Store};
+use crate::store::{self, AddOutcome, Force, HoldOff, Seen, Store};
 use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
@@ -176,9 +177,13 @@ async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
     security((), ("bearerAuth" = [])),
 )]
 pub(super) async fn export(State(state): State<AppState>) -> Result<Response> {
+    let now = state.store.now();
+    let (policy, _) = state.store.policy().await?;
+    let (entries, _) = state.store.allowlist(None, now).await?;
+    let head = backup::export_head(&policy, &entries);
     state
         .streamed("/blocklist/export", "application/x-ndjson", |_| {
-            backup::export_listing(state.store.now())
+            backup::export_listing(head, now)
         })
         .await
 }
@@ -208,13 +213,23 @@ async fn get_one(
 async fn add(
     State(state): State<AppState>,
     kind: Kind,
+    caller: &Caller,
     dry: DryRun,
+    force: ForceParam,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
+    let force = if force.is_set() {
+        caller.require(Role::Admin, "forcing a write past the guardrails")?;
+        Some(Force {
+            by: caller.name.clone(),
+        })
+    } else {
+        None
+    };
     let now = state.store.now();
     let items = validate::add_batch(&body, now, state.limits.max_batch)?;
     let writer = state.store.with_mode(dry.mode());
-    let (outcome, revision) = writer.add(kind, items, now).await?;
+    let (outcome, revision) = writer.add_forced(kind, items, now, force).await?;
     match outcome {
         AddOutcome::Written { merged } if merged.is_empty() => {
             Ok(dry.written(revision, StatusCode::CREATED))
@@ -238,19 +253,46 @@ async fn add(
     }
 }
 
+/// The answer to an unblock.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Removal {
+    /// With `holdOff`: the allowlist entry that now keeps the id from being blocked again
+    /// (one already there that lasts longer is kept as it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold_off: Option<Entry>,
+}
+
 async fn remove(
     State(state): State<AppState>,
     kind: Kind,
+    caller: &Caller,
     IdPath(id): IdPath,
     dry: DryRun,
+    hold_off: HoldOffParam,
 ) -> Result<Response> {
+    let hold_off = match hold_off.ms() {
+        Some(ms) => {
+            caller.require(Role::Admin, "an unblock with a hold-off")?;
+            Some(HoldOff {
+                until: state.store.now() + ms,
+                by: caller.name.clone(),
+            })
+        }
+        None => None,
+    };
     match state
         .store
         .with_mode(dry.mode())
-        .remove(kind, id.clone())
+        .remove_holding_off(kind, id.clone(), hold_off)
         .await?
     {
-        (Some(_), revision) => Ok(dry.written(revision, Json(Empty {}))),
+        (Some(removed), revision) => Ok(dry.written(
+            revision,
+            Json(Removal {
+                hold_off: removed.hold_off,
+            }),
+        )),
         (None, _) => Err(not_blocked(kind, &id)),
     }
 }
@@ -282,12 +324,17 @@ async fn refused(state: &AppState, kind: Kind, refusals: Vec<Refusal>, now: i64)
         .filter_map(|r| r.retry_after_ms)
         .max()
         .unwrap_or(0);
-    // A cap: relieved when the first current block of the kind ends, if any is timed.
-    let cap = refusals.iter().any(|r| r.guard == Guard::MaxItems);
-    let relief_ms = if cap {
+    // A cap: relieved when the first current block ends (of the kind, for the count cap;
+    // of either, for a share cap), if any is timed.
+    let count_cap = refusals.iter().any(|r| r.guard == Guard::MaxItems);
+    let share_cap = refusals
+        .iter()
+        .any(|r| matches!(r.guard, Guard::BlockedShare | Guard::EvacuatingShare));
+    let relief_ms = if count_cap || share_cap {
+        let of = (!share_cap).then_some(kind);
         // Advice only: when it cannot be read, the answer goes without it.
         let next = state
-            .blocking(move |store| store.next_end_of(kind, now, RELIEF_SCAN))
+            .blocking(move |store| store.next_end_of(of, now, RELIEF_SCAN))
             .await;
         match next {
             Ok(Some(end)) => Some(wait_ms.max(end - now)),
@@ -456,7 +503,7 @@ macro_rules! kind_handlers {
             post,
             path = $path,
             tag = "blocklist",
-            params(DryRun),
+            params(DryRun, ForceParam),
             request_body(content = AddRequest, content_type = "application/json"),
             responses(
                 (status = 201, description = "Every element was new",
@@ -469,9 +516,9 @@ macro_rules! kind_handlers {
                 (status = 403, response = Forbidden),
                 (status = 408, response = RequestTimeout),
                 (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
-                (status = 422, description = "A guardrail refused the batch for good (a block longer than --max-block-duration-secs, a permanent one under --forbid-permanent-blocks, more items or evacuations than the cap or the burst allow at all): every offending element named; nothing was written", body = ErrorBody),
-                (status = 429, description = "A guardrail refused the batch for now (--max-blocked-nodes/--max-blocked-taskmanagers, the evacuation rate): every offending element named, with the current figure, the cap and the figure after the batch; nothing was written", body = ErrorBody,
-                    headers(("Retry-After" = u64, description = "Seconds until the batch could pass: the next evacuation token, or the end of the first timed block of the kind; absent when the daemon cannot tell"))),
+                (status = 422, description = "A guardrail refused the batch for good (an allowlisted id, a block longer than the policy's maxBlockDurationSecs, a permanent one where none is allowed, more items or evacuations than a cap or the burst allow at all): every offending element named; nothing was written", body = ErrorBody),
+                (status = 429, description = "A guardrail refused the batch for now (a share or count cap, the evacuation rate, a hold-off): every offending element named, with the current figure, the cap and the figure after the batch; nothing was written", body = ErrorBody,
+                    headers(("Retry-After" = u64, description = "Seconds until the batch could pass: the next evacuation token, the end of the first timed block, or of the hold-off; absent when the daemon cannot tell"))),
                 (status = 413, response = PayloadTooLarge),
                 (status = 415, response = UnsupportedMediaType),
                 (status = 500, response = Internal),
@@ -479,8 +526,14 @@ macro_rules! kind_handlers {
             ),
             security(("bearerAuth" = [])),
         )]
-        pub(super) async fn $add(state: State<AppState>, dry: DryRun, body: JsonBody) -> Response {
-            dry.answer(add(state, $kind, dry, body).await)
+        pub(super) async fn $add(
+            state: State<AppState>,
+            caller: Caller,
+            dry: DryRun,
+            force: ForceParam,
+            body: JsonBody,
+        ) -> Response {
+            dry.answer(add(state, $kind, &caller, dry, force, body).await)
         }
 
         #[doc = $get_doc]
@@ -508,11 +561,11 @@ macro_rules! kind_handlers {
             delete,
             path = $path_id,
             tag = "blocklist",
-            params(IdPath, DryRun),
+            params(IdPath, DryRun, HoldOffParam),
             responses(
-                (status = 200, description = "The item was active and is now removed (durably)", body = Empty,
+                (status = 200, description = "The item was active and is now removed (durably), with its hold-off if one was asked for", body = Removal,
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
-                (status = 400, response = BadId),
+                (status = 400, description = "Bad id or holdOff", body = ErrorBody),
                 (status = 401, response = Unauthorized),
                 (status = 403, response = Forbidden),
                 (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
@@ -521,8 +574,14 @@ macro_rules! kind_handlers {
             ),
             security(("bearerAuth" = [])),
         )]
-        pub(super) async fn $remove(state: State<AppState>, id: IdPath, dry: DryRun) -> Response {
-            dry.answer(remove(state, $kind, id, dry).await)
+        pub(super) async fn $remove(
+            state: State<AppState>,
+            caller: Caller,
+            id: IdPath,
+            dry: DryRun,
+            hold_off: HoldOffParam,
+        ) -> Response {
+            dry.answer(remove(state, $kind, &caller, id, dry, hold_off).await)
         }
     };
 }
@@ -566,6 +625,7 @@ mod tests {
                     start_timestamp: now,
                     end_timestamp: if i % 7 == 0 { short_end } else { PERMANENT },
                     cause: "c".repeat(i % 50 + 1),
+                    forced: None,
                 };
                 (kind, item)
             })

@@ -28,7 +28,9 @@ use utoipa::{PartialSchema, ToSchema};
 use super::error::{ApiError, ErrorBody, Result, Unauthorized};
 use super::reply::with_revision;
 use super::state::AppState;
+use crate::allowlist::Entry;
 use crate::model::{Event, EventType, ItemEvent, RegistrationEvent};
+use crate::policy::Policy;
 use crate::store::Store;
 
 /// Events read from the log per step of a catch-up.
@@ -164,10 +166,10 @@ pub(super) struct FeedEvent;
 
 impl PartialSchema for FeedEvent {
     fn schema() -> RefOr<Schema> {
-        let branch = |of_items: bool, data: &str| {
+        let branch = |data: &str| {
             let names: Vec<&str> = EventType::ALL
                 .into_iter()
-                .filter(|&event| carries_item(event) == of_items)
+                .filter(|&event| data_schema(event) == data)
                 .map(EventType::as_str)
                 .collect();
             let mut data_text = ObjectBuilder::new()
@@ -199,9 +201,12 @@ impl PartialSchema for FeedEvent {
                 .required("id")
                 .required("data")
         };
-        OneOfBuilder::new()
-            .item(branch(true, &ItemEvent::name()))
-            .item(branch(false, &RegistrationEvent::name()))
+        let mut data: Vec<&str> = EventType::ALL.into_iter().map(data_schema).collect();
+        data.dedup();
+        data.into_iter()
+            .fold(OneOfBuilder::new(), |one_of, data| {
+                one_of.item(branch(data))
+            })
             .into()
     }
 }
@@ -215,14 +220,25 @@ impl ToSchema for FeedEvent {
             RegistrationEvent::schema(),
         ));
         RegistrationEvent::schemas(schemas);
+        schemas.push((Policy::name().into(), Policy::schema()));
+        Policy::schemas(schemas);
+        schemas.push((Entry::name().into(), Entry::schema()));
+        Entry::schemas(schemas);
     }
 }
 
-/// Whether an event carries an item (rather than a registration) as its data.
-fn carries_item(event: EventType) -> bool {
+/// The schema of an event's data (in [`EventType::ALL`] order, those of one schema
+/// adjacent).
+fn data_schema(event: EventType) -> &'static str {
     match event {
-        EventType::Added | EventType::Merged | EventType::Removed | EventType::Expired => true,
-        EventType::Registered | EventType::Unregistered => false,
+        EventType::Added | EventType::Merged | EventType::Removed | EventType::Expired => {
+            "ItemEvent"
+        }
+        EventType::Registered | EventType::Unregistered => "RegistrationEvent",
+        EventType::PolicyChanged => "Policy",
+        EventType::Allowlisted | EventType::Unallowlisted | EventType::AllowlistExpired => {
+            "AllowlistEntry"
+        }
     }
 }
 

@@ -163,15 +163,29 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Path(id) =
-            axum::extract::Path::<String>::from_request_parts(parts, state)
-                .await
-                .map_err(|e: PathRejection| {
-                    ApiError::bad_request(format!("id in the path: {e}"))
-                })?;
+        let id = path_param(parts, state, "id").await?;
         validate_id(&id).map_err(|why| ApiError::bad_request(format!("id in the path {why}")))?;
         Ok(IdPath(id))
     }
+}
+
+/// The path parameter `name`, percent-decoded (routes with more than one parameter too).
+pub async fn path_param<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    name: &str,
+) -> Result<String, ApiError> {
+    let axum::extract::Path(params) =
+        axum::extract::Path::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e: PathRejection| {
+                ApiError::bad_request(format!("{name} in the path: {e}"))
+            })?;
+    params
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, value)| value)
+        .ok_or_else(|| ApiError::bad_request(format!("the path has no {name}")))
 }
 
 /// `?dryRun=true` on a write: the request is decided exactly as it would be (validation,
@@ -227,31 +241,114 @@ impl<S: Send + Sync> FromRequestParts<S> for DryRun {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        // Other query parameters are left alone, as on every write.
-        let Query(query) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
-        let given: Vec<&str> = query
-            .iter()
-            .filter(|(name, _)| name == "dryRun")
-            .map(|(_, value)| value.as_str())
-            .collect();
-        let dry_run = match given.as_slice() {
-            [] => None,
-            ["true"] => Some(true),
-            ["false"] => Some(false),
-            [other] => {
-                return Err(ApiError::bad_request(format!(
-                    "dryRun: must be true or false, got {other:?}"
-                )))
-            }
-            _ => {
-                return Err(ApiError::bad_request(
-                    "dryRun: given more than once (give one dryRun=true or dryRun=false)",
-                ))
-            }
-        };
+        let dry_run = query_param(parts, state, "dryRun")
+            .await?
+            .map(|value| boolean("dryRun", &value))
+            .transpose()?;
         Ok(DryRun { dry_run })
+    }
+}
+
+/// `?force=true` on an add: pass the blast-radius caps and the evacuation rate (never the
+/// allowlist, the duration or the permanent guard). Admin tokens only; the blocks it lets
+/// in say so (`forced`), and it is logged.
+#[derive(Debug, Clone, Copy, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ForceParam {
+    /// `true`: admit the batch even past the caps and the evacuation rate (admin tokens
+    /// only). Default `false`.
+    force: Option<bool>,
+}
+
+impl ForceParam {
+    pub fn is_set(self) -> bool {
+        self.force == Some(true)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ForceParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let force = query_param(parts, state, "force")
+            .await?
+            .map(|value| boolean("force", &value))
+            .transpose()?;
+        Ok(ForceParam { force })
+    }
+}
+
+/// The shortest and longest hold-off of an unblock.
+pub const HOLD_OFF_RANGE_SECS: std::ops::RangeInclusive<u64> = 1..=7 * 24 * 3600;
+
+/// `?holdOff=30m` on an unblock: for that long, the id is on the allowlist (admin tokens
+/// only), so the detector that blocked it cannot block it again at once.
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HoldOffParam {
+    /// How long the id may not be blocked again, e.g. `30m`, `2h`, `90s` (1 s to 7 d;
+    /// admin tokens only).
+    #[param(rename = "holdOff", value_type = String)]
+    hold_off_ms: Option<i64>,
+}
+
+impl HoldOffParam {
+    pub fn ms(&self) -> Option<i64> {
+        self.hold_off_ms
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for HoldOffParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Some(value) = query_param(parts, state, "holdOff").await? else {
+            return Ok(HoldOffParam { hold_off_ms: None });
+        };
+        let min = *HOLD_OFF_RANGE_SECS.start();
+        let bad = || {
+            ApiError::bad_request(format!(
+                "holdOff: must be a duration from {min}s to 7d such as 30m or 2h, got {value:?}"
+            ))
+        };
+        let duration = humantime::parse_duration(&value).map_err(|_| bad())?;
+        if duration.subsec_nanos() != 0 || !HOLD_OFF_RANGE_SECS.contains(&duration.as_secs()) {
+            return Err(bad());
+        }
+        let secs = i64::try_from(duration.as_secs()).map_err(|_| bad())?;
+        Ok(HoldOffParam {
+            hold_off_ms: Some(secs * 1000),
+        })
+    }
+}
+
+/// The value of query parameter `name`, if given; a 400 when it is given more than once.
+/// Other parameters are left alone, as on every write.
+async fn query_param<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    name: &str,
+) -> Result<Option<String>, ApiError> {
+    let Query(query) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+    let mut given = query.into_iter().filter(|(n, _)| n == name).map(|(_, v)| v);
+    let first = given.next();
+    if given.next().is_some() {
+        return Err(ApiError::bad_request(format!(
+            "{name}: given more than once (give it once)"
+        )));
+    }
+    Ok(first)
+}
+
+fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(ApiError::bad_request(format!(
+            "{name}: must be true or false, got {other:?}"
+        ))),
     }
 }
 

@@ -9,6 +9,7 @@
 //! extractor, roles, `Caller::require`), `tokens` (the token file), `auth` and `observe`
 //! (the layers).
 
+mod allowlist;
 mod auth;
 mod blocklist;
 mod caller;
@@ -65,7 +66,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/blocklist/check/taskmanagers/{id}"),
     ("GET", "/blocklist/check/nodes/{id}"),
     ("GET", "/blocklist/events"),
+    ("GET", "/policy"),
+    ("PUT", "/policy"),
     ("GET", "/policy/status"),
+    ("GET", "/allowlist"),
+    ("GET", "/allowlist/{kind}"),
+    ("GET", "/allowlist/{kind}/{id}"),
+    ("PUT", "/allowlist/{kind}/{id}"),
+    ("DELETE", "/allowlist/{kind}/{id}"),
     ("GET", "/taskmanagers"),
     ("PUT", "/taskmanagers"),
     ("GET", "/taskmanagers/{id}"),
@@ -90,6 +98,7 @@ pub fn router(state: AppState) -> Router {
         .merge(check::router())
         .merge(events::router())
         .merge(policy::router())
+        .merge(allowlist::router())
         .merge(taskmanagers::router())
         .merge(ops::router())
         .fallback(not_found)

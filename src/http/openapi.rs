@@ -21,7 +21,7 @@ use super::error::{
     BadId, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::{blocklist, check, events, ops, policy, taskmanagers};
+use super::{allowlist, blocklist, check, events, ops, policy, taskmanagers};
 
 /// The name of the bearer security scheme in the document (the operations' `security(...)`
 /// spell it out: the macro takes only a literal).
@@ -42,7 +42,8 @@ const BEARER: &str = "bearerAuth";
             (GET, and POST /blocklist/check) need it only with `--auth-reads`; the probes \
             and /metrics never do. Each token has a role: `reader` (reads only; a change \
             answers **403**), `writer` (every read and change but the admin ones) or \
-            `admin` (everything).",
+            `admin` (everything: changing the policy or the allowlist, `?force=true` and \
+            `?holdOff=` need it).",
         license(name = "Apache-2.0"),
     ),
     paths(
@@ -60,7 +61,14 @@ const BEARER: &str = "bearerAuth";
         check::check_task_manager,
         check::check_node,
         events::watch,
+        policy::get_policy,
+        policy::put_policy,
         policy::status,
+        allowlist::list_all,
+        allowlist::list_kind,
+        allowlist::get_entry,
+        allowlist::put_entry,
+        allowlist::remove_entry,
         taskmanagers::list,
         taskmanagers::register_many,
         taskmanagers::get_one,
@@ -88,6 +96,7 @@ const BEARER: &str = "bearerAuth";
         (name = "events", description = "The change feed"),
         (name = "membership", description = "Which task manager runs on which node"),
         (name = "policy", description = "The guardrails: caps, the evacuation rate, durations"),
+        (name = "allowlist", description = "Ids that may never be blocked"),
         (name = "operations", description = "Probes, metrics and this document"),
     ),
 )]

@@ -10,10 +10,22 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::keys;
-use crate::model::{Action, Block, Change, Event, EventType, Item};
+use crate::allowlist::Entry;
+use crate::model::{Action, Block, Change, Event, EventType, Forced, Item, Kind};
+use crate::policy::{KindPolicy, Policy, Rate};
 
-/// Format byte of [`BlockV1`], the item value of schema version 1.
+/// Format byte of [`BlockV1`], the item value of schema versions 1 to 5 (still decoded).
 pub const BLOCK_V1: u8 = 1;
+
+/// Format byte of [`BlockV2`], the item value of schema version 6: a block with its forced
+/// record.
+pub const BLOCK_V2: u8 = 2;
+
+/// Format byte of [`AllowV1`], an `allowlist` value (schema 6).
+pub const ALLOW_V1: u8 = 1;
+
+/// Format byte of [`PolicyV1`], `meta/policy` (schema 6).
+pub const POLICY_V1: u8 = 1;
 
 /// Format byte of a registration value (`tm_node`): the node id's UTF-8 bytes follow.
 pub const REGISTRATION_V1: u8 = 1;
@@ -24,9 +36,13 @@ pub const EVENT_V1: u8 = 1;
 /// Format byte of [`EventV2`], the `events` value of schema version 3 (still decoded).
 pub const EVENT_V2: u8 = 2;
 
-/// Format byte of [`ChunkV3`], the `events` value of schema version 4: the events of one
-/// transaction, with consecutive revisions from the one in the key.
+/// Format byte of [`ChunkV3`], the `events` value of schema versions 4 and 5: the events
+/// of one transaction, with consecutive revisions from the one in the key (still decoded).
 pub const EVENTS_V3: u8 = 3;
+
+/// Format byte of [`ChunkV4`], the `events` value of schema version 6: as format 3, with
+/// items as [`BlockV2`].
+pub const EVENTS_V4: u8 = 4;
 
 /// About how many bytes of events one chunk holds before the next starts. A chunk is cut
 /// once its events' [`approximate_size`]s reach this, so it holds at most this plus one
@@ -37,10 +53,20 @@ pub const CHUNK_BYTES: usize = 4096;
 /// bincode's varint (standard config) takes at most 9 bytes for any integer we store.
 const VARINT: usize = 9;
 
+/// The largest forced record ([`ForcedV1`]): the option tag, every guard name with its
+/// length (seven guards of at most 16 bytes), the name of the token (at most
+/// [`MAX_TOKEN_NAME_BYTES`]) with its tag and length, and the time.
+pub const MAX_FORCED_BYTES: usize =
+    1 + VARINT + 7 * (VARINT + 16) + 1 + VARINT + MAX_TOKEN_NAME_BYTES + VARINT;
+
+/// The longest token name the forced record stores.
+pub const MAX_TOKEN_NAME_BYTES: usize = 64;
+
 /// The largest `items` value whose cause has `cause` bytes: the format byte, then
-/// [`BlockV1`] (action byte, two varint times, the cause with its length).
+/// [`BlockV2`] (action byte, two varint times, the cause with its length, the forced
+/// record).
 pub const fn max_block_bytes(cause: usize) -> usize {
-    1 + 1 + VARINT + VARINT + VARINT + cause
+    1 + 1 + VARINT + VARINT + VARINT + cause + MAX_FORCED_BYTES
 }
 
 /// The largest encoding of one event of a chunk, for ids of `id` and causes of `cause`
@@ -63,6 +89,29 @@ const fn max_event_bytes(id: usize, cause: usize) -> usize {
 /// checks it), then that last one.
 pub const fn max_chunk_bytes(id: usize, cause: usize) -> usize {
     1 + VARINT + VARINT + CHUNK_BYTES + max_event_bytes(id, cause)
+}
+
+/// Events value, format 4: format 3 with items as [`BlockV2`]. Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct ChunkV4 {
+    at: i64,
+    events: Vec<(u8, ChangeV3)>,
+}
+
+/// What a format-4 event records. Frozen: variant order is the on-disk tag.
+#[derive(Serialize, Deserialize)]
+enum ChangeV3 {
+    Item {
+        kind: u8,
+        id: String,
+        block: BlockV2,
+    },
+    Registration {
+        tm: String,
+        node: String,
+    },
+    /// An event kept as its finished JSON: policy and allowlist changes.
+    Json(String),
 }
 
 /// Events value, format 3: one key per chunk instead of one per event, because every sled
@@ -147,12 +196,89 @@ struct BlockV1 {
     cause: String,
 }
 
+/// Item value, format 2: format 1 and the forced record. Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct BlockV2 {
+    action: u8,
+    start: i64,
+    end: i64,
+    cause: String,
+    forced: Option<ForcedV1>,
+}
+
+/// Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct ForcedV1 {
+    guards: Vec<String>,
+    by: Option<String>,
+    at: i64,
+}
+
+/// Allowlist value, format 1 (key: kind tag ++ id). Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct AllowV1 {
+    prefix: bool,
+    comment: String,
+    added_by: Option<String>,
+    added_at: i64,
+    /// `None`: until removed.
+    end: Option<i64>,
+}
+
+/// Policy value, format 1. Frozen like [`BlockV1`]; a percentage is a byte.
+#[derive(Serialize, Deserialize)]
+struct PolicyV1 {
+    nodes: KindPolicyV1,
+    task_managers: KindPolicyV1,
+    min_registered: u64,
+    max_block_duration_secs: Option<u64>,
+    permanent_blocks_allowed: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KindPolicyV1 {
+    max_blocked_percent: Option<u8>,
+    max_evacuating_percent: Option<u8>,
+    max_blocked: Option<u64>,
+    /// Per minute, burst.
+    evacuations: Option<(u32, u32)>,
+}
+
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
 pub fn encode_block(block: &Block) -> Vec<u8> {
-    encode_framed(BLOCK_V1, &block_v1(block))
+    encode_framed(BLOCK_V2, &block_v2(block))
+}
+
+fn block_v2(block: &Block) -> BlockV2 {
+    BlockV2 {
+        action: action_code(block.action),
+        start: block.start,
+        end: block.end,
+        cause: block.cause.clone(),
+        forced: block.forced.as_ref().map(|f| ForcedV1 {
+            guards: f.guards.clone(),
+            by: f.by.clone(),
+            at: f.at,
+        }),
+    }
+}
+
+fn block_from_v2(value: BlockV2) -> Result<Block, CodecError> {
+    let mut block = block_from_v1(BlockV1 {
+        action: value.action,
+        start: value.start,
+        end: value.end,
+        cause: value.cause,
+    })?;
+    block.forced = value.forced.map(|f| Forced {
+        guards: f.guards,
+        by: f.by,
+        at: f.at,
+    });
+    Ok(block)
 }
 
 fn action_code(action: Action) -> u8 {
@@ -162,6 +288,7 @@ fn action_code(action: Action) -> u8 {
     }
 }
 
+#[cfg(test)]
 fn block_v1(block: &Block) -> BlockV1 {
     BlockV1 {
         action: action_code(block.action),
@@ -201,7 +328,10 @@ fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
 }
 
 pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
-    block_from_v1(decode_framed(BLOCK_V1, bytes)?)
+    match bytes.first() {
+        Some(&BLOCK_V1) => block_from_v1(decode_framed(BLOCK_V1, bytes)?),
+        _ => block_from_v2(decode_framed(BLOCK_V2, bytes)?),
+    }
 }
 
 fn block_from_v1(value: BlockV1) -> Result<Block, CodecError> {
@@ -215,6 +345,7 @@ fn block_from_v1(value: BlockV1) -> Result<Block, CodecError> {
         start: value.start,
         end: value.end,
         cause: value.cause,
+        forced: None,
     })
 }
 
@@ -225,18 +356,14 @@ fn event_code(event: EventType) -> u8 {
         .expect("every event type is in ALL") as u8
 }
 
-/// The format-2/3 form of a change.
+/// The format-2/3 form of a change (what older versions wrote, for the fixtures).
+#[cfg(test)]
 fn change_v2(change: &Change) -> ChangeV2 {
     match change {
         Change::Item { kind, item } => ChangeV2::Item {
             kind: keys::kind_tag(*kind),
             id: item.id.clone(),
-            block: BlockV1 {
-                action: action_code(item.action),
-                start: item.start_timestamp,
-                end: item.end_timestamp,
-                cause: item.cause.clone(),
-            },
+            block: block_v1(&item.block()),
         },
         Change::Registration { tm, node } => ChangeV2::Registration {
             tm: tm.clone(),
@@ -244,6 +371,33 @@ fn change_v2(change: &Change) -> ChangeV2 {
         },
         Change::Json(data) => ChangeV2::Json(data.clone()),
     }
+}
+
+/// The format-4 form of a change.
+fn change_v3(change: &Change) -> ChangeV3 {
+    match change {
+        Change::Item { kind, item } => ChangeV3::Item {
+            kind: keys::kind_tag(*kind),
+            id: item.id.clone(),
+            block: block_v2(&item.block()),
+        },
+        Change::Registration { tm, node } => ChangeV3::Registration {
+            tm: tm.clone(),
+            node: node.clone(),
+        },
+        Change::Json(data) => ChangeV3::Json(data.clone()),
+    }
+}
+
+fn change_from_v3(change: ChangeV3) -> Result<Change, CodecError> {
+    Ok(match change {
+        ChangeV3::Item { kind, id, block } => Change::Item {
+            kind: keys::kind_from_tag(kind).ok_or(CodecError::UnknownKind(kind))?,
+            item: Item::new(id, block_from_v2(block)?),
+        },
+        ChangeV3::Registration { tm, node } => Change::Registration { tm, node },
+        ChangeV3::Json(data) => Change::Json(data),
+    })
 }
 
 fn change_from_v2(change: ChangeV2) -> Result<Change, CodecError> {
@@ -314,15 +468,30 @@ fn approximate_size(event: &Event) -> usize {
     const FIXED: usize = 32;
     FIXED
         + match &event.change {
-            Change::Item { item, .. } => item.id.len() + item.cause.len(),
+            Change::Item { item, .. } => {
+                item.id.len()
+                    + item.cause.len()
+                    + item.forced.as_ref().map_or(0, |_| MAX_FORCED_BYTES)
+            }
             Change::Registration { tm, node } => tm.len() + node.len(),
             Change::Json(data) => data.len(),
         }
 }
 
-/// Encodes the events of one chunk (see [`chunks`]) in format 3. All are from one
+/// Encodes the events of one chunk (see [`chunks`]) in format 4. All are from one
 /// transaction, so they share its commit time.
 pub fn encode_chunk(events: &[Event]) -> Vec<u8> {
+    let at = events.first().map_or(0, |e| e.at);
+    let events = events
+        .iter()
+        .map(|event| (event_code(event.event), change_v3(&event.change)))
+        .collect();
+    encode_framed(EVENTS_V4, &ChunkV4 { at, events })
+}
+
+/// Encodes a chunk in format 3, as schema versions 4 and 5 wrote it (for the fixtures).
+#[cfg(test)]
+pub fn encode_chunk_v3(events: &[Event]) -> Vec<u8> {
     let at = events.first().map_or(0, |e| e.at);
     let events = events
         .iter()
@@ -335,25 +504,34 @@ pub fn encode_chunk(events: &[Event]) -> Vec<u8> {
 /// older format. Revisions count up from `first`.
 pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if format != EVENTS_V3 {
-        return Ok(vec![decode_event(first, bytes)?]);
-    }
-    let chunk: ChunkV3 = decode_body(body)?;
-    if chunk.events.is_empty() {
+    let (at, events) = match format {
+        EVENTS_V4 => {
+            let chunk: ChunkV4 = decode_body(body)?;
+            let events: Vec<_> = chunk
+                .events
+                .into_iter()
+                .map(|(code, change)| Ok((code, change_from_v3(change)?)))
+                .collect::<Result<_, CodecError>>()?;
+            (chunk.at, events)
+        }
+        EVENTS_V3 => {
+            let chunk: ChunkV3 = decode_body(body)?;
+            let events: Vec<_> = chunk
+                .events
+                .into_iter()
+                .map(|(code, change)| Ok((code, change_from_v2(change)?)))
+                .collect::<Result<_, CodecError>>()?;
+            (chunk.at, events)
+        }
+        _ => return Ok(vec![decode_event(first, bytes)?]),
+    };
+    if events.is_empty() {
         return Err(CodecError::Decode("an empty chunk of events".into()));
     }
-    chunk
-        .events
+    events
         .into_iter()
         .zip(first..)
-        .map(|((code, change), revision)| {
-            Ok(Event::new(
-                revision,
-                event_type(code)?,
-                chunk.at,
-                change_from_v2(change)?,
-            ))
-        })
+        .map(|((code, change), revision)| Ok(Event::new(revision, event_type(code)?, at, change)))
         .collect()
 }
 
@@ -361,7 +539,7 @@ pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError>
 /// without decoding the rest of a chunk.
 pub fn events_at(bytes: &[u8]) -> Result<i64, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if format != EVENTS_V3 {
+    if format != EVENTS_V3 && format != EVENTS_V4 {
         return Ok(decode_event(0, bytes)?.at);
     }
     // `at` is the chunk's first field: decode it alone and leave the rest.
@@ -406,3 +584,69 @@ pub fn decode_registration(bytes: &[u8]) -> Result<String, CodecError> {
 
 #[cfg(test)]
 mod tests;
+
+/// The `allowlist` value of `entry` (its kind and id are the key).
+pub fn encode_allow(entry: &Entry) -> Vec<u8> {
+    encode_framed(
+        ALLOW_V1,
+        &AllowV1 {
+            prefix: entry.prefix,
+            comment: entry.comment.clone(),
+            added_by: entry.added_by.clone(),
+            added_at: entry.added_at,
+            end: entry.end_timestamp,
+        },
+    )
+}
+
+/// The entry of `(kind, id)` from its `allowlist` value.
+pub fn decode_allow(kind: Kind, id: &str, bytes: &[u8]) -> Result<Entry, CodecError> {
+    let value: AllowV1 = decode_framed(ALLOW_V1, bytes)?;
+    Ok(Entry {
+        kind,
+        id: id.to_owned(),
+        prefix: value.prefix,
+        comment: value.comment,
+        added_by: value.added_by,
+        added_at: value.added_at,
+        end_timestamp: value.end,
+    })
+}
+
+pub fn encode_policy(policy: &Policy) -> Vec<u8> {
+    let kind = |of: &KindPolicy| KindPolicyV1 {
+        max_blocked_percent: of.max_blocked_percent,
+        max_evacuating_percent: of.max_evacuating_percent,
+        max_blocked: of.max_blocked,
+        evacuations: of.evacuations.map(|r| (r.per_minute, r.burst)),
+    };
+    encode_framed(
+        POLICY_V1,
+        &PolicyV1 {
+            nodes: kind(&policy.nodes),
+            task_managers: kind(&policy.task_managers),
+            min_registered: policy.min_registered,
+            max_block_duration_secs: policy.max_block_duration_secs,
+            permanent_blocks_allowed: policy.permanent_blocks_allowed,
+        },
+    )
+}
+
+pub fn decode_policy(bytes: &[u8]) -> Result<Policy, CodecError> {
+    let value: PolicyV1 = decode_framed(POLICY_V1, bytes)?;
+    let kind = |of: KindPolicyV1| KindPolicy {
+        max_blocked_percent: of.max_blocked_percent,
+        max_evacuating_percent: of.max_evacuating_percent,
+        max_blocked: of.max_blocked,
+        evacuations: of
+            .evacuations
+            .map(|(per_minute, burst)| Rate { per_minute, burst }),
+    };
+    Ok(Policy {
+        nodes: kind(value.nodes),
+        task_managers: kind(value.task_managers),
+        min_registered: value.min_registered,
+        max_block_duration_secs: value.max_block_duration_secs,
+        permanent_blocks_allowed: value.permanent_blocks_allowed,
+    })
+}

@@ -1,6 +1,6 @@
 //! How to open the store: the data dir and the knobs of sled, the committer and the feed.
 
-use crate::policy::Policy;
+use crate::policy::{Overrides, Policy};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -29,8 +29,10 @@ pub struct StoreConfig {
     pub feed_buffer: usize,
     /// Where the committer records what it does.
     pub metrics: Arc<Metrics>,
-    /// The guardrails every add is checked against, in its transaction.
-    pub policy: Policy,
+    /// The guardrail policy of a new data dir (an existing one keeps its stored policy).
+    pub new_policy: Policy,
+    /// What the daemon's flags change in the policy (stored or new) at open.
+    pub policy: Overrides,
 }
 
 impl StoreConfig {
@@ -47,7 +49,8 @@ impl StoreConfig {
             },
             feed_buffer: 1024,
             metrics: Arc::default(),
-            policy: Policy::default(),
+            new_policy: Policy::default(),
+            policy: Overrides::default(),
         }
     }
 }

@@ -10,7 +10,7 @@ use tokio::sync::{broadcast, watch};
 use super::error::bad_key;
 use super::{codec, durable, keys, stamps, ReadMark, Result, Store, StoreError, Watched};
 use crate::model::Event;
-use crate::policy::Bucket;
+use crate::policy::{Bucket, Exposure, Policy};
 
 /// The revision counters and the live event feed, shared by the committer and readers.
 pub(crate) struct Feed {
@@ -35,8 +35,11 @@ pub(crate) struct Feed {
     pub stamps: stamps::ChangeStamps,
     /// Up to which `seq` everything is durable; see [`durable`].
     pub durability: durable::Durability,
-    /// The evacuation buckets as of the last commit (a std mutex: held for a copy).
+    /// The evacuation buckets, the policy and the share caps' figures as of the last
+    /// commit (std mutexes: held for a copy).
     pub buckets: std::sync::Mutex<[Bucket; 2]>,
+    pub policy: std::sync::Mutex<Policy>,
+    pub exposure: std::sync::Mutex<Exposure>,
 }
 
 impl Store {

@@ -3,11 +3,14 @@
 //! ```text
 //! items   key: kind(1) ++ id(1..=256)                 value: codec::Block
 //! expiry  key: end(8, big-endian u64) ++ kind(1) ++ id   value: empty
+//!         key: end(8) ++ allow tag(1) ++ id           value: empty (schema 6)
+//! allowlist key: kind(1) ++ id                        value: codec allowlist entry (schema 6)
 //! meta    key: b"schema_version"                      value: u32 big-endian
 //!         key: b"revision"                            value: u64 big-endian (schema 2)
 //!         key: b"item_counts"                         value: 4 × u64 big-endian (schema 2)
 //!         key: b"expiry_watermark"                    value: an expiry key (schema 5)
 //!         key: b"unreclaimed"                         value: u64 big-endian (schema 5)
+//!         key: b"policy"                              value: codec policy (schema 6)
 //! events  key: revision (8, big-endian u64)           value: codec event (schema 2)
 //! tm_node   key: task manager id                      value: codec registration (its node)
 //! node_tms  key: node id ++ 0x00 ++ task manager id   value: empty
@@ -85,15 +88,54 @@ pub fn due_bound(now: i64) -> [u8; END_LEN] {
     (now.max(-1) as u64).wrapping_add(1).to_be_bytes()
 }
 
-/// Splits an `expiry` key into end, kind and id.
+/// Splits an item's `expiry` key into end, kind and id; `None` for an allowlist entry's
+/// key (see [`parse_expiry_target`]) or a malformed one.
 pub fn parse_expiry_key(key: &[u8]) -> Option<(i64, Kind, &str)> {
+    match parse_expiry_target(key)? {
+        (end, Expiring::Item(kind), id) => Some((end, kind, id)),
+        (_, Expiring::Allow(_), _) => None,
+    }
+}
+
+/// What an `expiry` entry is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiring {
+    Item(Kind),
+    /// An allowlist entry of the kind.
+    Allow(Kind),
+}
+
+/// Tag byte of an allowlist entry's expiry key: the kind's tag in lower case, so an
+/// entry's key never equals an item's.
+fn allow_tag(kind: Kind) -> u8 {
+    kind_tag(kind).to_ascii_lowercase()
+}
+
+/// `expiry` key of the allowlist entry `(kind, id)` ending at `end`.
+pub fn allow_expiry_key(end: i64, kind: Kind, id: &str) -> Vec<u8> {
+    let mut key = expiry_key(end, kind, id);
+    key[END_LEN] = allow_tag(kind);
+    key
+}
+
+/// Splits any `expiry` key into end, what expires, and its id.
+pub fn parse_expiry_target(key: &[u8]) -> Option<(i64, Expiring, &str)> {
     if key.len() < END_LEN + 1 {
         return None;
     }
     let (end, rest) = key.split_at(END_LEN);
-    let end = u64::from_be_bytes(end.try_into().ok()?);
-    let (kind, id) = parse_item_key(rest)?;
-    Some((i64::try_from(end).ok()?, kind, id))
+    let end = i64::try_from(u64::from_be_bytes(end.try_into().ok()?)).ok()?;
+    let (&tag, id) = rest.split_first()?;
+    let id = std::str::from_utf8(id).ok()?;
+    let target = match kind_from_tag(tag) {
+        Some(kind) => Expiring::Item(kind),
+        // Only the lower-case tags: the upper-case ones are the items'.
+        None if tag.is_ascii_lowercase() => {
+            Expiring::Allow(kind_from_tag(tag.to_ascii_uppercase())?)
+        }
+        None => return None,
+    };
+    Some((end, target, id))
 }
 
 /// The end time of an expiry key, read from its first eight bytes.
@@ -173,6 +215,13 @@ mod tests {
             Some((1_700_000_000_123, Kind::Node, "n1"))
         );
         assert_eq!(expiry_key_end(&key), Some(1_700_000_000_123));
+        let allow = allow_expiry_key(5, Kind::TaskManager, "t1");
+        assert_eq!(
+            parse_expiry_target(&allow),
+            Some((5, Expiring::Allow(Kind::TaskManager), "t1"))
+        );
+        assert_eq!(parse_expiry_key(&allow), None);
+        assert_ne!(allow, expiry_key(5, Kind::TaskManager, "t1"));
     }
 
     #[test]

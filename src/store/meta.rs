@@ -31,6 +31,10 @@ pub(crate) const WATERMARK_KEY: &[u8] = b"expiry_watermark";
 /// a mass expiry can leave at a million entries.
 pub(crate) const UNRECLAIMED_KEY: &[u8] = b"unreclaimed";
 
+/// `meta` key of the guardrail policy (schema 6; absent only before the first start of
+/// this version, which stores it).
+pub(crate) const POLICY_KEY: &[u8] = b"policy";
+
 /// Item counts per (kind, action), indexed by [`count_slot`].
 pub type Counts = [u64; 4];
 
@@ -116,7 +120,7 @@ pub(crate) fn after_watermark(watermark: &[u8]) -> Bound<Vec<u8>> {
 /// The stored expiry watermark; empty (nothing announced) when there is none yet.
 pub(super) fn read_watermark(meta: &Tree) -> Result<Vec<u8>> {
     match meta.get(WATERMARK_KEY)? {
-        Some(bytes) if keys::parse_expiry_key(&bytes).is_some() => Ok(bytes.to_vec()),
+        Some(bytes) if keys::parse_expiry_target(&bytes).is_some() => Ok(bytes.to_vec()),
         Some(_) => Err(StoreError::Foreign(
             "its expiry watermark is malformed".into(),
         )),

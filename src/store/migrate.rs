@@ -20,7 +20,9 @@ use super::StoreError;
 /// 3: events are written in format 2 (migrations/0003-compact-events.md).
 /// 4: events are written in chunks (migrations/0004-event-chunks.md).
 /// 5: adds `meta/expiry_watermark`, expiry in two phases (migrations/0005-expiry-watermark.md).
-pub const CURRENT: u32 = 5;
+/// 6: adds `meta/policy` and `allowlist`; items and events in format 2 and 4, with forced
+///    records (migrations/0006-guardrails.md).
+pub const CURRENT: u32 = 6;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -67,7 +69,9 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     }
     // Version 3 writes events in format 2 (bincode instead of JSON); version 4 writes them
     // in chunks (format 3, one key per transaction); version 5 adds the expiry watermark,
-    // whose absence means nothing announced. Older values stay readable, so nothing is
+    // whose absence means nothing announced; version 6 adds the policy (stored at the first
+    // start, see `Store::open`) and the allowlist (a tree created empty), and writes items
+    // and events in formats with a forced record. Older values stay readable, so nothing is
     // rewritten: the version only goes up, so that an older binary, which cannot read the
     // new format (or would announce expired items twice), refuses the database.
     for to in 3..=CURRENT {

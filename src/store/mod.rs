@@ -52,6 +52,7 @@ mod durable;
 mod error;
 mod feed;
 pub mod keys;
+mod members;
 mod meta;
 mod migrate;
 mod open;
@@ -73,7 +74,10 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
-pub use commit::{AddOutcome, Expired, Mode, Registered, Writer};
+pub use commit::{
+    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Mode, Registered, Removed, Writer,
+    MAX_UNBLOCKED,
+};
 pub use config::{Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};
 pub use error::{CommitError, Result, StoreError};
@@ -91,13 +95,12 @@ use error::panic_message;
 pub(crate) use error::registration;
 pub(crate) use feed::Feed;
 pub(crate) use meta::{
-    after_watermark, announced, encode_counts, scan_counts, COUNTS_KEY, REVISION_KEY,
+    after_watermark, announced, encode_counts, scan_counts, COUNTS_KEY, POLICY_KEY, REVISION_KEY,
     UNRECLAIMED_KEY, WATERMARK_KEY,
 };
 use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
 
-use crate::clock;
 use crate::policy::{Bucket, Policy};
 use crate::sweep_signal::SweepSignal;
 use commit::Message;
@@ -119,8 +122,6 @@ struct Shared {
     committer: Mutex<Option<JoinHandle<()>>>,
     sweep: Arc<SweepSignal>,
     feed: Arc<Feed>,
-    /// The guardrails the committer applies.
-    policy: Policy,
 }
 
 /// An open database and its trees.
@@ -138,11 +139,13 @@ pub(crate) struct Trees {
     pub node_tms: Tree,
     pub events: Tree,
     pub meta: Tree,
+    pub allowlist: Tree,
 }
 
 /// The tree of items, and of registrations (the names salvage opens too).
 const ITEMS_TREE: &str = "items";
 const TM_NODE_TREE: &str = "tm_node";
+const ALLOWLIST_TREE: &str = "allowlist";
 
 impl Store {
     /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts
@@ -158,13 +161,27 @@ impl Store {
             first_retained,
             watermark,
             unreclaimed,
+            policy: stored_policy,
+            members,
+            exposure,
+            prefixes,
         } = open_handles(config)?;
-        // Full at the start: the buckets live in memory only.
-        let start = clock::now_ms();
-        let buckets = config
-            .policy
-            .evacuations
-            .map(|rate| rate.map_or(Bucket::EMPTY, |rate| Bucket::full(rate, start)));
+        // The flags apply to what is stored; a data dir this version never opened starts
+        // from the new policy, stored as it is (not a change for the feed).
+        let policy = match &stored_policy {
+            Some(stored) => stored.clone(),
+            None => {
+                let policy = config.policy.apply(config.new_policy.clone());
+                handles
+                    .trees
+                    .meta
+                    .insert(POLICY_KEY, codec::encode_policy(&policy))?;
+                policy
+            }
+        };
+        let wanted = config.policy.apply(policy.clone());
+        // The buckets live in memory only: an empty one at time 0 is full at its first use.
+        let buckets = [Bucket::EMPTY; 2];
         let feed = Arc::new(Feed {
             committed: AtomicU64::new(revision),
             seq: AtomicU64::new(0),
@@ -176,6 +193,8 @@ impl Store {
             stamps: stamps::ChangeStamps::new(),
             durability: durable::Durability::new(),
             buckets: std::sync::Mutex::new(buckets),
+            policy: std::sync::Mutex::new(policy.clone()),
+            exposure: std::sync::Mutex::new(exposure),
         });
         let log = if config.fsync {
             Some(Arc::new(std::fs::File::open(dir.join("db"))?))
@@ -215,22 +234,56 @@ impl Store {
             unpublished: Vec::new(),
             retention: config.retention,
             metrics: config.metrics.clone(),
-            policy: config.policy,
+            policy: policy.clone(),
             buckets,
+            exposure,
+            members,
+            prefixes,
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || committer.run())?;
-        Ok(Store {
+        let store = Store {
             shared: Arc::new(Shared {
                 handles: slot,
                 commits,
                 committer: Mutex::new(Some(handle)),
                 sweep,
                 feed,
-                policy: config.policy,
             }),
-        })
+        };
+        if wanted != policy {
+            store.set_policy_at_open(wanted)?;
+        }
+        Ok(store)
+    }
+
+    /// Commits the policy the flags ask for, before any request: an event like any change.
+    /// Blocking, whether or not the caller runs in an async runtime.
+    fn set_policy_at_open(&self, policy: Policy) -> Result<()> {
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        let request = commit::Request::new(
+            commit::SetPolicy {
+                policy: Box::new(policy),
+            },
+            Mode::Commit,
+            reply,
+        );
+        self.shared
+            .commits
+            .try_send(Message::Write(Box::new(commit::Op::SetPolicy(request))))
+            .map_err(|_| StoreError::Closed)?;
+        loop {
+            match answer.try_recv() {
+                Ok(answered) => return answered.map(|_| ()),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    return Err(StoreError::Closed)
+                }
+            }
+        }
     }
 
     /// Stops the committer after the requests already queued, and flushes. Blocking.

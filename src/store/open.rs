@@ -6,11 +6,16 @@
 
 use std::path::Path;
 
+use crate::allowlist::Entry;
+use crate::policy::{Exposure, Policy};
+
 use super::error::{bad_key, panic_message};
+use super::members::{scan_exposure, scan_prefixes, Members};
 use super::meta::{decode_counts, decode_u64, read_watermark, scan_counts};
 use super::{
-    blobs, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig, StoreError,
-    Trees, COUNTS_KEY, ITEMS_TREE, REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
+    blobs, codec, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig,
+    StoreError, Trees, ALLOWLIST_TREE, COUNTS_KEY, ITEMS_TREE, POLICY_KEY, REVISION_KEY,
+    SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
 };
 
 /// What opening a database found, to (re)initialise the counters.
@@ -22,6 +27,11 @@ pub(crate) struct Opened {
     pub watermark: Vec<u8>,
     /// Expiry entries at or before the watermark (announced, not reclaimed).
     pub unreclaimed: u64,
+    /// The stored policy; `None` before this version first started on the database.
+    pub policy: Option<Policy>,
+    pub members: Members,
+    pub exposure: Exposure,
+    pub prefixes: Vec<Entry>,
 }
 
 /// A sled configuration for opening the database in `dir` directly, with the segment size
@@ -87,6 +97,7 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         node_tms: db.open_tree("node_tms")?,
         events: db.open_tree("events")?,
         meta: db.open_tree(migrate::META_TREE)?,
+        allowlist: db.open_tree(ALLOWLIST_TREE)?,
     };
     let revision = match trees.meta.get(REVISION_KEY)? {
         Some(bytes) => decode_u64(&bytes).ok_or_else(|| {
@@ -106,6 +117,14 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
             .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
         None => scan_counts(&trees.items, &watermark)?,
     };
+    let policy = match trees.meta.get(POLICY_KEY)? {
+        Some(bytes) => Some(codec::decode_policy(&bytes).map_err(|e| {
+            StoreError::Foreign(format!("its guardrail policy does not decode: {e}"))
+        })?),
+        None => None,
+    };
+    let (members, exposure) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
+    let prefixes = scan_prefixes(&trees.allowlist)?;
     let first_retained = match trees.events.first()? {
         Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
         None => revision + 1,
@@ -117,6 +136,10 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         first_retained,
         watermark,
         unreclaimed,
+        policy,
+        members,
+        exposure,
+        prefixes,
     })
 }
 

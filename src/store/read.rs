@@ -3,10 +3,13 @@
 
 use std::ops::Bound;
 
+use super::codec::{decode_allow, decode_policy};
 use super::error::{bad_key, decode, registration};
 use super::meta::after_watermark;
-use super::{keys, Result, Seen, Store, Watched};
+use super::{keys, Result, Seen, Store, StoreError, Watched, POLICY_KEY};
+use crate::allowlist::Entry;
 use crate::model::{Block, Item, Kind};
+use crate::policy::Policy;
 
 impl Store {
     /// The active item `(kind, id)` at `now`; `seen` records what the answer depends on.
@@ -154,10 +157,10 @@ impl Store {
         }
     }
 
-    /// The earliest end after `now` of a `kind` item not yet announced expired: when the
-    /// first block of that kind ends, which relieves a cap on it. Looks at `limit` entries
-    /// at most (the other kind's come in between); `None` when it found none.
-    pub fn next_end_of(&self, kind: Kind, now: i64, limit: usize) -> Result<Option<i64>> {
+    /// The earliest end after `now` of an item of `kind` (of either kind: `None`) not yet
+    /// announced expired: when the first such block ends, which relieves a cap. Looks at
+    /// `limit` entries at most (others come in between); `None` when it found none.
+    pub fn next_end_of(&self, kind: Option<Kind>, now: i64, limit: usize) -> Result<Option<i64>> {
         let from = after_watermark(&self.shared.sweep.watermark.load());
         let entries = self
             .handles()?
@@ -168,8 +171,12 @@ impl Store {
             .take(limit);
         for key in entries {
             let key = key?;
-            let (end, of, _) = keys::parse_expiry_key(&key).ok_or_else(|| bad_key(&key))?;
-            if of == kind && end > now {
+            let (end, of, _) = keys::parse_expiry_target(&key).ok_or_else(|| bad_key(&key))?;
+            let wanted = match of {
+                keys::Expiring::Item(of) => kind.is_none_or(|kind| kind == of),
+                keys::Expiring::Allow(_) => false,
+            };
+            if wanted && end > now {
                 return Ok(Some(end));
             }
         }
@@ -191,5 +198,79 @@ impl Store {
             .take(limit)
             .map(|k| Ok(k?.to_vec()))
             .collect()
+    }
+}
+
+impl Store {
+    /// The guardrail policy in force, as durably stored, and the revision it reflects.
+    pub async fn policy(&self) -> Result<(Policy, u64)> {
+        self.read_durably(|seen| {
+            self.saw_all(seen);
+            let revision = self.revision();
+            Ok((self.stored_policy()?, revision))
+        })
+        .await
+    }
+
+    /// The stored policy, as it is now (a stopped daemon's store: nothing is in flight).
+    pub fn stored_policy(&self) -> Result<Policy> {
+        let meta = &self.handles()?.trees.meta;
+        let bytes = meta
+            .get(POLICY_KEY)?
+            .ok_or_else(|| StoreError::Foreign("it has no stored guardrail policy".into()))?;
+        decode_policy(&bytes).map_err(|source| StoreError::Corrupt {
+            key: "meta/policy".into(),
+            source,
+        })
+    }
+
+    /// The allowlist entries of `kind` (of both: `None`) active at `now`, in kind and id
+    /// order, and the revision they reflect: a scan waits for what it saw to be durable.
+    pub async fn allowlist(&self, kind: Option<Kind>, now: i64) -> Result<(Vec<Entry>, u64)> {
+        self.read_durably(|seen| {
+            self.saw_all(seen);
+            let revision = self.revision();
+            Ok((self.stored_allowlist(kind, now)?, revision))
+        })
+        .await
+    }
+
+    /// [`Store::allowlist`] as it is now, without waiting (a stopped daemon's store).
+    pub fn stored_allowlist(&self, kind: Option<Kind>, now: i64) -> Result<Vec<Entry>> {
+        let tree = &self.handles()?.trees.allowlist;
+        let scan = match kind {
+            Some(kind) => tree.scan_prefix(keys::item_prefix(kind)),
+            None => tree.iter(),
+        };
+        let mut entries = Vec::new();
+        for entry in scan {
+            let (key, value) = entry?;
+            let (kind, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+            let entry = decode_allow(kind, id, &value).map_err(|source| StoreError::Corrupt {
+                key: format!("allowlist/{}/{id}", kind.plural()),
+                source,
+            })?;
+            if entry.is_active(now) {
+                entries.push(entry);
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The allowlist entry `(kind, id)` active at `now`.
+    pub async fn allow_entry(&self, kind: Kind, id: &str, now: i64) -> Result<Option<Entry>> {
+        self.read_durably(|seen| {
+            self.saw_all(seen);
+            let tree = &self.handles()?.trees.allowlist;
+            let Some(bytes) = tree.get(keys::item_key(kind, id))? else {
+                return Ok(None);
+            };
+            let entry = decode_allow(kind, id, &bytes).map_err(|source| StoreError::Corrupt {
+                key: format!("allowlist/{}/{id}", kind.plural()),
+                source,
+            })?;
+            Ok(entry.is_active(now).then_some(entry))
+        })
+        .await
     }
 }

@@ -19,7 +19,13 @@ use std::path::{Path, PathBuf};
 use crate::model::{Item, Kind};
 use crate::progress::{Progress, Ticks, Unit};
 
-use super::{blobs, codec, datadir, keys, panic_message, ITEMS_TREE, TM_NODE_TREE};
+use super::migrate::META_TREE;
+use super::{
+    blobs, codec, datadir, keys, panic_message, ALLOWLIST_TREE, ITEMS_TREE, POLICY_KEY,
+    TM_NODE_TREE,
+};
+use crate::allowlist::Entry;
+use crate::policy::Policy;
 
 /// What a salvage read.
 #[derive(Debug, Default)]
@@ -28,6 +34,10 @@ pub struct Salvaged {
     pub items: Vec<(Kind, Item)>,
     /// Every registration `(task manager, node)` that decoded.
     pub registrations: Vec<(String, String)>,
+    /// The guardrail policy, if it decoded.
+    pub policy: Option<Policy>,
+    /// Every allowlist entry that decoded, ended or not.
+    pub allowlist: Vec<Entry>,
     /// Which attempt opened the copy.
     pub how: String,
     /// What could not be read, one line each.
@@ -217,6 +227,30 @@ fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged
             Ok(node) => salvaged.registrations.push((tm, node)),
             Err(e) => salvaged.skipped.push(format!("tm_node: {tm:?}: {e}")),
         }
+    }
+    let allowlist = db.open_tree(ALLOWLIST_TREE).map_err(|e| e.to_string())?;
+    for (key, value) in readable(&allowlist, ALLOWLIST_TREE, &mut salvaged.skipped, progress) {
+        let Some((kind, id)) = keys::parse_item_key(&key) else {
+            salvaged
+                .skipped
+                .push(format!("allowlist: malformed key {key:?}"));
+            continue;
+        };
+        match codec::decode_allow(kind, id, &value) {
+            Ok(entry) => salvaged.allowlist.push(entry),
+            Err(e) => salvaged
+                .skipped
+                .push(format!("allowlist: {} {id:?}: {e}", kind.singular())),
+        }
+    }
+    let meta = db.open_tree(META_TREE).map_err(|e| e.to_string())?;
+    match meta.get(POLICY_KEY) {
+        Ok(Some(bytes)) => match codec::decode_policy(&bytes) {
+            Ok(policy) => salvaged.policy = Some(policy),
+            Err(e) => salvaged.skipped.push(format!("meta: policy: {e}")),
+        },
+        Ok(None) => {}
+        Err(e) => salvaged.skipped.push(format!("meta: policy: {e}")),
     }
     progress.wait("closing the copy");
     drop(db);

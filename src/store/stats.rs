@@ -57,29 +57,43 @@ impl Store {
                 Action::ALL.map(|action| (kind, action, counts[count_slot(kind, action)]))
             })
             .collect();
+        let (policy, standing) = self.guard_standing(self.now());
         StoreGauges {
             items,
             revision: self.revision(),
             unreclaimed: self.unreclaimed(),
             sweeper_next_deadline_ms: self.sweep_signal().sleeping_on(),
             disk_bytes: self.size_on_disk().ok(),
+            guards: policy.figures(&standing),
+            registered: standing.iter().map(|s| (s.kind, s.registered)).collect(),
+            evacuation_tokens: standing
+                .iter()
+                .filter_map(|s| Some((s.kind, s.evacuation_tokens?)))
+                .collect(),
         }
     }
 
     /// What each kind's guardrails stand at `now`: the items blocked (as the cap counts
     /// them) and the evacuation bucket refilled to `now`.
     pub fn guard_standing(&self, now: i64) -> (Policy, [Standing; 2]) {
-        let policy = self.shared.policy;
+        let feed = &self.shared.feed;
+        let policy = feed.policy.lock().expect("not poisoned").clone();
+        let exposure = *feed.exposure.lock().expect("not poisoned");
         let counts = self.item_counts();
-        let buckets = *self.shared.feed.buckets.lock().expect("not poisoned");
+        let buckets = *feed.buckets.lock().expect("not poisoned");
+        let figure = |n: i64| n.max(0).unsigned_abs();
         let standing = Kind::ALL.map(|kind| {
-            let blocked = kind_count(&counts, kind);
-            let evacuation_tokens =
-                policy.evacuations[slot(kind)].map(|rate| buckets[slot(kind)].at(rate, now).level);
+            let i = slot(kind);
             Standing {
                 kind,
-                blocked,
-                evacuation_tokens,
+                items: kind_count(&counts, kind),
+                registered: figure(exposure.registered[i]),
+                blocked: figure(exposure.blocked[i]),
+                evacuating: figure(exposure.evacuating[i]),
+                evacuation_tokens: policy
+                    .of(kind)
+                    .evacuations
+                    .map(|rate| buckets[i].at(rate, now).level),
             }
         });
         (policy, standing)

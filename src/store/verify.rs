@@ -1,6 +1,7 @@
 //! `verify`: every invariant of the module header, checked against what the trees hold,
 //! reading each tree once.
 
+use super::keys::Expiring;
 use super::meta::{announced, decode_counts, decode_u64, read_watermark};
 use super::{codec, count_slot, keys, Result, Store, COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY};
 use crate::progress::{Progress, Ticks, Unit};
@@ -87,9 +88,26 @@ impl Store {
             if !watermark.is_empty() && key.as_ref() <= watermark.as_slice() {
                 unreclaimed += 1;
             }
-            let Some((end, kind, id)) = keys::parse_expiry_key(&key) else {
-                problems.push(format!("expiry: malformed key {key:?}"));
-                continue;
+            let (end, kind, id) = match keys::parse_expiry_target(&key) {
+                Some((end, Expiring::Item(kind), id)) => (end, kind, id),
+                Some((end, Expiring::Allow(kind), id)) => {
+                    let entry = trees.allowlist.get(keys::item_key(kind, id))?;
+                    let matches = entry
+                        .and_then(|bytes| codec::decode_allow(kind, id, &bytes).ok())
+                        .is_some_and(|entry| entry.end_timestamp == Some(end));
+                    if !matches {
+                        problems.push(format!(
+                            "expiry: entry for the allowlisted {} {id:?} at {end} has no \
+                             allowlist entry ending then",
+                            kind.singular()
+                        ));
+                    }
+                    continue;
+                }
+                None => {
+                    problems.push(format!("expiry: malformed key {key:?}"));
+                    continue;
+                }
             };
             let item = trees.items.get(keys::item_key(kind, id))?;
             let matches = item

@@ -109,6 +109,7 @@ pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Stor
                     start: now,
                     end: now + 3_600_000,
                     cause: "bench".into(),
+                    forced: None,
                 };
                 (
                     keys::item_key(Kind::TaskManager, &id),

@@ -133,6 +133,7 @@ fn add_item(pipe: &mut redis::Pipeline, key: &[u8], now: i64, end: i64) {
         start: now,
         end,
         cause: "bench".into(),
+        forced: None,
     });
     pipe.cmd("HSET")
         .arg("items")

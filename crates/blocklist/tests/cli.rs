@@ -570,7 +570,12 @@ fn dry_runs_say_what_would_happen_and_change_nothing() {
 #[test]
 fn policy_shows_the_guardrails_and_where_each_kind_stands() {
     let mut ws = Workspace::new();
-    let d = ws.start(&["--max-blocked-nodes", "5", "--forbid-permanent-blocks"]);
+    let d = ws.start(&[
+        "--max-blocked-nodes",
+        "5",
+        "--permanent-blocks",
+        "forbidden",
+    ]);
     cli(
         &d,
         &["add", "node", "n1", "--cause", "disk", "--timeout", "1h"],

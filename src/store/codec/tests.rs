@@ -7,6 +7,7 @@ fn block() -> Block {
         start: 1_700_000_000_000,
         end: PERMANENT,
         cause: "disk".into(),
+        forced: None,
     }
 }
 
@@ -16,11 +17,10 @@ fn round_trip() {
     assert_eq!(decode_block(&encode_block(&b)), Ok(b));
 }
 
-/// The exact bytes of format 1. If this fails, the on-disk format changed: add a new
-/// format byte and a migration instead of editing this fixture.
+/// The exact bytes of format 1 (schema versions 1 to 5), which still decode.
 #[test]
 fn format_v1_fixture() {
-    let bytes = encode_block(&block());
+    let bytes = [&[BLOCK_V1][..], &bincode_v1(&block())].concat();
     let expected: &[u8] = &[
         1, // format byte
         1, // action: evacuate
@@ -34,6 +34,67 @@ fn format_v1_fixture() {
     assert_eq!(decode_block(expected), Ok(block()));
 }
 
+fn bincode_v1(block: &Block) -> Vec<u8> {
+    encode_framed(BLOCK_V1, &block_v1(block))[1..].to_vec()
+}
+
+/// The exact bytes of format 2, which the daemon writes. If this fails, the on-disk format
+/// changed: add a new format byte and a migration instead of editing this fixture.
+#[test]
+fn format_v2_fixture() {
+    let plain: &[u8] = &[
+        2, // format byte
+        1, // action: evacuate
+        253, 0, 208, 202, 159, 23, 3, 0, 0, // start, as in format 1
+        253, 254, 255, 255, 255, 255, 255, 255, 255, // end: permanent
+        4, b'd', b'i', b's', b'k', // cause
+        0,    // forced: none
+    ];
+    assert_eq!(encode_block(&block()), plain);
+    assert_eq!(decode_block(plain), Ok(block()));
+    let mut forced = block();
+    forced.forced = Some(Forced {
+        guards: vec!["blocked-share".into()],
+        by: Some("ops".into()),
+        at: 3,
+    });
+    let mut bytes = plain[..plain.len() - 1].to_vec();
+    bytes.extend_from_slice(&[1, 1, 13]); // some, one guard, its length
+    bytes.extend_from_slice(b"blocked-share");
+    bytes.extend_from_slice(&[1, 3, b'o', b'p', b's', 6]); // by: some "ops"; at: zigzag 3
+    assert_eq!(encode_block(&forced), bytes);
+    assert_eq!(decode_block(&bytes), Ok(forced));
+}
+
+#[test]
+fn allowlist_and_policy_format_v1_fixtures() {
+    let entry = crate::allowlist::Entry {
+        kind: Kind::Node,
+        id: "db-".into(),
+        prefix: true,
+        comment: "dbs".into(),
+        added_by: None,
+        added_at: 1,
+        end_timestamp: Some(2),
+    };
+    // format, prefix, comment, added_by none, added_at zigzag 1, end some zigzag 2.
+    let bytes = [1, 1, 3, b'd', b'b', b's', 0, 2, 1, 4];
+    assert_eq!(encode_allow(&entry), bytes);
+    assert_eq!(decode_allow(Kind::Node, "db-", &bytes), Ok(entry));
+    let policy = Policy::default();
+    // format; nodes: 50 %, 20 %, no count, no rate; task managers: 50 %, none, none,
+    // none; min_registered 10; no duration; permanent allowed.
+    let bytes = [1, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1];
+    assert_eq!(encode_policy(&policy), bytes);
+    assert_eq!(decode_policy(&bytes), Ok(policy));
+    let mut rated = Policy::OFF;
+    rated.nodes.evacuations = Some(Rate {
+        per_minute: 6,
+        burst: 3,
+    });
+    assert_eq!(decode_policy(&encode_policy(&rated)), Ok(rated));
+}
+
 #[test]
 fn event_format_v1_fixture() {
     // Format 1 (schema 2) stored the finished JSON; it still decodes.
@@ -42,7 +103,7 @@ fn event_format_v1_fixture() {
     assert_eq!(decode_event(7, &bytes), Ok(event.clone()));
     assert_eq!(event.data(), "{}");
     assert_eq!(encode_event(&event), bytes);
-    assert!(decode_event(7, &[1, 9, 4, 2, b'{', b'}']).is_err());
+    assert!(decode_event(7, &[1, 99, 4, 2, b'{', b'}']).is_err());
 }
 
 /// Revision 7: task manager t1 expired; revision 8: t1 registered on n1; both at 2.
@@ -54,6 +115,7 @@ fn fixture_events() -> (Event, Event) {
             start: 5,
             end: 9,
             cause: "c".into(),
+            forced: None,
         },
     );
     let expired = Event::new(
@@ -148,7 +210,7 @@ fn events_format_v3_fixture() {
     let bytes = [
         3, 4, 2, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 4, 1, 2, b't', b'1', 2, b'n', b'1',
     ];
-    assert_eq!(encode_chunk(&chunk), bytes);
+    assert_eq!(encode_chunk_v3(&chunk), bytes);
     assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
     assert_eq!(events_at(&bytes), Ok(2));
     // Older single-event values read as chunks of one.
@@ -162,6 +224,23 @@ fn events_format_v3_fixture() {
     let mut trailing = bytes.to_vec();
     trailing.push(0);
     assert_eq!(decode_events(7, &trailing), Err(CodecError::Trailing(1)));
+}
+
+/// The exact bytes of format 4, which the daemon writes.
+#[test]
+fn events_format_v4_fixture() {
+    let (expired, registered) = fixture_events();
+    let policy = Event::new(9, EventType::PolicyChanged, 2, Change::Json("{}".into()));
+    let chunk = [expired, registered, policy];
+    // format 4, at, three events: the item with its block in format 2 (forced: none), the
+    // registration, and a JSON change (variant 2).
+    let bytes = [
+        4, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 4, 1, 2, b't', b'1', 2, b'n',
+        b'1', 6, 2, 2, b'{', b'}',
+    ];
+    assert_eq!(encode_chunk(&chunk), bytes);
+    assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
+    assert_eq!(events_at(&bytes), Ok(2));
 }
 
 #[test]
@@ -212,6 +291,13 @@ fn the_largest_values_stay_within_their_bounds() {
         start: i64::MIN,
         end: PERMANENT,
         cause: "c".repeat(MAX_MERGED_CAUSE_BYTES),
+        forced: Some(Forced {
+            guards: crate::policy::Guard::ALL
+                .map(|g| g.as_str().to_owned())
+                .to_vec(),
+            by: Some("n".repeat(MAX_TOKEN_NAME_BYTES)),
+            at: i64::MIN,
+        }),
     };
     assert!(encode_block(&worst).len() <= max_block_bytes(MAX_MERGED_CAUSE_BYTES));
     let id = "i".repeat(MAX_ID_BYTES);
@@ -248,6 +334,7 @@ fn the_largest_values_stay_within_their_bounds() {
         let mut event = item(revision);
         if let Change::Item { item, .. } = &mut event.change {
             item.cause = "c".repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1);
+            item.forced = None;
         }
         event
     };

@@ -2,12 +2,12 @@
 //! ids with an active item merge into it where the element allows it ([`Block::merge`]),
 //! and any other meeting with an active item refuses the whole batch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
-use crate::model::{Block, Item, Kind, NewItem};
-use crate::policy::{self, Refusal};
+use crate::model::{Block, Forced, Item, Kind, NewItem};
+use crate::policy::{self, Exposure, Level, Refusal};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Add {
@@ -15,6 +15,14 @@ pub(crate) struct Add {
     items: Vec<NewItem>,
     /// Request time: the start of new items.
     now: i64,
+    /// Set when the caller forces the write past the caps and the rate.
+    force: Option<Force>,
+}
+
+/// A caller's `?force=true`: who forces (the token's name, if it has one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Force {
+    pub by: Option<String>,
 }
 
 /// The result of an add batch.
@@ -85,9 +93,15 @@ impl Command for Add {
         if !conflicts.is_empty() {
             return Ok(Ok(Applied::endless(AddOutcome::Conflict(conflicts))));
         }
-        let refusals = self.guard(tx, &order, &stored, &state);
-        if !refusals.is_empty() {
+        let refusals = self.guard(tx, &order, &stored, &state)?;
+        let forced = !refusals.is_empty()
+            && self.force.is_some()
+            && refusals.iter().all(|r| r.guard.is_forceable());
+        if !refusals.is_empty() && !forced {
             return Ok(Ok(Applied::endless(AddOutcome::Refused(refusals))));
+        }
+        if let (true, Some(force)) = (forced, &self.force) {
+            self.record_force(force, &refusals, &mut state, tx.now);
         }
         let mut earliest_end = None;
         for (_, id) in &order {
@@ -136,8 +150,9 @@ impl Add {
         order: &[(usize, &str)],
         stored: &HashMap<&str, Option<Block>>,
         state: &HashMap<&str, Option<Block>>,
-    ) -> Vec<Refusal> {
-        let (kind, policy, now) = (self.kind, tx.policy, tx.now);
+    ) -> TxResult<Vec<Refusal>> {
+        let (kind, now) = (self.kind, tx.now);
+        let policy = &*tx.policy.borrow();
         // How long a block lasts counts from its request, which is also its start.
         let mut refusals: Vec<Refusal> = self
             .items
@@ -145,7 +160,27 @@ impl Add {
             .enumerate()
             .filter_map(|(index, item)| policy::element(policy, kind, index, item, self.now))
             .collect();
-        if policy.max_items[policy::slot(kind)].is_some() {
+        for (index, item) in self.items.iter().enumerate() {
+            if let Some(entry) = tx.allowlisted(kind, &item.id)? {
+                refusals.push(policy::allowlisted(kind, index, &item.id, &entry, now));
+            }
+        }
+        // The share caps: each id's change of level, from what counts now (an item until
+        // it is announced) to what the batch leaves.
+        let mut shares = Vec::with_capacity(order.len());
+        for &(index, id) in order {
+            let from = match &stored[id] {
+                Some(old) if !tx.is_announced(kind, id, old) => Level::of(Some(old.action)),
+                _ => Level::Free,
+            };
+            let to = Level::of(state[id].as_ref().map(|b| b.action));
+            let delta = tx.exposure_delta(kind, id, from, to)?;
+            if delta != Exposure::default() {
+                shares.push((index, id, delta));
+            }
+        }
+        refusals.extend(policy::shares(policy, &tx.exposure.get(), &shares));
+        if policy.of(kind).max_blocked.is_some() {
             // Ids blocked after the batch that were not before (an announced item is out of
             // the counts already; a due one not yet announced is still in them).
             let new_ids: Vec<(usize, &str)> = order
@@ -158,7 +193,7 @@ impl Add {
                 .collect();
             refusals.extend(policy::max_items(policy, kind, tx.count_of(kind), &new_ids));
         }
-        if let Some(rate) = policy.evacuations[policy::slot(kind)] {
+        if let Some(rate) = policy.of(kind).evacuations {
             let evacuations: Vec<(usize, &str)> = order
                 .iter()
                 .copied()
@@ -175,7 +210,12 @@ impl Add {
                 let mut buckets = tx.buckets.get();
                 let bucket = &mut buckets[policy::slot(kind)];
                 match policy::evacuation_rate(rate, *bucket, kind, &evacuations, now) {
-                    Ok(after) if refusals.is_empty() => {
+                    // Taken when the batch goes in: unrefused, or forced.
+                    Ok(after)
+                        if refusals
+                            .iter()
+                            .all(|r| self.force.is_some() && r.guard.is_forceable()) =>
+                    {
                         *bucket = after;
                         tx.buckets.set(buckets);
                     }
@@ -184,7 +224,42 @@ impl Add {
                 }
             }
         }
-        refusals
+        Ok(refusals)
+    }
+
+    /// Marks the blocks of the ids that only force let in, naming the guards each passed,
+    /// and logs it: an operator must always be able to tell a forced block.
+    fn record_force<'a>(
+        &'a self,
+        force: &Force,
+        refusals: &[Refusal],
+        state: &mut HashMap<&'a str, Option<Block>>,
+        now: i64,
+    ) {
+        for (id, block) in state.iter_mut() {
+            let mut guards: Vec<String> = refusals
+                .iter()
+                .filter(|r| r.id == *id)
+                .map(|r| r.guard.as_str().to_owned())
+                .collect();
+            guards.sort();
+            guards.dedup();
+            if let (false, Some(block)) = (guards.is_empty(), block) {
+                block.forced = Some(Forced {
+                    guards,
+                    by: force.by.clone(),
+                    at: now,
+                });
+            }
+        }
+        let guards: BTreeSet<&str> = refusals.iter().map(|r| r.guard.as_str()).collect();
+        tracing::warn!(
+            kind = self.kind.plural(),
+            ids = refusals.len(),
+            guards = ?guards,
+            by = force.by.as_deref().unwrap_or("(unnamed token)"),
+            "a write was forced past guardrails"
+        );
     }
 }
 
@@ -196,7 +271,25 @@ impl Writer<'_> {
         items: Vec<NewItem>,
         now: i64,
     ) -> Result<(AddOutcome, u64)> {
-        self.submit(Add { kind, items, now }).await
+        self.add_forced(kind, items, now, None).await
+    }
+
+    /// [`Writer::add`], passing the caps and the rate when `force` is given (the blocks it
+    /// lets in record it).
+    pub async fn add_forced(
+        &self,
+        kind: Kind,
+        items: Vec<NewItem>,
+        now: i64,
+        force: Option<Force>,
+    ) -> Result<(AddOutcome, u64)> {
+        self.submit(Add {
+            kind,
+            items,
+            now,
+            force,
+        })
+        .await
     }
 }
 

@@ -7,6 +7,8 @@ use std::ops::Bound;
 
 use super::{expiry_items, Applied, Command, Committer, Mode, Op, Request, Tx, TxResult};
 use crate::model::{EventType, Item, Kind};
+use crate::policy::Level;
+use crate::store::keys::Expiring;
 use crate::store::{after_watermark, keys, Result, Store, StoreError, Watched};
 
 /// Announces up to `limit` due items expired, from the watermark on.
@@ -49,10 +51,18 @@ impl Command for Announce {
             if tx.announcing_stopped.get() {
                 break;
             }
-            let Some((end, kind, id)) = keys::parse_expiry_key(key) else {
-                // Not ours to interpret; drop it so it cannot block the sweeper forever.
-                tx.expiry.remove(key.as_slice())?;
-                continue;
+            let (end, kind, id) = match keys::parse_expiry_target(key) {
+                Some((end, Expiring::Item(kind), id)) => (end, kind, id),
+                Some((end, Expiring::Allow(kind), id)) => {
+                    tx.expire_allow(kind, id, end, key)?;
+                    tx.watermark.borrow_mut().clone_from(key);
+                    continue;
+                }
+                None => {
+                    // Not ours to interpret; drop it so it cannot block the sweeper forever.
+                    tx.expiry.remove(key.as_slice())?;
+                    continue;
+                }
             };
             match tx.read(kind, id)? {
                 // A corrupt item is passed over (never announced) for `blocklistd check` to
@@ -68,6 +78,7 @@ impl Command for Announce {
                         break;
                     }
                     tx.count(kind, &block, -1);
+                    tx.level_changed(kind, id, Level::of(Some(block.action)), Level::Free)?;
                     tx.add_unreclaimed(1);
                     tx.emit_item(EventType::Expired, kind, id, &block);
                     expired.push(Expired {
@@ -88,8 +99,8 @@ impl Command for Announce {
 }
 
 impl Committer {
-    /// The expiry keys each announce op of the batch takes (empty for other ops), read
-    /// before the transaction, which cannot scan. The committer is the only writer and
+    /// The expiry keys each announce op of the batch takes (and the items each allowlist
+    /// entry covers; empty for other ops), read before the transaction, which cannot scan. The committer is the only writer and
     /// announcing runs first in the transaction, so this is exactly what is due between the
     /// watermark and each op's bound: an entry committed after an outside scan could have
     /// been passed over for good.
@@ -99,8 +110,15 @@ impl Committer {
         batch
             .iter()
             .map(|op| {
-                let Op::Announce(request) = op else {
-                    return Ok(Vec::new());
+                let request = match op {
+                    Op::Announce(request) => request,
+                    Op::PutAllow(request) => {
+                        return super::allow::scan_covered(
+                            &self.handles().trees.items,
+                            request.command.entry(),
+                        )
+                    }
+                    _ => return Ok(Vec::new()),
                 };
                 let Announce { upto, limit } = request.command;
                 let bound = keys::due_bound(upto.min(now));

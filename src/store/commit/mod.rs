@@ -31,9 +31,12 @@
 //! - [`prune`]: the event log's retention.
 
 mod add;
+mod allow;
 mod announce;
 mod clear;
+mod exposure;
 mod import;
+mod policy;
 mod prune;
 mod reclaim;
 mod recover;
@@ -53,23 +56,29 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::{mpsc, oneshot};
 
 use super::blobs::BlobDir;
+use super::members::Members;
 use super::pipeline::{Answer, Decided, Reply, Stage};
 use super::{
     keys, Counts, Feed, Handles, Retention, StoreConfig, StoreError, SweepSignal, Watched,
 };
 use super::{Result, Store};
+use crate::allowlist::Entry;
 use crate::metrics::Metrics;
 use crate::model::Event;
-use crate::policy::{Bucket, Policy};
+use crate::policy::{Bucket, Exposure, Policy};
 
-pub use add::AddOutcome;
+pub use add::{AddOutcome, Force};
+pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
 pub use register::Registered;
+pub use remove::{HoldOff, Removed};
 
 use add::Add;
+use allow::{PutAllow, RemoveAllow};
 use announce::Announce;
 use clear::Clear;
 use import::Import;
+pub(crate) use policy::SetPolicy;
 use reclaim::Reclaim;
 use register::{Register, Unregister};
 use remove::Remove;
@@ -77,7 +86,9 @@ use tx::{Tx, TxResult};
 
 /// What the committer's channel carries.
 pub(crate) enum Message {
-    Write(Op),
+    /// Boxed: the queue holds up to four batches' worth of messages, each at the size of
+    /// the largest operation and its decided outcome.
+    Write(Box<Op>),
     /// Stop after committing what came before. A message rather than the channel closing:
     /// HTTP handlers still hold clones of the store.
     Shutdown,
@@ -93,6 +104,9 @@ pub(crate) enum Op {
     Unregister(Request<Unregister>),
     Import(Request<Import>),
     Clear(Request<Clear>),
+    PutAllow(Request<PutAllow>),
+    RemoveAllow(Request<RemoveAllow>),
+    SetPolicy(Request<SetPolicy>),
 }
 
 /// Evaluates `$body` with `$request` bound to the [`Request`] inside `$op`, whatever its
@@ -109,6 +123,9 @@ macro_rules! with_request {
             Op::Unregister($request) => $body,
             Op::Import($request) => $body,
             Op::Clear($request) => $body,
+            Op::PutAllow($request) => $body,
+            Op::RemoveAllow($request) => $body,
+            Op::SetPolicy($request) => $body,
         }
     };
 }
@@ -230,7 +247,7 @@ pub(crate) struct Request<C: Command> {
 type Decision<O> = Result<(Applied<O>, u64)>;
 
 impl<C: Command> Request<C> {
-    fn new(command: C, mode: Mode, reply: Reply<C::Outcome>) -> Request<C> {
+    pub(super) fn new(command: C, mode: Mode, reply: Reply<C::Outcome>) -> Request<C> {
         Request {
             command,
             mode,
@@ -331,9 +348,14 @@ pub(crate) struct Committer {
     pub(super) unpublished: Vec<Event>,
     pub(super) retention: Retention,
     pub(super) metrics: Arc<Metrics>,
-    /// The guardrails, and the evacuation buckets after the last committed transaction.
+    /// The guardrails, the evacuation buckets, the share caps' figures, the task managers
+    /// on each node and the allowlist's prefix entries, after the last committed
+    /// transaction.
     pub(super) policy: Policy,
     pub(super) buckets: [Bucket; 2],
+    pub(super) exposure: Exposure,
+    pub(super) members: Members,
+    pub(super) prefixes: Vec<Entry>,
 }
 
 impl Committer {
@@ -367,7 +389,9 @@ impl Store {
         let (reply, answer) = oneshot::channel();
         self.shared
             .commits
-            .send(Message::Write(C::op(Request::new(command, mode, reply))))
+            .send(Message::Write(Box::new(C::op(Request::new(
+                command, mode, reply,
+            )))))
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?

@@ -114,6 +114,10 @@ impl Committer {
             first_retained,
             watermark,
             unreclaimed,
+            policy,
+            members,
+            exposure,
+            prefixes,
         } = open_handles(&self.config).map_err(reopen_failed)?;
         self.log = if self.config.fsync {
             let log = File::open(self.config.data_dir.join("db"));
@@ -130,6 +134,14 @@ impl Committer {
         self.feed.seq.fetch_add(1, Ordering::SeqCst);
         self.revision = revision;
         self.counts = counts;
+        if let Some(policy) = policy {
+            self.policy.clone_from(&policy);
+            *self.feed.policy.lock().expect("not poisoned") = policy;
+        }
+        self.members = members;
+        self.exposure = exposure;
+        *self.feed.exposure.lock().expect("not poisoned") = exposure;
+        self.prefixes = prefixes;
         self.sweep.set_watermark(&watermark);
         self.watermark = watermark;
         self.unreclaimed = unreclaimed;

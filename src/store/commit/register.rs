@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::model::{Change, EventType};
-use crate::store::{codec, keys, Result, Store, Watched};
+use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Register {
     /// `(task manager, node)` pairs; a later pair for the same task manager wins.
@@ -53,18 +53,13 @@ impl Command for Register {
         for (tm, node) in &self.registrations {
             // A repeated task manager moves from where the earlier pair put it.
             let old = current.insert(tm, Some(node.clone())).flatten();
-            let result = match old {
-                Some(old) if old == *node => Registered::Unchanged,
-                Some(old) => {
-                    tx.node_tms.remove(keys::node_tm_key(&old, tm))?;
-                    Registered::Moved
-                }
+            let result = match &old {
+                Some(old) if old == node => Registered::Unchanged,
+                Some(_) => Registered::Moved,
                 None => Registered::Created,
             };
             if result != Registered::Unchanged {
-                tx.tm_node
-                    .insert(tm.as_bytes(), codec::encode_registration(node))?;
-                tx.node_tms.insert(keys::node_tm_key(node, tm), &[])?;
+                tx.set_registration(tm, old.as_deref(), Some(node))?;
                 tx.emit(EventType::Registered, registration_change(tm, node));
             }
             results.push(result);
@@ -105,8 +100,7 @@ pub(super) fn unregister(tx: &Tx<'_>, tm: &str) -> TxResult<Result<Option<String
         Err(e) => return Ok(Err(e)),
     };
     if let Some(node) = &old {
-        tx.tm_node.remove(tm.as_bytes())?;
-        tx.node_tms.remove(keys::node_tm_key(node, tm))?;
+        tx.set_registration(tm, Some(node), None)?;
         tx.emit(EventType::Unregistered, registration_change(tm, node));
     }
     Ok(Ok(old))

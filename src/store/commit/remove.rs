@@ -2,17 +2,37 @@
 //! sweeper has not reached is deleted too, as the sweeper would have (`expired`).
 
 use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use crate::allowlist::{Entry, HOLD_OFF_COMMENT};
 use crate::model::{EventType, Item, Kind};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Remove {
     kind: Kind,
     id: String,
+    hold_off: Option<HoldOff>,
+}
+
+/// An unblock's hold-off: an allowlist entry for the id until `until`, put in the same
+/// transaction, so that the detector that blocked it cannot block it again at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldOff {
+    pub until: i64,
+    /// The name of the token that unblocked.
+    pub by: Option<String>,
+}
+
+/// What an unblock did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub item: Item,
+    /// The allowlist entry now covering the id, with a hold-off (a longer-lasting one
+    /// already there is kept as it is).
+    pub hold_off: Option<Entry>,
 }
 
 impl Command for Remove {
-    /// The item removed; `None` when there was no active one.
-    type Outcome = Option<Item>;
+    /// What was removed; `None` when there was no active item (and nothing was written).
+    type Outcome = Option<Removed>;
 
     fn op(request: Request<Remove>) -> Op {
         Op::Remove(request)
@@ -26,8 +46,52 @@ impl Command for Remove {
         visit(Watched::Item(self.kind, &self.id));
     }
 
-    fn apply(&self, tx: &Tx<'_>, _due: &[Vec<u8>]) -> TxResult<Result<Applied<Option<Item>>>> {
-        Ok(remove(tx, self.kind, &self.id)?.map(Applied::endless))
+    fn apply(&self, tx: &Tx<'_>, _due: &[Vec<u8>]) -> TxResult<Result<Applied<Option<Removed>>>> {
+        let (kind, id) = (self.kind, self.id.as_str());
+        let old = match tx.allow_entry(kind, id)? {
+            Ok(old) => old,
+            Err(e) => return Ok(Err(e)),
+        };
+        let item = match remove(tx, kind, id)? {
+            Ok(Some(item)) => item,
+            Ok(None) => return Ok(Ok(Applied::endless(None))),
+            Err(e) => return Ok(Err(e)),
+        };
+        let Some(hold_off) = &self.hold_off else {
+            let removed = Removed {
+                item,
+                hold_off: None,
+            };
+            return Ok(Ok(Applied::endless(Some(removed))));
+        };
+        // An entry of the id that outlasts the hold-off stays as it is.
+        let lasts = |entry: &Entry| {
+            entry.is_active(tx.now) && entry.end_timestamp.is_none_or(|end| end >= hold_off.until)
+        };
+        if let Some(old) = old.as_ref().filter(|e| lasts(e)) {
+            let removed = Removed {
+                item,
+                hold_off: Some(old.clone()),
+            };
+            return Ok(Ok(Applied::endless(Some(removed))));
+        }
+        let entry = Entry {
+            kind,
+            id: id.to_owned(),
+            prefix: false,
+            comment: HOLD_OFF_COMMENT.to_owned(),
+            added_by: hold_off.by.clone(),
+            added_at: tx.now,
+            end_timestamp: Some(hold_off.until),
+        };
+        tx.put_allow(old.as_ref(), &entry)?;
+        Ok(Ok(Applied {
+            outcome: Some(Removed {
+                item,
+                hold_off: Some(entry),
+            }),
+            earliest_end: Some(hold_off.until),
+        }))
     }
 }
 
@@ -61,9 +125,21 @@ pub(super) fn remove(tx: &Tx<'_>, kind: Kind, id: &str) -> TxResult<Result<Optio
 }
 
 impl Writer<'_> {
+    /// Removes the active item `(kind, id)`, with a hold-off when one is given; `None` when
+    /// there is none.
+    pub async fn remove_holding_off(
+        &self,
+        kind: Kind,
+        id: String,
+        hold_off: Option<HoldOff>,
+    ) -> Result<(Option<Removed>, u64)> {
+        self.submit(Remove { kind, id, hold_off }).await
+    }
+
     /// Removes the active item `(kind, id)`; `None` when there is none.
     pub async fn remove(&self, kind: Kind, id: String) -> Result<(Option<Item>, u64)> {
-        self.submit(Remove { kind, id }).await
+        let (removed, revision) = self.remove_holding_off(kind, id, None).await?;
+        Ok((removed.map(|r| r.item), revision))
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::exposure::adopt_members;
 use super::prune::MAX_PRUNE;
 use super::tx::Transacted;
 use super::{earlier, Committer, Message, Op};
@@ -56,7 +57,7 @@ impl Committer {
                 Message::Shutdown => return true,
                 Message::Write(op) => {
                     weight += op.weight();
-                    batch.push(op);
+                    batch.push(*op);
                 }
             }
             if batch.len() >= self.max_batch || weight >= MAX_BATCH_WEIGHT {
@@ -180,8 +181,24 @@ impl Committer {
             watermark,
             unreclaimed,
             buckets,
+            policy,
+            exposure,
+            members,
+            prefixes,
         } = transacted;
         self.revision = *revision;
+        if let Some(policy) = policy {
+            self.policy.clone_from(policy);
+            *self.feed.policy.lock().expect("not poisoned") = policy.clone();
+        }
+        if *exposure != self.exposure {
+            self.exposure = *exposure;
+            *self.feed.exposure.lock().expect("not poisoned") = *exposure;
+        }
+        adopt_members(&mut self.members, members);
+        if let Some(prefixes) = prefixes {
+            self.prefixes.clone_from(prefixes);
+        }
         if *buckets != self.buckets {
             self.buckets = *buckets;
             *self.feed.buckets.lock().expect("not poisoned") = *buckets;
@@ -209,7 +226,8 @@ impl Committer {
             let key = match &event.change {
                 Change::Item { kind, item } => Watched::Item(*kind, &item.id),
                 Change::Registration { tm, .. } => Watched::Registration(tm),
-                Change::Json(_) => unreachable!("only older versions wrote JSON events"),
+                // Policy and allowlist changes: no key a point read is stamped by.
+                Change::Json(_) => continue,
             };
             let stamp = self.feed.stamps.stamp_of(key);
             assert!(stamp >= settled, "{key:?} changed unstamped");

@@ -6,6 +6,7 @@
 //! operations have run.
 
 use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 
 use sled::transaction::{
@@ -15,12 +16,14 @@ use sled::transaction::{
 use sled::Transactional;
 
 use super::{Committer, Op};
+use crate::allowlist::Entry;
 use crate::model::{Block, Change, Event, EventType, Item, Kind};
-use crate::policy::{Bucket, Policy};
+use crate::policy::{Bucket, Exposure, Level, Policy};
+use crate::store::members::Members;
 use crate::store::meta::{encode_u64, kind_count};
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, StoreError,
-    COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
+    COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
 };
 
 pub(crate) type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
@@ -35,6 +38,13 @@ pub(super) struct Transacted {
     pub watermark: Vec<u8>,
     pub unreclaimed: u64,
     pub buckets: [Bucket; 2],
+    /// The policy, when the transaction changed it.
+    pub policy: Option<Policy>,
+    pub exposure: Exposure,
+    /// The nodes whose registered task managers changed, with their new sets.
+    pub members: HashMap<String, BTreeSet<String>>,
+    /// The allowlist's prefix entries, when the transaction changed them.
+    pub prefixes: Option<Vec<Entry>>,
 }
 
 impl Committer {
@@ -54,45 +64,56 @@ impl Committer {
             &t.node_tms,
             &t.events,
             &t.meta,
+            &t.allowlist,
         );
         trees
-            .transaction(|(items, expiry, tm_node, node_tms, events, meta)| {
-                // Built afresh on every run of the closure: sled may re-run it.
-                let tx = self.tx([items, expiry, tm_node, node_tms], now);
-                for (op, due) in batch.iter().zip(due) {
-                    op.apply(&tx, due)?;
-                }
-                for chunk in codec::chunks(&tx.emitted.borrow()) {
-                    events.insert(
-                        &keys::event_key(chunk[0].revision),
-                        codec::encode_chunk(chunk),
-                    )?;
-                }
-                let revision = tx.revision.get();
-                if revision != self.revision {
-                    meta.insert(REVISION_KEY, &encode_u64(revision))?;
-                }
-                let counts = tx.counts.get().map(|c| c.max(0) as u64);
-                if counts != self.counts {
-                    meta.insert(COUNTS_KEY, encode_counts(&counts))?;
-                }
-                let watermark = tx.watermark.into_inner();
-                if watermark != self.watermark {
-                    meta.insert(WATERMARK_KEY, watermark.as_slice())?;
-                }
-                let unreclaimed = tx.unreclaimed.get().max(0) as u64;
-                if unreclaimed != self.unreclaimed {
-                    meta.insert(UNRECLAIMED_KEY, &encode_u64(unreclaimed))?;
-                }
-                Ok(Transacted {
-                    events: tx.emitted.into_inner(),
-                    revision,
-                    counts,
-                    watermark,
-                    unreclaimed,
-                    buckets: tx.buckets.get(),
-                })
-            })
+            .transaction(
+                |(items, expiry, tm_node, node_tms, events, meta, allowlist)| {
+                    // Built afresh on every run of the closure: sled may re-run it.
+                    let tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
+                    for (op, due) in batch.iter().zip(due) {
+                        op.apply(&tx, due)?;
+                    }
+                    for chunk in codec::chunks(&tx.emitted.borrow()) {
+                        events.insert(
+                            &keys::event_key(chunk[0].revision),
+                            codec::encode_chunk(chunk),
+                        )?;
+                    }
+                    let revision = tx.revision.get();
+                    if revision != self.revision {
+                        meta.insert(REVISION_KEY, &encode_u64(revision))?;
+                    }
+                    let counts = tx.counts.get().map(|c| c.max(0) as u64);
+                    if counts != self.counts {
+                        meta.insert(COUNTS_KEY, encode_counts(&counts))?;
+                    }
+                    let watermark = tx.watermark.into_inner();
+                    if watermark != self.watermark {
+                        meta.insert(WATERMARK_KEY, watermark.as_slice())?;
+                    }
+                    let unreclaimed = tx.unreclaimed.get().max(0) as u64;
+                    if unreclaimed != self.unreclaimed {
+                        meta.insert(UNRECLAIMED_KEY, &encode_u64(unreclaimed))?;
+                    }
+                    let policy = tx.policy_changed.get().then(|| tx.policy.borrow().clone());
+                    if let Some(policy) = &policy {
+                        meta.insert(POLICY_KEY, codec::encode_policy(policy))?;
+                    }
+                    Ok(Transacted {
+                        events: tx.emitted.into_inner(),
+                        revision,
+                        counts,
+                        watermark,
+                        unreclaimed,
+                        buckets: tx.buckets.get(),
+                        policy,
+                        exposure: tx.exposure.get(),
+                        members: tx.members_changed.into_inner(),
+                        prefixes: tx.prefixes_changed.into_inner(),
+                    })
+                },
+            )
             .map_err(|e| match e {
                 TransactionError::Abort(e) => e,
                 TransactionError::Storage(e) => StoreError::Sled(e),
@@ -104,9 +125,9 @@ impl Committer {
     /// nothing is written, and the revision, counts and watermark stay the committer's.
     pub(super) fn rehearse(&self, op: &Op, now: i64) -> Result<(), StoreError> {
         let t = &self.handles().trees;
-        let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms);
-        let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms)| {
-            let tx = self.tx([items, expiry, tm_node, node_tms], now);
+        let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms, &t.allowlist);
+        let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms, allowlist)| {
+            let tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
             op.apply(&tx, &[])?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
         });
@@ -122,7 +143,7 @@ impl Committer {
     /// last committed transaction left.
     fn tx<'a>(
         &'a self,
-        [items, expiry, tm_node, node_tms]: [&'a TransactionalTree; 4],
+        [items, expiry, tm_node, node_tms, allowlist]: [&'a TransactionalTree; 5],
         now: i64,
     ) -> Tx<'a> {
         Tx {
@@ -130,8 +151,16 @@ impl Committer {
             expiry,
             tm_node,
             node_tms,
+            allowlist,
             now,
-            policy: &self.policy,
+            policy: RefCell::new(self.policy.clone()),
+            policy_changed: Cell::new(false),
+            exposure: Cell::new(self.exposure),
+            members: &self.members,
+            members_changed: RefCell::new(HashMap::new()),
+            prefixes: &self.prefixes,
+            prefixes_changed: RefCell::new(None),
+            written: RefCell::new(Vec::new()),
             buckets: Cell::new(self.buckets),
             revision: Cell::new(self.revision),
             emitted: RefCell::new(Vec::new()),
@@ -149,11 +178,26 @@ pub(crate) struct Tx<'a> {
     pub(super) expiry: &'a TransactionalTree,
     pub(super) tm_node: &'a TransactionalTree,
     pub(super) node_tms: &'a TransactionalTree,
+    pub(super) allowlist: &'a TransactionalTree,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
-    /// The guardrails, and the evacuation buckets as this transaction goes.
-    pub(super) policy: &'a Policy,
+    /// The guardrails, and the evacuation buckets, as this transaction goes.
+    pub(super) policy: RefCell<Policy>,
+    pub(super) policy_changed: Cell<bool>,
     pub(super) buckets: Cell<[Bucket; 2]>,
+    /// The share caps' figures as this transaction goes ([`super::exposure`]).
+    pub(super) exposure: Cell<Exposure>,
+    /// The task managers on each node after the last committed transaction, and the nodes
+    /// whose set this transaction changed (their whole new set).
+    pub(super) members: &'a Members,
+    pub(super) members_changed: RefCell<HashMap<String, BTreeSet<String>>>,
+    /// The allowlist's prefix entries after the last committed transaction, and the whole
+    /// new list once this transaction changed it.
+    pub(super) prefixes: &'a [Entry],
+    pub(super) prefixes_changed: RefCell<Option<Vec<Entry>>>,
+    /// The items this transaction wrote, in order: what an allowlist entry added later in
+    /// it must also unblock (its scan ran before the transaction).
+    pub(super) written: RefCell<Vec<(Kind, String)>>,
     /// The last revision handed out in this transaction.
     revision: Cell<u64>,
     /// The events written, in revision order, for publishing once durable.
@@ -241,13 +285,21 @@ impl Tx<'_> {
         old: Option<&Block>,
         new: &Block,
     ) -> TxResult<()> {
-        match old {
+        let from = match old {
             // Announced: out of the counts already, and its entry goes below.
-            Some(old) if self.is_announced(kind, id, old) => self.add_unreclaimed(-1),
-            Some(old) => self.count(kind, old, -1),
-            None => {}
-        }
+            Some(old) if self.is_announced(kind, id, old) => {
+                self.add_unreclaimed(-1);
+                Level::Free
+            }
+            Some(old) => {
+                self.count(kind, old, -1);
+                Level::of(Some(old.action))
+            }
+            None => Level::Free,
+        };
         self.count(kind, new, 1);
+        self.level_changed(kind, id, from, Level::of(Some(new.action)))?;
+        self.written.borrow_mut().push((kind, id.to_owned()));
         // Remove the old index entry first: when both ends are equal, the insert below puts
         // it back (remove-after-insert would lose it).
         if let Some(old) = old.filter(|b| !b.is_permanent()) {
@@ -289,6 +341,7 @@ impl Tx<'_> {
         // has already passed: the sweeper will never announce it, so this write does.
         if self.is_announced(kind, id, block) {
             self.count(kind, block, -1);
+            self.level_changed(kind, id, Level::of(Some(block.action)), Level::Free)?;
             self.add_unreclaimed(1);
             self.emit_item(EventType::Expired, kind, id, block);
         }
@@ -301,6 +354,7 @@ impl Tx<'_> {
             self.add_unreclaimed(-1);
         } else {
             self.count(kind, old, -1);
+            self.level_changed(kind, id, Level::of(Some(old.action)), Level::Free)?;
         }
         if !old.is_permanent() {
             self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
