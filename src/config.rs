@@ -432,8 +432,8 @@ pub struct GuardrailFlags {
           value_parser = per_minute)]
     pub node_evacuations_per_minute: Option<Setting<u32>>,
 
-    /// How many node evacuations may come at once before the rate applies (default: a
-    /// minute's worth).
+    /// How many node evacuations may come at once before the rate applies (default: the
+    /// stored burst, or a minute's worth for a rate not stored yet).
     #[arg(long, env = "BLOCKLISTD_NODE_EVACUATION_BURST", value_name = "COUNT",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub node_evacuation_burst: Option<u32>,
@@ -445,7 +445,7 @@ pub struct GuardrailFlags {
     pub taskmanager_evacuations_per_minute: Option<Setting<u32>>,
 
     /// How many task manager evacuations may come at once before the rate applies
-    /// (default: a minute's worth).
+    /// (default: the stored burst, or a minute's worth for a rate not stored yet).
     #[arg(long, env = "BLOCKLISTD_TASKMANAGER_EVACUATION_BURST", value_name = "COUNT",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub taskmanager_evacuation_burst: Option<u32>,

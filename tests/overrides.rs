@@ -352,3 +352,50 @@ async fn the_policy_is_read_and_replaced_by_an_admin_stored_and_in_the_feed() {
     }
     assert_eq!(last, Some(expected));
 }
+
+#[tokio::test]
+async fn the_policy_and_the_allowlist_travel_in_an_export_and_an_import() {
+    let mut ws = Workspace::new();
+    let d = start(&mut ws, &["--max-blocked-taskmanagers", "9"]);
+    let end = now_ms() + 3_600_000;
+    for (id, body) in [
+        ("db-", json!({"comment": "databases", "prefix": true})),
+        ("n-7", json!({"comment": "spare", "endTimestamp": end})),
+    ] {
+        let (status, _, body) = call(
+            &d,
+            ADMIN,
+            Method::PUT,
+            &format!("/allowlist/nodes/{id}"),
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let policy = d.get("/policy").await.1;
+    let entries = d.get("/allowlist").await.1["entries"].clone();
+    let file = ws.tmp.path().join("export.jsonl");
+    std::fs::write(&file, export(&d).await).unwrap();
+    d.kill9();
+
+    let fresh = ws.tmp.path().join("restored");
+    let out = blocklistd(&[
+        "import".as_ref(),
+        "--data-dir".as_ref(),
+        fresh.as_os_str(),
+        file.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = ws.tmp.path().join("restored.log");
+    let d = Daemon::start(&fresh, &log, &[]);
+    assert_eq!(d.get("/policy").await.1, policy);
+    assert_eq!(policy["taskManagers"]["maxBlocked"], 9);
+    assert_eq!(d.get("/allowlist").await.1["entries"], entries);
+    // And the entries are in force.
+    let (status, body) = d.post("/blocklist/nodes", block("db-primary")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}

@@ -278,17 +278,24 @@ impl<S: Send + Sync> FromRequestParts<S> for ForceParam {
     }
 }
 
-/// The shortest and longest hold-off of an unblock.
-pub const HOLD_OFF_RANGE_SECS: std::ops::RangeInclusive<u64> = 1..=7 * 24 * 3600;
+/// The longest hold-off of an unblock, in seconds: a week.
+pub const MAX_HOLD_OFF_SECS: u64 = 7 * 24 * 3600;
+
+/// The units of a hold-off, with their seconds.
+const HOLD_OFF_UNITS: [(char, u64); 4] = [('s', 1), ('m', 60), ('h', 3600), ('d', 86_400)];
 
 /// `?holdOff=30m` on an unblock: for that long, the id is on the allowlist (admin tokens
 /// only), so the detector that blocked it cannot block it again at once.
+///
+/// Its pattern (a whole number of one unit without leading zeros, up to a week: `604800s`,
+/// `10080m`, `168h`, `7d`) is what [`hold_off_secs`] takes; a test builds it from
+/// [`HOLD_OFF_UNITS`] and the week and compares it with the document's.
 #[derive(Debug, Clone, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HoldOffParam {
-    /// How long the id may not be blocked again, e.g. `30m`, `2h`, `90s` (1 s to 7 d;
-    /// admin tokens only).
-    #[param(rename = "holdOff", value_type = String)]
+    /// How long the id may not be blocked again: a whole number of seconds (`s`), minutes
+    /// (`m`), hours (`h`) or days (`d`), up to a week, e.g. `30m` (admin tokens only).
+    #[param(rename = "holdOff", value_type = String, pattern = "^(?:(?:[1-9][0-9]{0,4}|[1-5][0-9]{5}|60[0-3][0-9]{3}|604[0-7][0-9]{2}|604800)s|(?:[1-9][0-9]{0,3}|100[0-7][0-9]|10080)m|(?:[1-9][0-9]{0,1}|1[0-5][0-9]|16[0-7]|168)h|(?:[1-6]|7)d)$")]
     hold_off_ms: Option<i64>,
 }
 
@@ -298,6 +305,20 @@ impl HoldOffParam {
     }
 }
 
+/// The seconds of a hold-off as its pattern spells it; `None` for anything else.
+fn hold_off_secs(value: &str) -> Option<u64> {
+    let unit = value.chars().last()?;
+    let (_, secs) = HOLD_OFF_UNITS.iter().find(|(u, _)| *u == unit)?;
+    let number = &value[..value.len() - 1];
+    let valid = number.bytes().all(|b| b.is_ascii_digit()) && !number.starts_with('0');
+    let total = number
+        .parse::<u64>()
+        .ok()
+        .filter(|_| valid)?
+        .checked_mul(*secs)?;
+    (1..=MAX_HOLD_OFF_SECS).contains(&total).then_some(total)
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for HoldOffParam {
     type Rejection = ApiError;
 
@@ -305,20 +326,35 @@ impl<S: Send + Sync> FromRequestParts<S> for HoldOffParam {
         let Some(value) = query_param(parts, state, "holdOff").await? else {
             return Ok(HoldOffParam { hold_off_ms: None });
         };
-        let min = *HOLD_OFF_RANGE_SECS.start();
-        let bad = || {
+        let secs = hold_off_secs(&value).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "holdOff: must be a duration from {min}s to 7d such as 30m or 2h, got {value:?}"
+                "holdOff: must be a whole number of s, m, h or d up to a week, such as 30m \
+                 or 2h, got {value:?}"
             ))
-        };
-        let duration = humantime::parse_duration(&value).map_err(|_| bad())?;
-        if duration.subsec_nanos() != 0 || !HOLD_OFF_RANGE_SECS.contains(&duration.as_secs()) {
-            return Err(bad());
-        }
-        let secs = i64::try_from(duration.as_secs()).map_err(|_| bad())?;
+        })?;
+        let ms = i64::try_from(secs * 1000).expect("at most a week of ms");
         Ok(HoldOffParam {
-            hold_off_ms: Some(secs * 1000),
+            hold_off_ms: Some(ms),
         })
+    }
+}
+
+/// `value` with every whole number written as floating point up to 2^53 (where a double is
+/// exact) as the integer it is: JSON Schema counts `46.0` as an integer, and typed bodies
+/// take it so.
+pub fn whole_floats_as_integers(value: &mut Value) {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= EXACT) {
+                #[expect(clippy::cast_possible_truncation, reason = "whole and within 2^53")]
+                let whole = f as i64;
+                *value = Value::from(whole);
+            }
+        }
+        Value::Array(values) => values.iter_mut().for_each(whole_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(whole_floats_as_integers),
+        _ => {}
     }
 }
 
@@ -380,6 +416,49 @@ mod tests {
         assert!(parse(r#"[{"id": "a"}, {"id": "b", "x": {"id": "c"}}]"#).is_ok());
         // serde_json's nesting limit still applies.
         assert!(parse(&format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))).is_err());
+    }
+
+    #[test]
+    fn hold_offs_are_exactly_what_their_pattern_spells() {
+        use super::{hold_off_secs, HOLD_OFF_UNITS, MAX_HOLD_OFF_SECS};
+        // The document's pattern is the one built from the units and the week.
+        let document: Value = serde_json::from_str(crate::http::openapi_document()).unwrap();
+        let parameters = &document["paths"]["/blocklist/nodes/{id}"]["delete"]["parameters"];
+        let documented = parameters
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "holdOff")
+            .unwrap()["schema"]["pattern"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let units: Vec<String> = HOLD_OFF_UNITS
+            .iter()
+            .map(|(unit, secs)| {
+                let max = i64::try_from(MAX_HOLD_OFF_SECS / secs).unwrap();
+                format!("(?:{}){unit}", crate::http::schema::digits_up_to(max))
+            })
+            .collect();
+        assert_eq!(documented, format!("^(?:{})$", units.join("|")));
+        assert_eq!(hold_off_secs("30m"), Some(1800));
+        assert_eq!(hold_off_secs("7d"), Some(MAX_HOLD_OFF_SECS));
+        assert_eq!(hold_off_secs("604800s"), Some(MAX_HOLD_OFF_SECS));
+        for bad in [
+            "", "0s", "8d", "604801s", "030m", "1h30m", "+5m", "5", "m", "5 m", "1.5h",
+        ] {
+            assert_eq!(hold_off_secs(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn whole_floats_become_integers_up_to_two_to_the_53() {
+        let mut value = serde_json::json!({"a": 46.0, "b": [1.5, 2.0], "c": 1e300, "d": -3.0});
+        super::whole_floats_as_integers(&mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({"a": 46, "b": [1.5, 2], "c": 1e300, "d": -3})
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::error::{
     ApiError, ErrorBody, Forbidden, Internal, Result, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::extract::{DryRun, JsonBody};
+use super::extract::{whole_floats_as_integers, DryRun, JsonBody};
 use super::reply::with_revision;
 use super::state::AppState;
 use crate::model::Kind;
@@ -73,10 +73,11 @@ pub(super) async fn put_policy(
     State(state): State<AppState>,
     caller: Caller,
     dry: DryRun,
-    JsonBody(body): JsonBody,
+    JsonBody(mut body): JsonBody,
 ) -> Response {
     let result = async {
         caller.require(Role::Admin, "changing the guardrail policy")?;
+        whole_floats_as_integers(&mut body);
         let policy: Policy = serde_path_to_error::deserialize(body).map_err(|e| {
             let path = e.path().to_string();
             let at = if path == "." {

@@ -92,9 +92,15 @@ pub(super) fn at_most_one_of_each(groups: &[&[&str]]) -> Extensions {
 }
 
 /// An ECMA-262 pattern of the decimal strings of `1..=max`: an optional `+`, any leading
-/// zeros, then the digits. Built digit by digit from `max`: every number with fewer digits,
-/// then for each leading part of `max`, the numbers that continue it with a smaller digit.
+/// zeros, then the digits.
 pub(super) fn decimal_up_to(max: i64) -> String {
+    format!(r"^\+?0*(?:{})$", digits_up_to(max))
+}
+
+/// The alternatives of a pattern of the digits of `1..=max`, without leading zeros. Built
+/// digit by digit from `max`: every number with fewer digits, then for each leading part of
+/// `max`, the numbers that continue it with a smaller digit.
+pub(super) fn digits_up_to(max: i64) -> String {
     assert!(max >= 1, "a positive range");
     let digits: Vec<u8> = max.to_string().into_bytes();
     let n = digits.len();
@@ -123,7 +129,7 @@ pub(super) fn decimal_up_to(max: i64) -> String {
         }
     }
     alternatives.push(String::from_utf8(digits).expect("ASCII"));
-    format!(r"^\+?0*(?:{})$", alternatives.join("|"))
+    alternatives.join("|")
 }
 
 #[cfg(test)]

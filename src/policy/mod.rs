@@ -251,9 +251,12 @@ impl Overrides {
                 of.max_blocked = v;
             }
             if let Some(per_minute) = self.evacuations_per_minute[i] {
+                // A rate already stored keeps its burst (the flag replaces only the rate);
+                // a new one starts with a minute's worth.
+                let burst = of.evacuations.map(|r| r.burst);
                 of.evacuations = per_minute.map(|per_minute| Rate {
                     per_minute,
-                    burst: per_minute,
+                    burst: burst.unwrap_or(per_minute),
                 });
             }
             if let (Some(rate), Some(burst)) = (&mut of.evacuations, self.evacuation_burst[i]) {

@@ -3,7 +3,9 @@
 
 use super::keys::Expiring;
 use super::meta::{announced, decode_counts, decode_u64, read_watermark};
-use super::{codec, count_slot, keys, Result, Store, COUNTS_KEY, REVISION_KEY, UNRECLAIMED_KEY};
+use super::{
+    codec, count_slot, keys, Result, Store, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY,
+};
 use crate::progress::{Progress, Ticks, Unit};
 
 /// What the stages of a verify count.
@@ -173,6 +175,39 @@ impl Store {
             problems.push("meta: no revision".into());
             0
         };
+        match trees.meta.get(POLICY_KEY)? {
+            Some(bytes) => {
+                if let Err(e) = codec::decode_policy(&bytes) {
+                    problems.push(format!("meta: the guardrail policy: {e}"));
+                }
+            }
+            None => problems.push("meta: no guardrail policy".into()),
+        }
+        for entry in &trees.allowlist {
+            let (key, bytes) = entry?;
+            ticks.tick();
+            let Some((kind, id)) = keys::parse_item_key(&key) else {
+                problems.push(format!("allowlist: malformed key {key:?}"));
+                continue;
+            };
+            match codec::decode_allow(kind, id, &bytes) {
+                Err(e) => problems.push(format!("allowlist: {} {id:?}: {e}", kind.singular())),
+                Ok(entry) => {
+                    let indexed = match entry.end_timestamp {
+                        Some(end) => trees
+                            .expiry
+                            .contains_key(keys::allow_expiry_key(end, kind, id))?,
+                        None => true,
+                    };
+                    if !indexed {
+                        problems.push(format!(
+                            "allowlist: the entry of {} {id:?} has no expiry entry",
+                            kind.singular()
+                        ));
+                    }
+                }
+            }
+        }
         drop(ticks);
         progress.stage("checking events", ENTRIES, None);
         let mut ticks = Ticks::new(progress);

@@ -101,7 +101,7 @@ impl Command for Add {
             return Ok(Ok(Applied::endless(AddOutcome::Refused(refusals))));
         }
         if let (true, Some(force)) = (forced, &self.force) {
-            self.record_force(force, &refusals, &mut state, tx.now);
+            self.record_force(force, &refusals, &mut state, tx);
         }
         let mut earliest_end = None;
         for (_, id) in &order {
@@ -234,7 +234,7 @@ impl Add {
         force: &Force,
         refusals: &[Refusal],
         state: &mut HashMap<&'a str, Option<Block>>,
-        now: i64,
+        tx: &Tx<'_>,
     ) {
         for (id, block) in state.iter_mut() {
             let mut guards: Vec<String> = refusals
@@ -248,9 +248,12 @@ impl Add {
                 block.forced = Some(Forced {
                     guards,
                     by: force.by.clone(),
-                    at: now,
+                    at: tx.now,
                 });
             }
+        }
+        if tx.rehearsal {
+            return;
         }
         let guards: BTreeSet<&str> = refusals.iter().map(|r| r.guard.as_str()).collect();
         tracing::warn!(

@@ -127,7 +127,8 @@ impl Committer {
         let t = &self.handles().trees;
         let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms, &t.allowlist);
         let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms, allowlist)| {
-            let tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
+            let mut tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
+            tx.rehearsal = true;
             op.apply(&tx, &[])?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
         });
@@ -161,6 +162,7 @@ impl Committer {
             prefixes: &self.prefixes,
             prefixes_changed: RefCell::new(None),
             written: RefCell::new(Vec::new()),
+            rehearsal: false,
             buckets: Cell::new(self.buckets),
             revision: Cell::new(self.revision),
             emitted: RefCell::new(Vec::new()),
@@ -198,6 +200,8 @@ pub(crate) struct Tx<'a> {
     /// The items this transaction wrote, in order: what an allowlist entry added later in
     /// it must also unblock (its scan ran before the transaction).
     pub(super) written: RefCell<Vec<(Kind, String)>>,
+    /// A dry run's transaction, rolled back: what it decides is logged as nothing done.
+    pub(super) rehearsal: bool,
     /// The last revision handed out in this transaction.
     revision: Cell<u64>,
     /// The events written, in revision order, for publishing once durable.
