@@ -1,10 +1,18 @@
 //! Flags and subcommands (clap derive), and the pure parsers of flag values: timeouts,
-//! end times, kinds and actions. The `--help` text comes from the doc comments here.
+//! end times, hold-offs, kinds and actions. `policy`'s subcommands and the guardrail
+//! settings of `policy set` are in [`policy`], `allow`'s in [`allow`]. The `--help` text
+//! comes from the doc comments.
 
 use std::path::PathBuf;
 
 use blocklistd::model::{Action, Kind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod allow;
+mod policy;
+
+pub use allow::{AllowAddArgs, AllowCommand};
+pub use policy::{PermanentArg, PolicyCommand, PolicyFields, PolicySetArgs, Setting};
 
 /// Default daemon address: the daemon's own default `--listen`.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7224";
@@ -74,6 +82,11 @@ pub enum Api {
         #[arg(value_enum)]
         kind: KindArg,
         id: String,
+        /// Keep the id from being blocked again for this long, e.g. `30m`, `2h` (1s to 7d;
+        /// admin tokens only): the daemon puts an allowlist entry that ends then, in the
+        /// same transaction as the unblock. Sent as `holdOff`.
+        #[arg(long, value_name = "DURATION", value_parser = parse_hold_off)]
+        hold_off: Option<String>,
         #[command(flatten)]
         dry_run: DryRunArg,
     },
@@ -100,9 +113,17 @@ pub enum Api {
         #[command(flatten)]
         dry_run: DryRunArg,
     },
-    /// Show the guardrails in force and where each kind stands against them: items blocked
-    /// against the cap, evacuations the rate admits now, the longest block.
-    Policy,
+    /// The guardrail policy: where each kind stands against it (`policy status`, also what
+    /// `policy` alone shows), the policy itself (`policy show`), or a change to it
+    /// (`policy set`).
+    Policy {
+        #[command(subcommand)]
+        command: Option<PolicyCommand>,
+    },
+    /// The allowlist: ids that may never be blocked (`allow add`, `allow remove`, `allow
+    /// list`).
+    #[command(subcommand)]
+    Allow(AllowCommand),
     /// Follow the change feed, one line per event, until Ctrl-C. Reconnects on its own
     /// after a dropped connection, resuming after the last event it printed. On a
     /// terminal, a status line on stderr shows the connection's state.
@@ -142,6 +163,11 @@ pub struct AddArgs {
     /// takes FLIP-224's spellings `mergeOnConflict` and `mergeOnConflictallowMerge`.
     #[arg(long)]
     pub merge: bool,
+    /// Pass the caps (share and count) and the evacuation rate (admin tokens only; sent as
+    /// `force=true`). Never the allowlist, the longest duration or the permanent guard.
+    /// The blocks say they were forced, and by whom.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub dry_run: DryRunArg,
 }
@@ -156,12 +182,12 @@ pub struct DryRunArg {
 }
 
 impl DryRunArg {
-    /// `path` with the dry-run flag when it is set.
+    /// `path` with the dry-run flag when it is set (after any query `path` has).
     pub fn path(self, path: &str) -> String {
-        if self.dry_run {
-            format!("{path}?dryRun=true")
-        } else {
-            path.to_owned()
+        match (self.dry_run, path.contains('?')) {
+            (false, _) => path.to_owned(),
+            (true, false) => format!("{path}?dryRun=true"),
+            (true, true) => format!("{path}&dryRun=true"),
         }
     }
 
@@ -265,8 +291,16 @@ pub fn parse_until(s: &str) -> Result<i64, String> {
         .map_err(|e| format!("{e}: expected an RFC 3339 time such as 2030-01-31T18:00:00Z"))
 }
 
+/// `--hold-off`: checked as a humantime duration, then sent as typed; the daemon's range
+/// (1s to 7d) stays its own rule and message.
+pub fn parse_hold_off(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30m, 2h, 1d)"))?;
+    Ok(s.to_owned())
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::CommandFactory;
 
@@ -304,7 +338,7 @@ mod tests {
         assert!(parse_until("tomorrow").is_err());
     }
 
-    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    pub(crate) fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("blocklist").chain(args.iter().copied()))
     }
 
@@ -404,5 +438,47 @@ mod tests {
             parse(&["list"]).unwrap().command,
             Command::Api(Api::List { kind: None })
         ));
+    }
+
+    #[test]
+    fn force_and_hold_off() {
+        let Command::Api(Api::Add(add)) = parse(&["add", "node", "n1", "--cause", "c", "--force"])
+            .unwrap()
+            .command
+        else {
+            panic!("not an add")
+        };
+        assert!(add.force);
+        match parse(&["remove", "node", "n1", "--hold-off", " 30m "])
+            .unwrap()
+            .command
+        {
+            Command::Api(Api::Remove { hold_off, .. }) => {
+                assert_eq!(hold_off.as_deref(), Some("30m"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["remove", "node", "n1"]).unwrap().command {
+            Command::Api(Api::Remove { hold_off, .. }) => assert_eq!(hold_off, None),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["remove", "node", "n1", "--hold-off", "soon"]).is_err());
+        // The daemon's range is its own: a day past it is sent, and refused there.
+        assert!(parse(&["remove", "node", "n1", "--hold-off", "8d"]).is_ok());
+    }
+
+    #[test]
+    fn dry_run_joins_a_query() {
+        let dry = DryRunArg { dry_run: true };
+        assert_eq!(dry.path("/policy"), "/policy?dryRun=true");
+        assert_eq!(
+            dry.path("/blocklist/nodes?force=true"),
+            "/blocklist/nodes?force=true&dryRun=true"
+        );
+        let real = DryRunArg { dry_run: false };
+        assert_eq!(
+            real.path("/blocklist/nodes?force=true"),
+            "/blocklist/nodes?force=true"
+        );
     }
 }

@@ -172,10 +172,24 @@ pub fn revision_header(resp: &reqwest::Response) -> Option<u64> {
         .ok()
 }
 
+/// What a 403 means with blocklistd: the daemon knew the token (a wrong one is 401) but its
+/// role does not allow the request.
+pub const FORBIDDEN_HINT: &str = "the token given is not an admin token: policy set, allow \
+     add and remove, add --force and remove --hold-off need one, and a reader token may not \
+     write at all";
+
 /// The messages of a non-2xx answer: the `errors` of blocklistd's `{"errors": [...]}`
 /// body, each prefixed with the status; anything else (a proxy's HTML page, say) is
-/// described with the start of its text.
+/// described with the start of its text. A 403 gets [`FORBIDDEN_HINT`] after them.
 pub fn refusal(status: StatusCode, body: &[u8]) -> Failure {
+    let mut failure = server_messages(status, body);
+    if let (StatusCode::FORBIDDEN, Failure::Refused(messages)) = (status, &mut failure) {
+        messages.push(FORBIDDEN_HINT.to_owned());
+    }
+    failure
+}
+
+fn server_messages(status: StatusCode, body: &[u8]) -> Failure {
     #[derive(serde::Deserialize)]
     struct Errors {
         errors: Vec<String>,
@@ -344,6 +358,20 @@ mod tests {
         };
         assert_eq!(m, ["404 Not Found (no message)"]);
         assert_eq!(refusal(StatusCode::NOT_FOUND, b"").exit_code(), 1);
+        let Failure::Refused(m) = refusal(
+            StatusCode::FORBIDDEN,
+            br#"{"errors":["changing the allowlist needs an admin token; this token's role is writer"]}"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            m,
+            [
+                "403 Forbidden: changing the allowlist needs an admin token; this token's role \
+                 is writer",
+                FORBIDDEN_HINT
+            ]
+        );
         assert_eq!(Failure::Unreachable("x".into()).exit_code(), 2);
     }
 

@@ -6,6 +6,8 @@
 //!   outcomes onto exit codes (0 ok, 1 refused, 2 unreachable).
 //! - [`render`]: human output — tables, local end times with "in 59m", check answers,
 //!   feed event lines.
+//! - [`policy`]: `policy status`, `show` and `set` (the read-change-write of the policy).
+//! - [`allow`]: the allowlist's `allow add`, `remove` and `list`.
 //! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
 //! - [`status`]: the spinner and status line on stderr, on a terminal only.
 //!
@@ -15,8 +17,10 @@
 //! This file runs one subcommand: it builds the request, sends it, and prints either the
 //! server's JSON (`--json`) or the human rendering.
 
+mod allow;
 mod cli;
 mod client;
+mod policy;
 mod render;
 mod status;
 mod watch;
@@ -30,7 +34,7 @@ use clap::{CommandFactory, Parser};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::cli::{AddArgs, Api, Cli, Command, DryRunArg};
+use crate::cli::{AddArgs, AllowCommand, Api, Cli, Command, DryRunArg, PolicyCommand};
 use crate::client::{check_id, item_path, segment, Client, Failure, Reply};
 use crate::render::{ItemView, Listing};
 
@@ -110,7 +114,22 @@ async fn run(
         Api::List { kind } => list(&client, kind.map(Kind::from), json).await,
         Api::Get { kind, id } => get(&client, kind.into(), &id, json).await,
         Api::Add(args) => add(&client, args, json).await,
-        Api::Remove { kind, id, dry_run } => remove(&client, kind.into(), &id, dry_run, json).await,
+        Api::Remove {
+            kind,
+            id,
+            hold_off,
+            dry_run,
+        } => {
+            remove(
+                &client,
+                kind.into(),
+                &id,
+                hold_off.as_deref(),
+                dry_run,
+                json,
+            )
+            .await
+        }
         Api::Check(args) => {
             let (kind, id) = args.resolve().map_err(Failure::refused)?;
             check(&client, kind, &id, json).await
@@ -124,13 +143,24 @@ async fn run(
             taskmanager,
             dry_run,
         } => unregister(&client, &taskmanager, dry_run, json).await,
-        Api::Policy => policy(&client, json).await,
+        Api::Policy { command } => match command {
+            None | Some(PolicyCommand::Status) => policy::status(&client, json).await,
+            Some(PolicyCommand::Show) => policy::show(&client, json).await,
+            Some(PolicyCommand::Set(args)) => policy::set(&client, args, json).await,
+        },
+        Api::Allow(command) => match command {
+            AllowCommand::Add(args) => allow::add(&client, args, json).await,
+            AllowCommand::Remove { kind, id, dry_run } => {
+                allow::remove(&client, kind.into(), &id, dry_run, json).await
+            }
+            AllowCommand::List { kind } => allow::list(&client, kind.map(Kind::from), json).await,
+        },
         Api::Watch { since } => watch::run(&client, since, json).await,
     }
 }
 
 /// `--json`: the server's body as it came (nothing when it is empty, as a 201 is).
-fn print_json(reply: &Reply) {
+pub fn print_json(reply: &Reply) {
     let text = String::from_utf8_lossy(&reply.body);
     let text = text.trim();
     if !text.is_empty() {
@@ -139,14 +169,14 @@ fn print_json(reply: &Reply) {
 }
 
 /// The kind in sentences ("blocked task manager tm-1").
-fn noun(kind: Kind) -> &'static str {
+pub fn noun(kind: Kind) -> &'static str {
     match kind {
         Kind::TaskManager => "task manager",
         Kind::Node => "node",
     }
 }
 
-fn now() -> i64 {
+pub fn now() -> i64 {
     blocklistd::clock::now_ms()
 }
 
@@ -196,6 +226,9 @@ async fn get(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Fa
     }
     let item: ItemView = reply.json()?;
     let mut text = render::items_table(&[(kind.singular(), &item)], now(), &chrono::Local);
+    if let Some(forced) = &item.forced {
+        let _ = writeln!(text, "{}", render::forced_text(forced, &chrono::Local));
+    }
     if let Some(tms) = &item.task_managers {
         let id = render::clean(&item.id);
         if tms.is_empty() {
@@ -232,7 +265,11 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
             element
         })
         .collect();
-    let path = args.dry_run.path(&format!("/blocklist/{}", kind.plural()));
+    let mut path = format!("/blocklist/{}", kind.plural());
+    if args.force {
+        path.push_str("?force=true");
+    }
+    let path = args.dry_run.path(&path);
     let reply = client
         .send(Method::POST, &path, Some(&Value::Array(elements)))
         .await?;
@@ -285,22 +322,45 @@ async fn remove(
     client: &Client,
     kind: Kind,
     id: &str,
+    hold_off: Option<&str>,
     dry_run: DryRunArg,
     json: bool,
 ) -> Result<(), Failure> {
     check_id(noun(kind), id)?;
-    let path = dry_run.path(&item_path(kind, id));
-    let reply = client.send(Method::DELETE, &path, None).await?;
+    let mut path = item_path(kind, id);
+    if let Some(hold_off) = hold_off {
+        path = format!("{path}?holdOff={}", segment(hold_off));
+    }
+    let reply = client
+        .send(Method::DELETE, &dry_run.path(&path), None)
+        .await?;
     if json {
         print_json(&reply);
-    } else {
-        emit(&format!(
-            "{} {} {}\n",
-            dry_run.verb("unblocked", "would unblock"),
-            noun(kind),
-            render::clean(id)
-        ));
+        return Ok(());
     }
+    let mut text = format!(
+        "{} {} {}",
+        dry_run.verb("unblocked", "would unblock"),
+        noun(kind),
+        render::clean(id)
+    );
+    if hold_off.is_some() {
+        let answer: render::RemovalView = reply.json()?;
+        // The daemon keeps an entry of the id that lasts longer than the hold-off; either
+        // way, the entry it names is what holds the id off.
+        match answer.hold_off {
+            Some(entry) => {
+                let _ = write!(
+                    text,
+                    ", held off {}",
+                    render::entry_end(&entry, now(), &chrono::Local)
+                );
+            }
+            None => text.push_str(", without a hold-off (the daemon put none)"),
+        }
+    }
+    text.push('\n');
+    emit(&text);
     Ok(())
 }
 
@@ -319,16 +379,6 @@ async fn check(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), 
         now(),
         &chrono::Local,
     ));
-    Ok(())
-}
-
-async fn policy(client: &Client, json: bool) -> Result<(), Failure> {
-    let reply = client.send(Method::GET, "/policy/status", None).await?;
-    if json {
-        print_json(&reply);
-    } else {
-        emit(&render::policy_text(&reply.json()?));
-    }
     Ok(())
 }
 

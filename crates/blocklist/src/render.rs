@@ -1,5 +1,6 @@
 //! Human output: tables, end times as local time plus "in 59m", check answers and feed
-//! events. Pure: every function takes `now` and the time zone, so tests pin both.
+//! events; the guardrail policy in [`policy`], allowlist entries in [`allow`]. Pure: every
+//! function takes `now` and the time zone, so tests pin both.
 
 use std::fmt::Display;
 
@@ -7,6 +8,14 @@ use blocklistd::model::PERMANENT;
 use chrono::{DateTime, TimeZone};
 use serde::Deserialize;
 use serde_json::Value;
+
+mod allow;
+mod policy;
+
+pub use allow::{
+    allow_table, entry_end, entry_subject, AllowPutView, AllowlistView, EntryView, RemovalView,
+};
+pub use policy::{policy_status_text, policy_table};
 
 /// An item as the API shows it. Deserialized leniently (unknown fields ignored, optional
 /// ones defaulted) so a newer daemon adding fields does not break an older client.
@@ -23,6 +32,19 @@ pub struct ItemView {
     /// Node entries only: the task managers registered on the node.
     #[serde(default)]
     pub task_managers: Option<Vec<String>>,
+    /// Present when the block was let in past guardrails by `--force`.
+    #[serde(default)]
+    pub forced: Option<ForcedView>,
+}
+
+/// An item's `forced`: which guards a forced write passed, by whom, when.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ForcedView {
+    #[serde(default)]
+    pub guards: Vec<String>,
+    #[serde(default)]
+    pub by: Option<String>,
+    pub at: i64,
 }
 
 /// `GET /blocklist`.
@@ -47,71 +69,23 @@ pub struct CheckView {
     pub blocked_by: Vec<ItemView>,
 }
 
-/// `GET /policy/status`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PolicyView {
-    pub task_managers: KindGuardsView,
-    pub nodes: KindGuardsView,
-    #[serde(default)]
-    pub max_block_duration_secs: Option<u64>,
-    pub permanent_blocks_allowed: bool,
-}
-
-/// One kind in `GET /policy/status`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KindGuardsView {
-    pub blocked: u64,
-    #[serde(default)]
-    pub max_blocked: Option<u64>,
-    #[serde(default)]
-    pub headroom: Option<u64>,
-    #[serde(default)]
-    pub evacuations: Option<EvacuationsView>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EvacuationsView {
-    pub per_minute: u32,
-    pub burst: u32,
-    pub available: u32,
-}
-
-/// The guardrails, a line per kind and one for durations.
-pub fn policy_text(policy: &PolicyView) -> String {
-    let kind = |name: &str, guards: &KindGuardsView| {
-        let cap = match (guards.max_blocked, guards.headroom) {
-            (Some(cap), Some(headroom)) => format!("cap {cap} ({headroom} more allowed)"),
-            _ => "no cap".to_owned(),
-        };
-        let evacuations = match &guards.evacuations {
-            Some(e) => format!(
-                "evacuations {}/min, bursts of {}: {} allowed now",
-                e.per_minute, e.burst, e.available
-            ),
-            None => "no evacuation limit".to_owned(),
-        };
-        format!("{name}: {} blocked, {cap}; {evacuations}\n", guards.blocked)
-    };
-    let longest = match policy.max_block_duration_secs {
-        Some(secs) => format!(
-            "at most {}",
-            humantime::format_duration(std::time::Duration::from_secs(secs))
-        ),
-        None => "no longest".to_owned(),
-    };
-    let permanent = if policy.permanent_blocks_allowed {
-        "permanent blocks allowed"
+/// How a forced block was let in: `forced past blocked-share by alice at 2030-…` (no
+/// "by" when the token has no name, or the daemon takes no tokens).
+pub fn forced_text<Tz: TimeZone>(forced: &ForcedView, tz: &Tz) -> String
+where
+    Tz::Offset: Display,
+{
+    let guards = if forced.guards.is_empty() {
+        "the guardrails".to_owned()
     } else {
-        "permanent blocks not allowed"
+        let guards: Vec<String> = forced.guards.iter().map(|g| clean(g)).collect();
+        guards.join(", ")
     };
-    format!(
-        "{}{}blocks: {longest}; {permanent}\n",
-        kind("nodes", &policy.nodes),
-        kind("task managers", &policy.task_managers),
-    )
+    let by = forced
+        .by
+        .as_deref()
+        .map_or_else(String::new, |by| format!(" by {}", clean(by)));
+    format!("forced past {guards}{by} at {}", local_time(forced.at, tz))
 }
 
 /// The short action names the CLI accepts, so what the table shows can be typed back.
@@ -290,6 +264,19 @@ where
                 "{revision} {event} taskmanager {} {preposition} node {}",
                 clean(tm),
                 clean(node)
+            );
+        }
+    }
+    if matches!(
+        event.as_str(),
+        "allowlisted" | "unallowlisted" | "allowlist-expired"
+    ) {
+        if let Ok(entry) = EntryView::deserialize(data) {
+            return format!(
+                "{revision} {event} {}: {}, comment \"{}\"",
+                entry_subject(&entry),
+                entry_end(&entry, now_ms, tz),
+                clean(&entry.comment)
             );
         }
     }
@@ -472,21 +459,36 @@ mod tests {
     }
 
     #[test]
-    fn policy_lines() {
-        let policy: PolicyView = serde_json::from_value(serde_json::json!({
-            "taskManagers": {"blocked": 0, "maxBlocked": null, "headroom": null, "evacuations": null},
-            "nodes": {"blocked": 18, "maxBlocked": 20, "headroom": 2,
-                      "evacuations": {"perMinute": 6, "burst": 6, "available": 4}},
-            "maxBlockDurationSecs": 86400,
-            "permanentBlocksAllowed": false
-        }))
-        .unwrap();
+    fn allowlist_event_lines() {
+        let now = 1_900_000_000_000;
+        let data = json!({"kind": "node", "id": "n-7", "prefix": false, "comment": "db",
+            "addedBy": null, "addedAt": 1, "endTimestamp": null});
         assert_eq!(
-            policy_text(&policy),
-            "nodes: 18 blocked, cap 20 (2 more allowed); evacuations 6/min, bursts of 6: 4 \
-             allowed now\n\
-             task managers: 0 blocked, no cap; no evacuation limit\n\
-             blocks: at most 1day; permanent blocks not allowed\n"
+            event_line(50, "allowlisted", &data, now, &Utc),
+            "50 allowlisted node n-7: until removed, comment \"db\""
+        );
+        assert_eq!(
+            event_line(51, "allowlist-expired", &data, now, &Utc),
+            "51 allowlist-expired node n-7: until removed, comment \"db\""
+        );
+    }
+
+    #[test]
+    fn forced_blocks_say_past_what_and_by_whom() {
+        let item = item(
+            json!({"id": "n1", "action": "MARK_BLOCKED", "endTimestamp": PERMANENT,
+            "cause": "c", "forced": {"guards": ["blocked-share", "max-items"], "by": "alice",
+            "at": 1_900_000_000_000_i64}}),
+        );
+        assert_eq!(
+            forced_text(item.forced.as_ref().unwrap(), &Utc),
+            "forced past blocked-share, max-items by alice at 2030-03-17 17:46:40"
+        );
+        let unnamed: ForcedView =
+            serde_json::from_value(json!({"guards": [], "by": null, "at": 0})).unwrap();
+        assert_eq!(
+            forced_text(&unnamed, &Utc),
+            "forced past the guardrails at 1970-01-01 00:00:00"
         );
     }
 }

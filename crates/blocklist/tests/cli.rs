@@ -1,6 +1,7 @@
 //! The `blocklist` command-line client against the real daemon: every subcommand in human
 //! and `--json` form, the exit codes (1 refused with the server's message, 2 unreachable),
-//! the bearer token, and `watch` — including its resume after a dropped connection.
+//! the bearer token, and `watch` — including its resume after a dropped connection. The
+//! guardrail commands (policy, allowlist, hold-off, force) are in `cli/guardrails.rs`.
 
 // The daemon's own test harness, shared rather than copied: it starts the real daemon binary
 // and speaks HTTP to it.
@@ -18,6 +19,9 @@ use serde_json::Value;
 
 #[path = "cli/run.rs"]
 mod run;
+
+#[path = "cli/guardrails.rs"]
+mod guardrails;
 
 use run::*;
 
@@ -584,8 +588,12 @@ fn policy_shows_the_guardrails_and_where_each_kind_stands() {
     let run = cli(&d, &["policy"]).ok();
     assert_eq!(
         run.stdout,
-        "nodes: 1 blocked, cap 5 (4 more allowed); no evacuation limit\n\
-         task managers: 0 blocked, no cap; no evacuation limit\n\
+        "nodes: 1 item, cap 5 (4 more allowed); no evacuation limit\n  \
+         blocked: 0 of 0 registered; cap 50%, applies from 10 registered\n  \
+         evacuating: 0 of 0 registered; cap 20%, applies from 10 registered\n\
+         task managers: 0 items, no cap; no evacuation limit\n  \
+         blocked: 0 of 0 registered; cap 50%, applies from 10 registered\n  \
+         evacuating: 0 of 0 registered; no cap\n\
          blocks: no longest; permanent blocks not allowed\n"
     );
     let json = cli(&d, &["--json", "policy"]).ok().json();

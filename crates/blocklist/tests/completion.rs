@@ -11,6 +11,16 @@ use common::*;
 
 const CLI: &str = env!("CARGO_BIN_EXE_blocklist");
 
+/// The subcommands of subcommands, which get pages of their own (`blocklist-policy-set.1`).
+const NESTED: &[&str] = &[
+    "policy-status",
+    "policy-show",
+    "policy-set",
+    "allow-add",
+    "allow-remove",
+    "allow-list",
+];
+
 /// The subcommands `--help` lists, which must include every one this client has.
 fn subcommands() -> Vec<String> {
     let listed = subcommands_in_help(Path::new(CLI));
@@ -23,6 +33,7 @@ fn subcommands() -> Vec<String> {
         "register",
         "unregister",
         "policy",
+        "allow",
         "watch",
         "completion",
         "man",
@@ -39,7 +50,18 @@ fn subcommands() -> Vec<String> {
 fn completion_scripts_name_every_subcommand() {
     assert_completions_name(Path::new(CLI), &subcommands());
     let bash = printed(Path::new(CLI), &["completion", "bash"]);
-    for flag in ["--server", "--token-file", "--json", "--cause", "--since"] {
+    for flag in [
+        "--server",
+        "--token-file",
+        "--json",
+        "--cause",
+        "--since",
+        "--force",
+        "--hold-off",
+        "--comment",
+        "--nodes-max-blocked-percent",
+        "--max-block-duration",
+    ] {
         assert!(bash.contains(flag), "{flag}");
     }
     // Completion needs no server: a token file that does not exist is no error here.
@@ -80,19 +102,37 @@ fn the_manual_pages_render() {
         Path::new(CLI),
         &["man", "--dir", dir.path().to_str().unwrap()],
     );
-    assert_eq!(listed.lines().count(), 1 + subcommands.len(), "{listed}");
+    assert_eq!(
+        listed.lines().count(),
+        1 + subcommands.len() + NESTED.len(),
+        "{listed}"
+    );
     for sub in subcommands
         .iter()
+        .map(String::as_str)
+        .chain(NESTED.iter().copied())
         .map(|s| format!("-{s}"))
         .chain([String::new()])
     {
         let name = format!("blocklist{sub}.1");
         let page = std::fs::read(dir.path().join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         let text = render_man(&page, &name);
-        if sub == "-add" {
-            for part in ["--cause", "--timeout", "--merge"] {
-                assert!(text.contains(part), "{part}:\n{text}");
-            }
+        let flags: &[&str] = match sub.as_str() {
+            "-add" => &["--cause", "--timeout", "--merge", "--force"],
+            "-remove" => &["--hold-off", "--dry-run"],
+            "-policy" => &["blocklist-policy-set(1)"],
+            "-policy-set" => &[
+                "--nodes-max-blocked-percent",
+                "--taskmanagers-evacuation-burst",
+                "--max-block-duration",
+                "--permanent-blocks",
+                "--dry-run",
+            ],
+            "-allow-add" => &["--comment", "--prefix", "--until"],
+            _ => &[],
+        };
+        for part in flags {
+            assert!(text.contains(part), "{name}: {part}:\n{text}");
         }
     }
 }
