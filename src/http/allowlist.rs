@@ -93,16 +93,20 @@ impl<S: Send + Sync> FromRequestParts<S> for KindPath {
     path = "/allowlist",
     tag = "allowlist",
     responses(
-        (status = 200, description = "Every entry in force, by kind and id", body = Allowlist),
+        (status = 200, description = "Every entry in force, by kind and id", body = Allowlist,
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
         (status = 401, response = Unauthorized),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
     security((), ("bearerAuth" = [])),
 )]
-pub(super) async fn list_all(State(state): State<AppState>) -> Result<Json<Allowlist>> {
+pub(super) async fn list_all(State(state): State<AppState>) -> Result<Response> {
     let (entries, revision) = state.store.allowlist(None, state.store.now()).await?;
-    Ok(Json(Allowlist { revision, entries }))
+    Ok(with_revision(
+        revision,
+        Json(Allowlist { revision, entries }),
+    ))
 }
 
 /// The allowlist entries of one kind

@@ -338,7 +338,8 @@ async fn refused(state: &AppState, kind: Kind, refusals: Vec<Refusal>, now: i64)
             .await;
         match next {
             Ok(Some(end)) => Some(wait_ms.max(end - now)),
-            _ => None,
+            // No timed block to wait for: at least the rate's (or a hold-off's) wait.
+            _ => (wait_ms > 0).then_some(wait_ms),
         }
     } else {
         Some(wait_ms)

@@ -101,6 +101,7 @@ pub(crate) use meta::{
 use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
 
+use crate::model::Kind;
 use crate::policy::{Bucket, Policy};
 use crate::sweep_signal::SweepSignal;
 use commit::Message;
@@ -180,6 +181,17 @@ impl Store {
             }
         };
         let wanted = config.policy.apply(policy.clone());
+        for kind in Kind::ALL {
+            if config.policy.evacuation_burst[crate::policy::slot(kind)].is_some()
+                && wanted.of(kind).evacuations.is_none()
+            {
+                tracing::warn!(
+                    kind = kind.plural(),
+                    "an evacuation burst was given for a kind without an evacuation rate; it \
+                     has no effect (give the rate too)"
+                );
+            }
+        }
         // The buckets live in memory only: an empty one at time 0 is full at its first use.
         let buckets = [Bucket::EMPTY; 2];
         let feed = Arc::new(Feed {
@@ -333,7 +345,6 @@ fn sweep_signal(watermark: Vec<u8>) -> SweepSignal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Kind;
 
     #[test]
     fn the_clock_holds_at_the_end_of_the_announced_watermark() {

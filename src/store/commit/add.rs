@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
 use crate::model::{Block, Forced, Item, Kind, NewItem};
-use crate::policy::{self, Exposure, Level, Refusal};
+use crate::policy::{self, Bucket, Exposure, Level, Refusal};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Add {
@@ -220,7 +220,23 @@ impl Add {
                         tx.buckets.set(buckets);
                     }
                     Ok(_) => {}
-                    Err(refused) => refusals.extend(refused),
+                    Err(refused) => {
+                        // Forced past the rate: the evacuations take every token there is,
+                        // so the detector does not get a burst of its own right after.
+                        let forced = self.force.is_some()
+                            && refusals
+                                .iter()
+                                .chain(&refused)
+                                .all(|r| r.guard.is_forceable());
+                        if forced {
+                            *bucket = Bucket {
+                                level: 0.0,
+                                at: bucket.at(rate, now).at,
+                            };
+                            tx.buckets.set(buckets);
+                        }
+                        refusals.extend(refused);
+                    }
                 }
             }
         }
