@@ -1,9 +1,11 @@
-//! Backward compatibility: a data dir of every schema version (1 to 5), written byte by
-//! byte as that version lays it out (`migrations/000N-*.md`), is upgraded by the real
-//! binary and served with all it held; a newer schema is refused and left as it is.
+//! Backward compatibility: a data dir of every schema version (1 to 6), written byte by
+//! byte as that version lays it out (`migrations/000N-*.md`), is opened by the real binary
+//! (upgraded, when older than the current version) and served with all it held; a newer
+//! schema is refused and left as it is.
 //!
 //! Layout: `upgrade/layouts.rs` builds each version's keys and values from the migration
-//! documents; `upgrade/fixtures.rs` is the blocklist every version's fixture holds.
+//! documents; `upgrade/fixtures.rs` is the blocklist every version's fixture holds, and
+//! from version 6 its guardrails (a stored policy, an allowlist, a forced block).
 // These tests write old formats byte by byte, on purpose without the daemon's encoders.
 #![allow(clippy::big_endian_bytes, clippy::little_endian_bytes)]
 
@@ -18,7 +20,10 @@ use std::path::Path;
 
 use blocklistd::store::SCHEMA_VERSION;
 use common::*;
-use fixtures::{Change, Stored, ACTIVE, ANNOUNCED, DUE, MEMBER, START};
+use fixtures::{
+    Allowed, Change, Stored, ACTIVE, ALLOWED, ALLOW_DUE, ANNOUNCED, DUE, FORCED, MEMBER, POLICY,
+    START,
+};
 use layouts::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -66,11 +71,53 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
     assert_eq!(v3_event(REGISTERED, 2, &on_n1), registered);
     // events_format_v3_fixture
     assert_eq!(
-        v4_chunk(2, &[(EXPIRED, t1), (REGISTERED, on_n1)]),
+        v4_chunk(2, &[(EXPIRED, t1), (REGISTERED, on_n1.clone())]),
         [
             3, 4, 2, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 4, 1, 2, b't', b'1', 2, b'n',
             b'1',
         ]
+    );
+    // format_v2_fixture: format 1's fields, then no forced record, or one.
+    let plain = v6_item(EVACUATE, START, PERMANENT, "disk", None);
+    assert_eq!(plain, [&[2], &N1_FORMAT_1[1..], &[0]].concat());
+    let forced = v6_forced(&["blocked-share"], Some("ops"), 3);
+    let mut forced_bytes = plain[..plain.len() - 1].to_vec();
+    forced_bytes.extend_from_slice(&[1, 1, 13]);
+    forced_bytes.extend_from_slice(b"blocked-share");
+    forced_bytes.extend_from_slice(&[1, 3, b'o', b'p', b's', 6]);
+    assert_eq!(
+        v6_item(EVACUATE, START, PERMANENT, "disk", Some(forced)),
+        forced_bytes
+    );
+    // allowlist_and_policy_format_v1_fixtures
+    assert_eq!(
+        v6_allow(true, "dbs", None, 1, Some(2)),
+        [1, 1, 3, b'd', b'b', b's', 0, 2, 1, 4]
+    );
+    assert_eq!(
+        v6_policy(&fixtures::DEFAULT_POLICY),
+        [1, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1]
+    );
+    // events_format_v4_fixture: the item's block in format 2, and a JSON change.
+    let t1 = v3_item_change(TASK_MANAGER, "t1", &v6_block(EVACUATE, 5, 9, "c", None));
+    assert_eq!(
+        v6_chunk(
+            2,
+            &[
+                (EXPIRED, t1),
+                (REGISTERED, on_n1),
+                (POLICY_CHANGED, v6_json_change("{}"))
+            ]
+        ),
+        [
+            4, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 4, 1, 2, b't', b'1', 2,
+            b'n', b'1', 6, 2, 2, b'{', b'}',
+        ]
+    );
+    // keys::allow_expiry_key: the item's expiry key with the tag in lower case.
+    assert_eq!(
+        v6_allow_expiry_key(5, TASK_MANAGER, "t1"),
+        [0, 0, 0, 0, 0, 0, 0, 5, b't', b't', b'1']
     );
 }
 
@@ -79,6 +126,7 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
 fn served(s: &Stored) -> Value {
     let mut item = json!({"id": s.id, "action": fixtures::action_name(s.action),
         "startTimestamp": START, "endTimestamp": s.end, "cause": s.cause});
+    add_forced(&mut item, s);
     if s.kind == NODE {
         let (tm, node) = MEMBER;
         item["taskManagers"] = if s.id == node { json!([tm]) } else { json!([]) };
@@ -88,9 +136,18 @@ fn served(s: &Stored) -> Value {
 
 /// The JSON of a fixture item with its kind, as an event or a check carries it.
 fn with_kind(s: &Stored) -> Value {
-    json!({"kind": fixtures::kind_name(s.kind), "id": s.id,
+    let mut item = json!({"kind": fixtures::kind_name(s.kind), "id": s.id,
         "action": fixtures::action_name(s.action), "startTimestamp": START,
-        "endTimestamp": s.end, "cause": s.cause})
+        "endTimestamp": s.end, "cause": s.cause});
+    add_forced(&mut item, s);
+    item
+}
+
+/// Adds the `forced` field an item's JSON has only when it was forced.
+fn add_forced(item: &mut Value, s: &Stored) {
+    if let Some(f) = &s.forced {
+        item["forced"] = json!({"guards": f.guards, "by": f.by, "at": f.at});
+    }
 }
 
 fn item_path(s: &Stored) -> String {
@@ -99,6 +156,7 @@ fn item_path(s: &Stored) -> String {
 
 /// An event of a fixture's log as the feed sends it: its type and its data.
 fn sent(event: u8, change: &Change) -> (String, Value) {
+    // `event:` names by stored code (`EventType::ALL`'s order).
     let name = [
         "added",
         "merged",
@@ -106,25 +164,33 @@ fn sent(event: u8, change: &Change) -> (String, Value) {
         "expired",
         "registered",
         "unregistered",
+        "policy",
+        "allowlisted",
+        "unallowlisted",
+        "allowlist-expired",
     ];
     let data = match change {
         Change::Item(s) => with_kind(s),
         Change::Registration(tm, node) => json!({"id": tm, "node": node}),
+        Change::Json(data) => data.clone(),
     };
     (name[usize::from(event)].to_owned(), data)
 }
 
-/// The schema version stored in a stopped daemon's data dir.
-fn stored_schema_version(dir: &Path) -> u32 {
+/// The `meta` entry `key` of a stopped daemon's data dir.
+fn stored_meta(dir: &Path, key: &str) -> Option<Vec<u8>> {
     let db = open_sled(dir);
     let meta = db.open_tree("meta").unwrap();
-    let bytes = meta
-        .get("schema_version")
-        .unwrap()
-        .expect("a schema version");
+    let bytes = meta.get(key).unwrap().map(|v| v.to_vec());
     drop((meta, db));
     wait_until_unlocked(dir);
-    u32::from_be_bytes(bytes.as_ref().try_into().expect("4 bytes"))
+    bytes
+}
+
+/// The schema version stored in a stopped daemon's data dir.
+fn stored_schema_version(dir: &Path) -> u32 {
+    let bytes = stored_meta(dir, "schema_version").expect("a schema version");
+    u32::from_be_bytes(bytes.as_slice().try_into().expect("4 bytes"))
 }
 
 /// Runs `blocklistd check` on a stopped daemon's data dir and asserts that it passes.
@@ -137,9 +203,10 @@ fn assert_check_passes(dir: &Path) {
 }
 
 /// Writes the fixture of `version`, starts the daemon on it, and checks that it upgrades
-/// it, serves every item, registration and event it held, expires what came due, keeps
-/// what was announced gone, gives the next change the next revision, and leaves a data dir
-/// of the current version that `blocklistd check` passes.
+/// it (when older than the current version), serves every item, registration, event and
+/// guardrail it held, expires what came due, keeps what was announced gone, gives the next
+/// change the next revision, and leaves a data dir of the current version that
+/// `blocklistd check` passes.
 async fn upgrades_and_serves(version: u32) {
     let mut ws = Workspace::new();
     let dir = ws.data_dir();
@@ -154,7 +221,11 @@ async fn upgrades_and_serves(version: u32) {
     let upgraded = d.log_text().contains("upgraded the database schema");
     assert_eq!(upgraded, version < SCHEMA_VERSION, "{}", d.log_text());
 
-    for s in &ACTIVE {
+    let mut nodes = vec![&ACTIVE[0], &ACTIVE[1]];
+    if version >= 6 {
+        nodes.push(&FORCED);
+    }
+    for s in nodes.iter().chain(&[&ACTIVE[2], &ACTIVE[3]]) {
         assert_eq!(d.get(&item_path(s)).await, (StatusCode::OK, served(s)));
     }
     // Both have ended: gone for every reader, whether or not announced yet.
@@ -167,22 +238,29 @@ async fn upgrades_and_serves(version: u32) {
         );
     }
     // The sweeper finds the due item through the old expiry index and announces it; the
-    // one behind the watermark it never announces again.
-    eventually("the due item to be announced expired", || async {
-        d.swept().await >= 1
-    })
-    .await;
-    assert_eq!(d.swept().await, 1, "only the due item is announced");
+    // one behind the watermark it never announces again. In version 6 the ended allowlist
+    // entry is due too, and comes after it in the expiry tree (a later end).
+    let mut announced = vec![sent(EXPIRED, &Change::Item(&DUE))];
+    if version >= 6 {
+        let entry = fixtures::allowed_json(&ALLOW_DUE);
+        announced.push(sent(ALLOWLIST_EXPIRED, &Change::Json(entry)));
+    }
     let logged: Vec<(String, Value)> = fixtures::history(version)
         .iter()
         .flatten()
         .map(|(event, change)| sent(*event, change))
         .collect();
-    let last = logged.len() as u64;
+    let last = (logged.len() + announced.len()) as u64;
+    eventually("the due entries to be announced", || async {
+        d.listing().await["revision"] == last
+    })
+    .await;
+    assert_eq!(d.swept().await, 1, "only the due item is announced");
     assert_eq!(
         d.listing().await,
         json!({"blockedTaskManagers": [served(&ACTIVE[2]), served(&ACTIVE[3])],
-            "blockedNodes": [served(&ACTIVE[0]), served(&ACTIVE[1])], "revision": last + 1})
+            "blockedNodes": nodes.iter().map(|s| served(s)).collect::<Vec<_>>(),
+            "revision": last})
     );
 
     // Membership: the registration is kept, and the node's block reaches the task manager.
@@ -202,26 +280,27 @@ async fn upgrades_and_serves(version: u32) {
         d.get("/blocklist/check/taskmanagers/tm-1").await.1,
         json!({"id": "tm-1", "blocked": true, "action": MB, "blockedBy": [with_kind(&ACTIVE[2])]})
     );
+    assert_guardrails(&d, version).await;
 
     // The log as stored, the expiry, then changes after the upgrade at the next revisions.
     let mut watch = Watch::open(&d, Some(0), None).await.unwrap();
     let body = json!([item("tm-new", MB, "c")]);
     assert_eq!(
         revision_of(&d, Method::POST, "/blocklist/taskmanagers", Some(body)).await,
-        (StatusCode::CREATED, last + 2)
+        (StatusCode::CREATED, last + 1)
     );
     assert_eq!(
         revision_of(&d, Method::DELETE, &item_path(&ACTIVE[1]), None).await,
-        (StatusCode::OK, last + 3)
+        (StatusCode::OK, last + 2)
     );
-    let events = watch.take(logged.len() + 3).await;
+    let mut expected = logged;
+    expected.extend(announced);
+    let events = watch.take(expected.len() + 2).await;
     assert_consecutive(&events, 0);
     let got: Vec<(String, Value)> = events
         .iter()
         .map(|e| (e.event.clone(), e.data.clone()))
         .collect();
-    let mut expected = logged;
-    expected.push(sent(EXPIRED, &Change::Item(&DUE)));
     assert_eq!(got[..expected.len()], expected);
     assert_eq!(
         summary(&events[expected.len()..]),
@@ -229,7 +308,8 @@ async fn upgrades_and_serves(version: u32) {
     );
     assert_eq!(events[expected.len() + 1].data, with_kind(&ACTIVE[1]));
 
-    // The storage of every expired item is reclaimed once writers pause.
+    // The storage of every expired item is reclaimed once writers pause; an allowlist
+    // entry's went when it was announced.
     let expired = if version >= 5 { 2 } else { 1 };
     eventually("the expired items' storage to be reclaimed", || async {
         d.reclaimed().await == expired
@@ -238,7 +318,105 @@ async fn upgrades_and_serves(version: u32) {
     assert_eq!(d.swept().await, 1, "nothing is announced twice");
     assert!(d.terminate().success());
     assert_eq!(stored_schema_version(&dir), SCHEMA_VERSION);
+    // An older data dir got the default policy stored at its first start on version 6.
+    let policy = if version >= 6 {
+        &POLICY
+    } else {
+        &fixtures::DEFAULT_POLICY
+    };
+    assert_eq!(stored_meta(&dir, "policy"), Some(v6_policy(policy)));
+    if version >= 6 {
+        assert_allowlist_stored_as_written(&dir);
+    }
     assert_check_passes(&dir);
+}
+
+/// The guardrails a data dir of `version` is served with. In version 6 the stored policy
+/// and the allowlist entries in force (not the one that ended), which refuse an add of an
+/// id they cover: for good (422) for an entry until removed, for later (429) while one with
+/// an end applies. An older data dir has the default policy and no allowlist.
+async fn assert_guardrails(d: &Daemon, version: u32) {
+    let (policy, entries) = if version >= 6 {
+        let entries: Vec<Value> = ALLOWED.iter().map(fixtures::allowed_json).collect();
+        (fixtures::policy_json(&POLICY), entries)
+    } else {
+        let policy = json!({
+            "nodes": {"maxBlockedPercent": 50, "maxEvacuatingPercent": 20, "maxBlocked": null,
+                "evacuations": null},
+            "taskManagers": {"maxBlockedPercent": 50, "maxEvacuatingPercent": null,
+                "maxBlocked": null, "evacuations": null},
+            "minRegistered": 10,
+            "maxBlockDurationSecs": null,
+            "permanentBlocksAllowed": true,
+        });
+        (policy, Vec::new())
+    };
+    assert_eq!(d.get("/policy").await, (StatusCode::OK, policy));
+    let (status, allowlist) = d.get("/allowlist").await;
+    assert_eq!(
+        (status, &allowlist["entries"]),
+        (StatusCode::OK, &json!(entries))
+    );
+    if version < 6 {
+        return;
+    }
+    let refusal = |a: &Allowed, id: &str, which: &str| {
+        format!(
+            "{} {id:?} is on the allowlist ({which}: {:?}",
+            fixtures::kind_name(a.kind),
+            a.comment
+        )
+    };
+    let (status, body) = d
+        .post("/blocklist/nodes", json!([item("db-7", MB, "c")]))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let expected = refusal(&ALLOWED[0], "db-7", "the prefix entry \"db-\"") + ", added by alice)";
+    assert!(
+        body["errors"][0].as_str().unwrap().contains(&expected),
+        "{body}"
+    );
+    let canary = &ALLOWED[1];
+    let (status, body) = d
+        .post("/blocklist/taskmanagers", json!([item(canary.id, MB, "c")]))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let expected = refusal(canary, canary.id, "its entry")
+        + &format!(", until {} (unix ms))", canary.end.unwrap());
+    assert!(
+        body["errors"][0].as_str().unwrap().contains(&expected),
+        "{body}"
+    );
+}
+
+/// The allowlist of the version-6 fixture after the daemon ran on it: the entries in force
+/// byte for byte as written, with the expiry entry of the one with an end; nothing left of
+/// the one that ended.
+fn assert_allowlist_stored_as_written(dir: &Path) {
+    let trees = contents(dir);
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = ALLOWED
+        .iter()
+        .map(|a| {
+            let value = v6_allow(a.prefix, a.comment, a.added_by, a.added_at, a.end);
+            (v6_allow_key(a.kind, a.id), value)
+        })
+        .collect();
+    assert_eq!(trees[b"allowlist".as_slice()], stored);
+    let allow_ends: Vec<Vec<u8>> = trees[b"expiry".as_slice()]
+        .iter()
+        .map(|(key, _)| key.clone())
+        // The tag after the 8-byte end: lower case for an allowlist entry.
+        .filter(|key| key[8].is_ascii_lowercase())
+        .collect();
+    let canary = &ALLOWED[1];
+    assert_eq!(
+        allow_ends,
+        [v6_allow_expiry_key(
+            canary.end.unwrap(),
+            canary.kind,
+            canary.id
+        )]
+    );
 }
 
 /// Version 1 (migrations/0001-initial.md): items, their expiry index, membership.
@@ -266,11 +444,19 @@ async fn a_version_4_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(4).await;
 }
 
-/// Version 5 (migrations/0005-expiry-watermark.md), the current one: an expiry watermark
-/// with an announced item not yet reclaimed. It opens as it is, without an upgrade.
+/// Version 5 (migrations/0005-expiry-watermark.md): an expiry watermark with an announced
+/// item not yet reclaimed. Upgraded, it gets the default policy and an empty allowlist.
 #[tokio::test]
-async fn a_version_5_data_dir_opens_and_serves_all_it_held() {
+async fn a_version_5_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(5).await;
+}
+
+/// Version 6 (migrations/0006-guardrails.md), the current one: items and events in the
+/// formats with a forced record, policy and allowlist events, a stored policy, and an
+/// allowlist with and without ends. It opens as it is, without an upgrade.
+#[tokio::test]
+async fn a_version_6_data_dir_opens_and_serves_all_it_held() {
+    upgrades_and_serves(6).await;
 }
 
 /// The first version-1 layout has no membership trees: `tm_node` and `node_tms` joined
@@ -286,7 +472,7 @@ async fn a_version_1_data_dir_without_membership_trees_is_upgraded() {
             .unwrap()
             .insert("schema_version", &schema_version(1))
             .unwrap();
-        fixtures::write_items(&db, &ACTIVE.iter().collect::<Vec<_>>(), false);
+        fixtures::write_items(&db, 1, &ACTIVE.iter().collect::<Vec<_>>(), false);
         db.flush().unwrap();
     }
     wait_until_unlocked(&dir);

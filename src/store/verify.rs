@@ -80,13 +80,13 @@ impl Store {
         drop(ticks);
         progress.stage("checking the expiry index", ENTRIES, Some(indexed as u64));
         let mut ticks = Ticks::new(progress);
+        // Items' entries only: an allowlist entry's is checked against its entry below.
         let mut entries = 0usize;
         // Entries at or before the watermark: announced expired, storage not reclaimed.
         let mut unreclaimed = 0u64;
         for key in trees.expiry.iter().keys() {
             let key = key?;
             ticks.tick();
-            entries += 1;
             if !watermark.is_empty() && key.as_ref() <= watermark.as_slice() {
                 unreclaimed += 1;
             }
@@ -111,6 +111,7 @@ impl Store {
                     continue;
                 }
             };
+            entries += 1;
             let item = trees.items.get(keys::item_key(kind, id))?;
             let matches = item
                 .and_then(|bytes| codec::decode_block(&bytes).ok())

@@ -157,3 +157,128 @@ pub fn v5_watermark(end: i64, kind: u8, id: &str) -> Vec<u8> {
 pub fn v5_unreclaimed(entries: u64) -> [u8; 8] {
     entries.to_be_bytes()
 }
+
+// ---- version 6 (migrations/0006-guardrails.md) ----
+
+/// Event codes of the guardrails' events (indices into `EventType::ALL`, after
+/// `unregistered` = 5).
+pub const POLICY_CHANGED: u8 = 6;
+pub const ALLOWLISTED: u8 = 7;
+pub const ALLOWLIST_EXPIRED: u8 = 9;
+
+/// bincode's `Option`: 0 for none, else 1 and the value.
+pub fn option(value: Option<Vec<u8>>) -> Vec<u8> {
+    match value {
+        None => vec![0],
+        Some(bytes) => [vec![1], bytes].concat(),
+    }
+}
+
+/// The forced record of a format-2 item: `guards: Vec<String>`, `by: Option<String>`,
+/// `at: i64`.
+pub fn v6_forced(guards: &[&str], by: Option<&str>, at: i64) -> Vec<u8> {
+    let mut out = varint(guards.len() as u64);
+    for guard in guards {
+        out.extend_from_slice(&string(guard));
+    }
+    [out, option(by.map(string)), signed(at)].concat()
+}
+
+/// A format-2 block without its format byte: format 1's fields, then
+/// `forced: Option<{guards, by, at}>` (`forced` as [`v6_forced`] builds it). The body of an
+/// `items` value, and the `block` of a format-4 item change.
+pub fn v6_block(action: u8, start: i64, end: i64, cause: &str, forced: Option<Vec<u8>>) -> Vec<u8> {
+    [v1_block(action, start, end, cause), option(forced)].concat()
+}
+
+/// `items` value, format `0x02`.
+pub fn v6_item(action: u8, start: i64, end: i64, cause: &str, forced: Option<Vec<u8>>) -> Vec<u8> {
+    [vec![0x02], v6_block(action, start, end, cause, forced)].concat()
+}
+
+/// A JSON change (variant 2): how format 4 stores policy and allowlist events.
+pub fn v6_json_change(data: &str) -> Vec<u8> {
+    [varint(2), string(data)].concat()
+}
+
+/// `events` value, format `0x04`: format 3's chunk, with items as [`v6_block`]s.
+pub fn v6_chunk(at: i64, events: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = v4_chunk(at, events);
+    out[0] = 0x04;
+    out
+}
+
+/// The guardrails of one kind in `meta/policy`, in stored order.
+pub struct KindPolicyLayout {
+    pub max_blocked_percent: Option<u8>,
+    pub max_evacuating_percent: Option<u8>,
+    pub max_blocked: Option<u64>,
+    /// Per minute, burst.
+    pub evacuations: Option<(u32, u32)>,
+}
+
+/// `meta/policy`'s fields, in stored order.
+pub struct PolicyLayout {
+    pub nodes: KindPolicyLayout,
+    pub task_managers: KindPolicyLayout,
+    pub min_registered: u64,
+    pub max_block_duration_secs: Option<u64>,
+    pub permanent_blocks_allowed: bool,
+}
+
+/// `meta/policy`, format `0x01`: per kind (nodes, then task managers) the two percentages
+/// (`Option<u8>`, a raw byte), the item cap (`Option<u64>`) and the rate
+/// (`Option<(u32, u32)>`); then `min_registered`, `max_block_duration_secs`,
+/// `permanent_blocks_allowed` (a bool is one byte).
+pub fn v6_policy(policy: &PolicyLayout) -> Vec<u8> {
+    let kind = |of: &KindPolicyLayout| {
+        [
+            option(of.max_blocked_percent.map(|p| vec![p])),
+            option(of.max_evacuating_percent.map(|p| vec![p])),
+            option(of.max_blocked.map(varint)),
+            option(of.evacuations.map(|(per_minute, burst)| {
+                [varint(per_minute.into()), varint(burst.into())].concat()
+            })),
+        ]
+        .concat()
+    };
+    [
+        vec![0x01],
+        kind(&policy.nodes),
+        kind(&policy.task_managers),
+        varint(policy.min_registered),
+        option(policy.max_block_duration_secs.map(varint)),
+        vec![u8::from(policy.permanent_blocks_allowed)],
+    ]
+    .concat()
+}
+
+/// `allowlist` key: kind tag (`T`/`N`) ++ id, as an item's.
+pub fn v6_allow_key(kind: u8, id: &str) -> Vec<u8> {
+    v1_item_key(kind, id)
+}
+
+/// `allowlist` value, format `0x01`: `prefix: bool`, `comment: String`,
+/// `added_by: Option<String>`, `added_at: i64`, `end: Option<i64>`.
+pub fn v6_allow(
+    prefix: bool,
+    comment: &str,
+    added_by: Option<&str>,
+    added_at: i64,
+    end: Option<i64>,
+) -> Vec<u8> {
+    [
+        vec![0x01, u8::from(prefix)],
+        string(comment),
+        option(added_by.map(string)),
+        signed(added_at),
+        option(end.map(signed)),
+    ]
+    .concat()
+}
+
+/// `expiry` key of an allowlist entry: end (8 bytes big-endian) ++ the kind tag in lower
+/// case (`t`/`n`) ++ id; the value is empty.
+pub fn v6_allow_expiry_key(end: i64, kind: u8, id: &str) -> Vec<u8> {
+    v1_expiry_key(end, kind.to_ascii_lowercase(), id)
+}
