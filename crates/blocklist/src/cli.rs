@@ -291,12 +291,22 @@ pub fn parse_until(s: &str) -> Result<i64, String> {
         .map_err(|e| format!("{e}: expected an RFC 3339 time such as 2030-01-31T18:00:00Z"))
 }
 
-/// `--hold-off`: checked as a humantime duration, then sent as typed; the daemon's range
-/// (1s to 7d) stays its own rule and message.
+/// `--hold-off`: any humantime duration of whole seconds, sent as the daemon spells one (a
+/// whole number of its largest unit that divides it: `1h 30m` goes as `90m`); the daemon's
+/// range (1s to 7d) stays its own rule and message.
 pub fn parse_hold_off(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30m, 2h, 1d)"))?;
-    Ok(s.to_owned())
+    let duration = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (examples: 30m, 2h, 1h 30m, 1d)"))?;
+    if duration.subsec_nanos() != 0 || duration.as_secs() == 0 {
+        return Err("a hold-off is a whole number of seconds, at least one".into());
+    }
+    let secs = duration.as_secs();
+    let (count, unit) = [(86_400, 'd'), (3_600, 'h'), (60, 'm'), (1, 's')]
+        .into_iter()
+        .find(|(unit_secs, _)| secs % unit_secs == 0)
+        .map(|(unit_secs, unit)| (secs / unit_secs, unit))
+        .expect("every whole number of seconds divides by one");
+    Ok(format!("{count}{unit}"))
 }
 
 #[cfg(test)]
@@ -465,6 +475,15 @@ pub(crate) mod tests {
         assert!(parse(&["remove", "node", "n1", "--hold-off", "soon"]).is_err());
         // The daemon's range is its own: a day past it is sent, and refused there.
         assert!(parse(&["remove", "node", "n1", "--hold-off", "8d"]).is_ok());
+        for (given, sent) in [
+            ("1h 30m", "90m"),
+            ("2h", "2h"),
+            ("90s", "90s"),
+            ("48h", "2d"),
+        ] {
+            assert_eq!(parse_hold_off(given).as_deref(), Ok(sent), "{given}");
+        }
+        assert!(parse_hold_off("1500ms").is_err());
     }
 
     #[test]
