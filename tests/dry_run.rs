@@ -354,5 +354,23 @@ async fn a_malformed_dry_run_flag_is_refused_and_changes_nothing() {
             "{answer}"
         );
     }
+    // A misspelt flag is no flag at all: refused, never taken for a real write.
+    for (method, path) in [
+        (Method::POST, "/blocklist/nodes?dryrun=true"),
+        (Method::DELETE, "/blocklist/nodes/x?dry_run=true"),
+        (Method::PUT, "/taskmanagers/t?force=true"),
+    ] {
+        let body = (method == Method::POST).then(|| body.clone());
+        let body = body.or_else(|| (method == Method::PUT).then(|| json!({"node": "n"})));
+        let (status, answer) = d.call(method.clone(), path, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {path}: {answer}");
+        assert!(
+            answer["errors"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("query: this request takes no parameter"),
+            "{answer}"
+        );
+    }
     assert_eq!(d.listing().await["revision"], 0);
 }

@@ -29,6 +29,25 @@ import re
 import time
 
 import schemathesis
+from hypothesis.internal import lambda_sources
+
+# Python 3.11 before 3.11.5 (Debian 12 ships 3.11.2) can raise a spurious
+# `SystemError: AST constructor recursion depth mismatch` from `ast.parse` when threads parse
+# at once (python/cpython#106905); Schemathesis runs two workers. Hypothesis parses a
+# lambda's source only to describe the lambda in a strategy's repr, so such a failure gets a
+# plain description instead of ending the operation's tests as a runtime error. Nothing that
+# is generated or checked depends on it.
+_describe_lambda = lambda_sources.lambda_description
+
+
+def _lambda_description(f):
+    try:
+        return _describe_lambda(f)
+    except SystemError:
+        return "lambda"
+
+
+lambda_sources.lambda_description = _lambda_description
 
 ID_BYTES = 256
 CAUSE_BYTES = 1024

@@ -240,12 +240,47 @@ impl DryRun {
 impl<S: Send + Sync> FromRequestParts<S> for DryRun {
     type Rejection = ApiError;
 
+    /// Every write takes it, so this is also where a write's query is checked whole: a
+    /// parameter the write does not take is refused, never ignored (`?dryrun=true` must not
+    /// make a real change).
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let taken = write_parameters(parts);
+        let Query(query) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+        let unknown: Vec<String> = query
+            .iter()
+            .filter(|(name, _)| !taken.contains(&name.as_str()))
+            .map(|(name, _)| format!("{name:?}"))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "query: this request takes no parameter {}; it takes {}",
+                unknown.join(", "),
+                taken.join(", ")
+            )));
+        }
         let dry_run = query_param(parts, state, "dryRun")
             .await?
             .map(|value| boolean("dryRun", &value))
             .transpose()?;
         Ok(DryRun { dry_run })
+    }
+}
+
+/// The query parameters the write being extracted takes: `dryRun`, and `force` on an add or
+/// `holdOff` on an unblock (from its route, as the router matched it).
+fn write_parameters(parts: &Parts) -> &'static [&'static str] {
+    let route = parts
+        .extensions
+        .get::<axum::extract::MatchedPath>()
+        .map_or("", axum::extract::MatchedPath::as_str);
+    match (parts.method.as_str(), route) {
+        ("POST", "/blocklist/taskmanagers" | "/blocklist/nodes") => &["dryRun", "force"],
+        ("DELETE", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => {
+            &["dryRun", "holdOff"]
+        }
+        _ => &["dryRun"],
     }
 }
 

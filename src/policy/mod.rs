@@ -41,10 +41,11 @@ pub struct Policy {
     pub task_managers: KindPolicy,
     /// The share caps of a kind apply only while at least this many ids of it are
     /// registered: on a small cluster one failure is already a large share.
+    #[schema(maximum = 1_000_000_000_000_000_u64)]
     pub min_registered: u64,
     /// The longest a block may last from its request, in seconds; `null`: no limit.
     #[serde(deserialize_with = "Option::deserialize")]
-    #[schema(required = true, minimum = 1)]
+    #[schema(required = true, minimum = 1, maximum = 1_000_000_000_000_000_u64)]
     pub max_block_duration_secs: Option<u64>,
     /// Whether a block may be permanent.
     pub permanent_blocks_allowed: bool,
@@ -66,7 +67,7 @@ pub struct KindPolicy {
     pub max_evacuating_percent: Option<u8>,
     /// At most this many items of the kind, registered or not.
     #[serde(deserialize_with = "Option::deserialize")]
-    #[schema(required = true)]
+    #[schema(required = true, maximum = 1_000_000_000_000_000_u64)]
     pub max_blocked: Option<u64>,
     /// How fast new evacuations may come.
     #[serde(deserialize_with = "Option::deserialize")]
@@ -199,11 +200,31 @@ impl Policy {
                 if rate.burst == 0 {
                     problems.push(format!("{field}.evacuations.burst must be at least 1"));
                 }
+                for (name, value) in [("perMinute", rate.per_minute), ("burst", rate.burst)] {
+                    if value > MAX_RATE {
+                        problems.push(format!(
+                            "{field}.evacuations.{name} is {value}; the most is {MAX_RATE}"
+                        ));
+                    }
+                }
+            }
+            if let Some(n) = of.max_blocked.filter(|n| *n > MAX_POLICY_NUMBER) {
+                problems.push(format!(
+                    "{field}.maxBlocked is {n}; the most is {MAX_POLICY_NUMBER}"
+                ));
             }
         }
         if self.max_block_duration_secs == Some(0) {
             problems
                 .push("maxBlockDurationSecs must be at least 1; null turns the limit off".into());
+        }
+        for (name, value) in [
+            ("minRegistered", Some(self.min_registered)),
+            ("maxBlockDurationSecs", self.max_block_duration_secs),
+        ] {
+            if let Some(n) = value.filter(|n| *n > MAX_POLICY_NUMBER) {
+                problems.push(format!("{name} is {n}; the most is {MAX_POLICY_NUMBER}"));
+            }
         }
         problems
     }
@@ -213,11 +234,19 @@ impl Policy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rate {
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub per_minute: u32,
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub burst: u32,
 }
+
+/// The largest count or number of seconds a policy holds (10^15: past any cluster and, in
+/// seconds, about 31.7 million years), so that every figure stays exact in a double and in
+/// an int64 wherever a client reads it.
+pub const MAX_POLICY_NUMBER: u64 = 1_000_000_000_000_000;
+
+/// The fastest evacuation rate and the largest burst a policy holds.
+pub const MAX_RATE: u32 = 1_000_000;
 
 /// What the daemon's flags set in the stored policy at start: each `Some` replaces its
 /// field, the rest keep what is stored (or the default, on a new data dir).
