@@ -166,6 +166,7 @@ impl Store {
             members,
             exposure,
             prefixes,
+            allow_entries,
         } = open_handles(config)?;
         // The flags apply to what is stored; a data dir this version never opened starts
         // from the new policy, stored as it is (not a change for the feed).
@@ -251,6 +252,7 @@ impl Store {
             exposure,
             members,
             prefixes,
+            allow_entries,
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())

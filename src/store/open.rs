@@ -32,6 +32,8 @@ pub(crate) struct Opened {
     pub members: Members,
     pub exposure: Exposure,
     pub prefixes: Vec<Entry>,
+    /// How many allowlist entries are stored (ended or not).
+    pub allow_entries: u64,
 }
 
 /// A sled configuration for opening the database in `dir` directly, with the segment size
@@ -125,6 +127,7 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
     };
     let (members, exposure) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
     let prefixes = scan_prefixes(&trees.allowlist)?;
+    let allow_entries = trees.allowlist.len() as u64;
     let first_retained = match trees.events.first()? {
         Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
         None => revision + 1,
@@ -140,6 +143,7 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         members,
         exposure,
         prefixes,
+        allow_entries,
     })
 }
 

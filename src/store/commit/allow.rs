@@ -183,6 +183,10 @@ impl Tx<'_> {
 
     /// The active entry that covers `(kind, id)`, if any: its own, or a prefix entry's.
     pub(super) fn allowlisted(&self, kind: Kind, id: &str) -> TxResult<Option<Entry>> {
+        // The usual case, and every add's: nothing to read.
+        if self.allow_entries.get() <= 0 {
+            return Ok(None);
+        }
         let own = match self.allow_entry(kind, id)? {
             Ok(own) => own,
             // A corrupt entry still protects its id: refusing a block is the safe side.
@@ -226,6 +230,9 @@ impl Tx<'_> {
         }
         self.allowlist
             .insert(keys::item_key(kind, id), codec::encode_allow(entry))?;
+        if old.is_none() {
+            self.allow_entries.set(self.allow_entries.get() + 1);
+        }
         if entry.prefix || old.is_some_and(|o| o.prefix) {
             self.set_prefix(kind, id, Some(entry));
         }
@@ -240,6 +247,7 @@ impl Tx<'_> {
             self.expiry.remove(keys::allow_expiry_key(end, kind, id))?;
         }
         self.allowlist.remove(keys::item_key(kind, id))?;
+        self.allow_entries.set(self.allow_entries.get() - 1);
         if entry.prefix {
             self.set_prefix(kind, id, None);
         }

@@ -59,8 +59,22 @@ impl Tx<'_> {
         }
     }
 
+    /// Whether any task manager is registered, as this transaction goes.
+    fn any_registered(&self) -> bool {
+        !self.members.is_empty()
+            || self
+                .members_changed
+                .borrow()
+                .values()
+                .any(|s| !s.is_empty())
+    }
+
     /// What task manager `tm` contributes with its own level `own`, on its node as stored.
     fn tm_share(&self, tm: &str, own: Level) -> TxResult<Exposure> {
+        // Plain FLIP-224 use registers nobody: nothing to read.
+        if !self.any_registered() {
+            return Ok(Exposure::default());
+        }
         let node = match self.node_of(tm)? {
             Ok(Some(node)) => node,
             Ok(None) => return Ok(Exposure::default()),

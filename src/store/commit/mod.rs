@@ -356,6 +356,8 @@ pub(crate) struct Committer {
     pub(super) exposure: Exposure,
     pub(super) members: Members,
     pub(super) prefixes: Vec<Entry>,
+    /// How many allowlist entries are stored: with none, an add reads no entry.
+    pub(super) allow_entries: u64,
 }
 
 impl Committer {

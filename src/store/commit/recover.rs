@@ -118,6 +118,7 @@ impl Committer {
             members,
             exposure,
             prefixes,
+            allow_entries,
         } = open_handles(&self.config).map_err(reopen_failed)?;
         self.log = if self.config.fsync {
             let log = File::open(self.config.data_dir.join("db"));
@@ -142,6 +143,7 @@ impl Committer {
         self.exposure = exposure;
         *self.feed.exposure.lock().expect("not poisoned") = exposure;
         self.prefixes = prefixes;
+        self.allow_entries = allow_entries;
         self.sweep.set_watermark(&watermark);
         self.watermark = watermark;
         self.unreclaimed = unreclaimed;

@@ -185,7 +185,9 @@ impl Committer {
             exposure,
             members,
             prefixes,
+            allow_entries,
         } = transacted;
+        self.allow_entries = *allow_entries;
         self.revision = *revision;
         if let Some(policy) = policy {
             self.policy.clone_from(policy);

@@ -45,6 +45,7 @@ pub(super) struct Transacted {
     pub members: HashMap<String, BTreeSet<String>>,
     /// The allowlist's prefix entries, when the transaction changed them.
     pub prefixes: Option<Vec<Entry>>,
+    pub allow_entries: u64,
 }
 
 impl Committer {
@@ -111,6 +112,7 @@ impl Committer {
                         exposure: tx.exposure.get(),
                         members: tx.members_changed.into_inner(),
                         prefixes: tx.prefixes_changed.into_inner(),
+                        allow_entries: tx.allow_entries.get().max(0).unsigned_abs(),
                     })
                 },
             )
@@ -161,6 +163,7 @@ impl Committer {
             members_changed: RefCell::new(HashMap::new()),
             prefixes: &self.prefixes,
             prefixes_changed: RefCell::new(None),
+            allow_entries: Cell::new(i64::try_from(self.allow_entries).unwrap_or(i64::MAX)),
             written: RefCell::new(Vec::new()),
             rehearsal: false,
             buckets: Cell::new(self.buckets),
@@ -197,6 +200,8 @@ pub(crate) struct Tx<'a> {
     /// new list once this transaction changed it.
     pub(super) prefixes: &'a [Entry],
     pub(super) prefixes_changed: RefCell<Option<Vec<Entry>>>,
+    /// How many allowlist entries are stored, as this transaction goes.
+    pub(super) allow_entries: Cell<i64>,
     /// The items this transaction wrote, in order: what an allowlist entry added later in
     /// it must also unblock (its scan ran before the transaction).
     pub(super) written: RefCell<Vec<(Kind, String)>>,
