@@ -200,6 +200,12 @@ async fn a_dry_run_answers_as_the_write_would_and_writes_nothing() {
         ),
         (
             Method::PUT,
+            "/allowlist/taskmanagers/tm-",
+            Some(json!({"comment": "every tm-", "prefix": true})),
+            StatusCode::CREATED,
+        ),
+        (
+            Method::PUT,
             "/allowlist/nodes/x",
             Some(json!({"comment": ""})),
             StatusCode::BAD_REQUEST,
