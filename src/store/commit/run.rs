@@ -147,7 +147,16 @@ impl Committer {
     fn rehearsals(&mut self, dry_runs: Vec<Op>, now: i64) -> Vec<Box<dyn Answer>> {
         let mut answers = Vec::with_capacity(dry_runs.len());
         for op in dry_runs {
-            match self.rehearse(&op, now) {
+            // What an allowlist put would lift, scanned as for a real one (a dry run
+            // announces nothing).
+            let due = match &op {
+                Op::PutAllow(request) => Some(request.command.entry()),
+                _ => None,
+            }
+            .map_or(Ok(Vec::new()), |entry| {
+                super::allow::scan_covered(&self.handles().trees.items, entry)
+            });
+            match due.and_then(|due| self.rehearse(&op, &due, now)) {
                 Ok(()) => answers.push(op.answer(&self.metrics).0),
                 Err(e) => {
                     tracing::error!(error = %e, "a dry run's transaction failed");

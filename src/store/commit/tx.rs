@@ -122,22 +122,17 @@ impl Committer {
             })
     }
 
-    /// Decides a dry run's outcome (`op`) against the state every
+    /// Decides a dry run's outcome (`op`, with what it was scanned to take: `due`) against
+    /// the state every
     /// committed transaction left, in a transaction of its own that is then rolled back:
     /// nothing is written, and the revision, counts and watermark stay the committer's.
-    pub(super) fn rehearse(&self, op: &Op, now: i64) -> Result<(), StoreError> {
+    pub(super) fn rehearse(&self, op: &Op, due: &[Vec<u8>], now: i64) -> Result<(), StoreError> {
         let t = &self.handles().trees;
-        // What an allowlist put would lift, scanned as for a real one (a dry run has nothing
-        // to announce).
-        let due = match op {
-            Op::PutAllow(request) => super::allow::scan_covered(&t.items, request.command.entry())?,
-            _ => Vec::new(),
-        };
         let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms, &t.allowlist);
         let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms, allowlist)| {
             let mut tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
             tx.rehearsal = true;
-            op.apply(&tx, &due)?;
+            op.apply(&tx, due)?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
         });
         match rolled_back {
