@@ -102,7 +102,10 @@ impl<S: Send + Sync> FromRequestParts<S> for KindPath {
     security((), ("bearerAuth" = [])),
 )]
 pub(super) async fn list_all(State(state): State<AppState>) -> Result<Response> {
-    let (entries, revision) = state.store.allowlist(None, state.store.now()).await?;
+    let now = state.store.now();
+    let (entries, revision) = state
+        .listing(move |store| store.stored_allowlist(None, now))
+        .await?;
     Ok(with_revision(
         revision,
         Json(Allowlist { revision, entries }),
@@ -129,7 +132,10 @@ pub(super) async fn list_kind(
     State(state): State<AppState>,
     KindPath(kind): KindPath,
 ) -> Result<Response> {
-    let (entries, revision) = state.store.allowlist(Some(kind), state.store.now()).await?;
+    let now = state.store.now();
+    let (entries, revision) = state
+        .listing(move |store| store.stored_allowlist(Some(kind), now))
+        .await?;
     Ok(with_revision(revision, Json(entries)))
 }
 

@@ -1,14 +1,17 @@
 //! The HTTP front end: parse, validate, call the store, map errors. Nothing else.
 //!
 //! Here: the router, its layers, and the accept loop. Each resource module (`blocklist`,
-//! `check`, `events`, `taskmanagers`, `ops`) has its `router()`, its handlers and the schemas
-//! of its requests and responses; `openapi` only gathers those into the document. What they
+//! `check`, `events`, `taskmanagers`, `policy`, `allowlist`, `ops`) has its `router()`, its
+//! handlers and the schemas of its requests and responses (the add request's, which the
+//! derive cannot state whole, in `add_request`); `openapi` only gathers those into the
+//! document. What they
 //! share: `state` (`AppState`), `error` (`ApiError`, the error body and responses),
 //! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
 //! body), `stream` (streamed listings), `caller` (who sent a request: the `Caller`
 //! extractor, roles, `Caller::require`), `tokens` (the token file), `auth` and `observe`
 //! (the layers).
 
+mod add_request;
 mod allowlist;
 mod auth;
 mod blocklist;

@@ -225,17 +225,8 @@ impl Store {
     }
 
     /// The allowlist entries of `kind` (of both: `None`) active at `now`, in kind and id
-    /// order, and the revision they reflect: a scan waits for what it saw to be durable.
-    pub async fn allowlist(&self, kind: Option<Kind>, now: i64) -> Result<(Vec<Entry>, u64)> {
-        self.read_durably(|seen| {
-            self.saw_all(seen);
-            let revision = self.revision();
-            Ok((self.stored_allowlist(kind, now)?, revision))
-        })
-        .await
-    }
-
-    /// [`Store::allowlist`] as it is now, without waiting (a stopped daemon's store).
+    /// order, as stored now: a running daemon's readers wait for them to be durable
+    /// (`http::AppState::listing`), a stopped one's have nothing to wait for.
     pub fn stored_allowlist(&self, kind: Option<Kind>, now: i64) -> Result<Vec<Entry>> {
         let tree = &self.handles()?.trees.allowlist;
         let scan = match kind {
