@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::model::Kind;
 use crate::policy::{slot, Overrides};
-use crate::store::{Retention, StoreConfig};
+use crate::store::{HistoryRetention, Retention, StoreConfig};
 
 /// blocklistd: a persistent FLIP-224 blocklist daemon (task managers and nodes) over REST.
 ///
@@ -204,6 +204,17 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_EVENTS_RETENTION_SECS", default_value_t = 24 * 3600)]
     pub events_retention_secs: u64,
 
+    /// How many past blocks each id keeps (`GET /blocklist/{kind}/{id}/history`); the oldest
+    /// goes when one more ends.
+    #[arg(long, env = "BLOCKLISTD_HISTORY_PER_ID", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub history_per_id: u64,
+
+    /// Past blocks are kept for this many seconds after they ended (30 days by default).
+    #[arg(long, env = "BLOCKLISTD_HISTORY_RETENTION_SECS", default_value_t = 30 * 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_retention_secs: u64,
+
     /// How many events a watcher may fall behind the newest before it is disconnected (it
     /// resumes with Last-Event-ID). Memory does not grow with it: a lagging watcher reads
     /// from the log on disk.
@@ -286,6 +297,11 @@ impl Config {
             retention: Retention {
                 count: self.events_retention_count,
                 max_age_ms: i64::try_from(self.events_retention_secs.saturating_mul(1000))
+                    .unwrap_or(i64::MAX),
+            },
+            history: HistoryRetention {
+                per_id: self.history_per_id,
+                max_age_ms: i64::try_from(self.history_retention_secs.saturating_mul(1000))
                     .unwrap_or(i64::MAX),
             },
             feed_buffer: 1024,

@@ -41,6 +41,7 @@ pub mod model;
 pub mod offline;
 pub mod policy;
 pub mod progress;
+pub mod provenance;
 pub mod shell;
 pub mod store;
 pub mod sweep_signal;

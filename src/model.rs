@@ -105,6 +105,58 @@ pub struct Block {
     pub cause: String,
     /// Set when a write passed a guardrail by force to make this block what it is.
     pub forced: Option<Forced>,
+    /// Who reported it, how often and when.
+    pub provenance: Provenance,
+    /// The revision of the change that made the block what it is: its `ETag`. A block not
+    /// yet written has 0; the store stamps it.
+    pub revision: u64,
+    /// Set when escalation lengthened the add that created the block.
+    pub escalated: Option<Escalated>,
+}
+
+/// The source recorded when a request names none and its token has no name.
+pub const UNKNOWN_SOURCE: &str = "unknown";
+
+/// The longest source accepted, in UTF-8 bytes.
+pub const MAX_SOURCE_BYTES: usize = 128;
+
+/// An item's reports in summary: who made the first, how many there were, when the first and
+/// the last came. The reports themselves (the most recent [`crate::provenance::MAX_REPORTS`])
+/// are stored beside the item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    /// The source of the first report: who blocked it.
+    pub source: String,
+    /// Every report the block received, including the one that created it (at least 1).
+    pub reports: u64,
+    /// Unix ms of the first and of the last report.
+    pub first_report: i64,
+    pub last_report: i64,
+}
+
+impl Provenance {
+    /// The provenance of a block created at `at` by `source`.
+    pub fn first(source: &str, at: i64) -> Provenance {
+        Provenance {
+            source: source.to_owned(),
+            reports: 1,
+            first_report: at,
+            last_report: at,
+        }
+    }
+}
+
+/// How escalation lengthened a block ([`crate::policy::Escalation`]): the timeout asked for,
+/// the timeout applied, and how many past blocks of the id within the window made it so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Escalated {
+    /// The timeout the add asked for, in ms.
+    pub requested_timeout: i64,
+    /// The timeout applied, in ms: `requestedTimeout × factor^pastBlocks`, capped.
+    pub timeout: i64,
+    /// The id's blocks that ended within the policy's window before this add.
+    pub past_blocks: u32,
 }
 
 /// A write admitted past guardrails by `?force=true`: which, by whom, when. Kept through
@@ -139,6 +191,12 @@ impl Block {
         self.action = self.action.max(action);
         self.end = self.end.max(end);
         self.cause = merge_causes(&self.cause, cause);
+    }
+
+    /// Counts one more report, made at `at`.
+    pub fn reported(&mut self, at: i64) {
+        self.provenance.reports += 1;
+        self.provenance.last_report = self.provenance.last_report.max(at);
     }
 }
 
@@ -211,6 +269,33 @@ pub struct Item {
     /// Present only when the block was admitted past a guardrail by force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced: Option<Forced>,
+    /// Who made the first report: who blocked it.
+    #[serde(default = "unknown_source")]
+    #[schema(min_length = 1, max_length = 128)]
+    pub source: String,
+    /// How many reports the block received (merges included); the most recent are listed by
+    /// `GET /blocklist/{kind}/{id}`.
+    #[serde(default = "one")]
+    pub report_count: u64,
+    /// Unix ms of the first and of the last report.
+    #[serde(default)]
+    pub first_report_timestamp: i64,
+    #[serde(default)]
+    pub last_report_timestamp: i64,
+    /// The revision of the change that made the item what it is: its `ETag`, for `If-Match`.
+    #[serde(default)]
+    pub revision: u64,
+    /// Present only when escalation lengthened the add that created the item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated: Option<Escalated>,
+}
+
+fn unknown_source() -> String {
+    UNKNOWN_SOURCE.to_owned()
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Item {
@@ -222,6 +307,14 @@ impl Item {
             end: self.end_timestamp,
             cause: self.cause.clone(),
             forced: self.forced.clone(),
+            provenance: Provenance {
+                source: self.source.clone(),
+                reports: self.report_count,
+                first_report: self.first_report_timestamp,
+                last_report: self.last_report_timestamp,
+            },
+            revision: self.revision,
+            escalated: self.escalated,
         }
     }
 
@@ -233,6 +326,12 @@ impl Item {
             end_timestamp: block.end,
             cause: block.cause,
             forced: block.forced,
+            source: block.provenance.source,
+            report_count: block.provenance.reports,
+            first_report_timestamp: block.provenance.first_report,
+            last_report_timestamp: block.provenance.last_report,
+            revision: block.revision,
+            escalated: block.escalated,
         }
     }
 }
@@ -254,11 +353,13 @@ pub enum EventType {
     Unallowlisted,
     /// An allowlist entry reached its end (data: the entry as it was).
     AllowlistExpired,
+    /// An item was changed in place (`PATCH`; data: the item after it).
+    Updated,
 }
 
 impl EventType {
     /// Every type, in the order of their stored codes: append only.
-    pub const ALL: [EventType; 10] = [
+    pub const ALL: [EventType; 11] = [
         EventType::Added,
         EventType::Merged,
         EventType::Removed,
@@ -269,6 +370,7 @@ impl EventType {
         EventType::Allowlisted,
         EventType::Unallowlisted,
         EventType::AllowlistExpired,
+        EventType::Updated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -283,6 +385,7 @@ impl EventType {
             EventType::Allowlisted => "allowlisted",
             EventType::Unallowlisted => "unallowlisted",
             EventType::AllowlistExpired => "allowlist-expired",
+            EventType::Updated => "updated",
         }
     }
 }
@@ -386,6 +489,11 @@ pub struct NewItem {
     pub end: i64,
     pub cause: String,
     pub allow_merge: bool,
+    /// Who reports it ([`validate_source`]).
+    pub source: String,
+    /// The timeout asked for, in ms, when the end was given as one (escalation lengthens
+    /// only those).
+    pub timeout: Option<i64>,
 }
 
 impl NewItem {
@@ -397,20 +505,44 @@ impl NewItem {
             end: self.end,
             cause: merge_causes("", &self.cause),
             forced: None,
+            provenance: Provenance::first(&self.source, now),
+            revision: 0,
+            escalated: None,
         }
     }
+}
+
+/// What an update of an item (`PATCH`) sets; `None` leaves it as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItemChange {
+    /// The new end (unix ms, in the future), or [`PERMANENT`].
+    pub end: Option<i64>,
+    pub action: Option<Action>,
+    /// A cause to append (merged as an add's is).
+    pub cause: Option<String>,
+}
+
+/// Checks a source (a request's `Blocklist-Source`, an element's `source`): 1–128 bytes of
+/// UTF-8 and no control characters, like an id. The error text completes "source …".
+pub fn validate_source(source: &str) -> Result<(), String> {
+    validate_text(source, MAX_SOURCE_BYTES)
 }
 
 /// Checks an id (from a body or a decoded path): 1–256 bytes of UTF-8 and no control
 /// characters. Everything else (`/`, spaces, `%`, non-ASCII) is allowed. The error text
 /// completes "id …".
 pub fn validate_id(id: &str) -> Result<(), String> {
+    validate_text(id, MAX_ID_BYTES)
+}
+
+/// 1 to `limit` bytes of UTF-8 and no control characters.
+fn validate_text(id: &str, limit: usize) -> Result<(), String> {
     if id.is_empty() {
         return Err("must not be empty".into());
     }
-    if id.len() > MAX_ID_BYTES {
+    if id.len() > limit {
         return Err(format!(
-            "is {} bytes long; the limit is {MAX_ID_BYTES} bytes of UTF-8",
+            "is {} bytes long; the limit is {limit} bytes of UTF-8",
             id.len()
         ));
     }
@@ -424,187 +556,4 @@ pub fn validate_id(id: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn block(action: Action, end: i64, cause: &str) -> Block {
-        Block {
-            action,
-            start: 100,
-            end,
-            cause: cause.into(),
-            forced: None,
-        }
-    }
-
-    #[test]
-    fn merge_takes_stronger_action_later_end_and_keeps_start() {
-        let mut b = block(Action::MarkBlockedAndEvacuateTasks, 5_000, "a");
-        b.merge(Action::MarkBlocked, 9_000, "b");
-        assert_eq!(b.action, Action::MarkBlockedAndEvacuateTasks);
-        assert_eq!(b.end, 9_000);
-        assert_eq!(b.start, 100);
-        assert_eq!(b.cause, "a,b");
-
-        let mut b = block(Action::MarkBlocked, 9_000, "a");
-        b.merge(Action::MarkBlockedAndEvacuateTasks, 5_000, "a");
-        assert_eq!(b.action, Action::MarkBlockedAndEvacuateTasks);
-        assert_eq!(b.end, 9_000);
-        assert_eq!(b.cause, "a");
-    }
-
-    #[test]
-    fn permanent_wins_a_merge_either_way() {
-        let mut b = block(Action::MarkBlocked, PERMANENT, "a");
-        b.merge(Action::MarkBlocked, 9_000, "a");
-        assert!(b.is_permanent());
-        let mut b = block(Action::MarkBlocked, 9_000, "a");
-        b.merge(Action::MarkBlocked, PERMANENT, "a");
-        assert!(b.is_permanent());
-    }
-
-    #[test]
-    fn repeated_causes_are_not_repeated() {
-        let mut b = block(Action::MarkBlocked, 1, "disk");
-        for _ in 0..100 {
-            b.merge(Action::MarkBlocked, 1, "disk");
-            b.merge(Action::MarkBlocked, 1, "net");
-        }
-        assert_eq!(b.cause, "disk,net");
-    }
-
-    #[test]
-    fn causes_with_separators_merge_part_by_part() {
-        assert_eq!(merge_causes("a,b", "b,c"), "a,b,c");
-        assert_eq!(merge_causes("", "x,,y"), "x,y");
-        assert_eq!(merge_causes("a", ""), "a");
-    }
-
-    #[test]
-    fn merged_cause_is_bounded() {
-        let mut cause = String::new();
-        for i in 0..10_000 {
-            cause = merge_causes(&cause, &format!("cause-{i:05}"));
-        }
-        assert!(cause.len() <= MAX_MERGED_CAUSE_BYTES);
-        assert!(cause.starts_with("cause-00000,cause-00001"));
-    }
-
-    #[test]
-    fn action_strength_order() {
-        assert!(Action::MarkBlocked < Action::MarkBlockedAndEvacuateTasks);
-        for a in Action::ALL {
-            assert_eq!(Action::parse(a.as_str()), Some(a));
-        }
-        assert_eq!(Action::parse("mark_blocked"), None);
-    }
-
-    mod algebra {
-        use super::*;
-        use proptest::prelude::*;
-
-        fn report() -> impl Strategy<Value = (Action, i64, String)> {
-            (
-                prop_oneof![
-                    Just(Action::MarkBlocked),
-                    Just(Action::MarkBlockedAndEvacuateTasks)
-                ],
-                prop_oneof![1i64..1_000_000, Just(PERMANENT)],
-                "[a-d]{1,2}(,[a-d]{1,2}){0,2}",
-            )
-        }
-
-        fn fold(reports: &[(Action, i64, String)]) -> Block {
-            let (action, end, cause) = &reports[0];
-            let mut block = Block {
-                action: *action,
-                start: 7,
-                end: *end,
-                cause: merge_causes("", cause),
-                forced: None,
-            };
-            for (action, end, cause) in &reports[1..] {
-                block.merge(*action, *end, cause);
-            }
-            block
-        }
-
-        proptest! {
-            /// Action and end do not depend on the order reports arrive in; start never moves.
-            #[test]
-            fn action_and_end_are_order_independent(
-                reports in prop::collection::vec(report(), 1..8),
-                seed in any::<u64>(),
-            ) {
-                let mut shuffled = reports.clone();
-                let n = shuffled.len();
-                for i in (1..n).rev() {
-                    shuffled.swap(i, (seed.rotate_left(i as u32) % (i as u64 + 1)) as usize);
-                }
-                let (a, b) = (fold(&reports), fold(&shuffled));
-                prop_assert_eq!(a.action, b.action);
-                prop_assert_eq!(a.end, b.end);
-                prop_assert_eq!(a.start, 7);
-                prop_assert_eq!(a.action, reports.iter().map(|r| r.0).max().unwrap());
-                prop_assert_eq!(a.end, reports.iter().map(|r| r.1).max().unwrap());
-            }
-
-            /// Merging the same report again changes nothing.
-            #[test]
-            fn merging_is_idempotent(reports in prop::collection::vec(report(), 1..6), again in 0usize..6) {
-                let once = fold(&reports);
-                let mut twice = once.clone();
-                let (action, end, cause) = &reports[again % reports.len()];
-                twice.merge(*action, *end, cause);
-                prop_assert_eq!(once, twice);
-            }
-
-            /// Causes are the set of reported parts, in order of first arrival.
-            #[test]
-            fn causes_are_a_set_in_arrival_order(reports in prop::collection::vec(report(), 1..8)) {
-                let block = fold(&reports);
-                let mut expected: Vec<&str> = Vec::new();
-                for (_, _, cause) in &reports {
-                    for part in cause.split(',') {
-                        if !expected.contains(&part) {
-                            expected.push(part);
-                        }
-                    }
-                }
-                prop_assert_eq!(block.cause, expected.join(","));
-            }
-        }
-    }
-
-    #[test]
-    fn id_rules() {
-        assert!(validate_id("tm-1").is_ok());
-        assert!(validate_id("a/b c%20ü🦀").is_ok());
-        assert!(validate_id(&"x".repeat(MAX_ID_BYTES)).is_ok());
-        assert!(validate_id(&"x".repeat(MAX_ID_BYTES + 1)).is_err());
-        // 128 two-byte characters are 256 bytes; one more is over.
-        assert!(validate_id(&"ü".repeat(128)).is_ok());
-        assert!(validate_id(&"ü".repeat(129)).is_err());
-        assert!(validate_id("").is_err());
-        assert!(validate_id("a\nb").is_err());
-        assert!(validate_id("a\u{7f}").is_err());
-        assert!(validate_id("a\u{0}").is_err());
-    }
-
-    /// The ranges `NO_CONTROL_CHARACTERS` excludes are exactly the characters the id rule
-    /// refuses (the regular expression's own meaning is checked against a JSON Schema
-    /// validator in `tests/contract.rs`).
-    #[test]
-    fn the_documented_character_ranges_are_the_control_characters() {
-        assert_eq!(NO_CONTROL_CHARACTERS, r"^[^\u0000-\u001f\u007f-\u009f]*$");
-        let documented = |c: char| matches!(u32::from(c), 0..=0x1f | 0x7f..=0x9f);
-        for c in (0..=0x10_ffff).filter_map(char::from_u32) {
-            assert_eq!(
-                validate_id(&format!("a{c}")).is_err(),
-                documented(c),
-                "U+{:04X}",
-                u32::from(c)
-            );
-        }
-    }
-}
+mod tests;

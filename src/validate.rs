@@ -9,7 +9,10 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::{validate_id, Action, NewItem, CAUSE_SEPARATOR, MAX_CAUSE_BYTES, PERMANENT};
+use crate::model::{
+    validate_id, validate_source, Action, ItemChange, NewItem, CAUSE_SEPARATOR, MAX_CAUSE_BYTES,
+    PERMANENT, UNKNOWN_SOURCE,
+};
 
 /// Why a request was refused before it reached the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +32,7 @@ const ADD_FIELDS: &[&str] = &[
     "allowMerge",
     "mergeOnConflict",
     "mergeOnConflictallowMerge",
+    "source",
 ];
 
 /// The spellings of the merge flag, the FLIP's own first: FLIP-224 renamed
@@ -44,11 +48,21 @@ pub const MAX_TIMEOUT_MS: i64 = 1_000_000_000_000_000_000;
 
 /// Parses the body of `POST /blocklist/{kind}`: a JSON array of items, or `{"items": [...]}`.
 pub fn add_batch(body: &Value, now: i64, max_batch: usize) -> Result<Vec<NewItem>, Invalid> {
+    add_batch_from(body, now, max_batch, UNKNOWN_SOURCE)
+}
+
+/// [`add_batch`], the elements that name no `source` reported by `source` (the request's).
+pub fn add_batch_from(
+    body: &Value,
+    now: i64,
+    max_batch: usize,
+    source: &str,
+) -> Result<Vec<NewItem>, Invalid> {
     let elements = batch_elements(body, max_batch)?;
     let mut items = Vec::with_capacity(elements.len());
     let mut errors = Vec::new();
     for (index, element) in elements.iter().enumerate() {
-        match add_item(element, now) {
+        match add_item(element, now, source) {
             Ok(item) => items.push(item),
             Err(mut errs) => {
                 let id = element.get("id").and_then(Value::as_str);
@@ -112,7 +126,7 @@ pub fn batch_elements(body: &Value, max_batch: usize) -> Result<&[Value], Invali
 
 /// One add element. Errors are returned as suffixes (`.field: what`) for the caller to
 /// prefix with the element's position.
-fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
+fn add_item(element: &Value, now: i64, source: &str) -> Result<NewItem, Vec<String>> {
     let Value::Object(map) = element else {
         return Err(vec![format!(
             ": must be an object, got {}",
@@ -133,7 +147,46 @@ fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
     };
     let cause = match map.get("cause") {
         None => missing("cause", &mut errors),
-        Some(Value::String(s)) if s.split(CAUSE_SEPARATOR).all(str::is_empty) => {
+        Some(value) => cause(value, &mut errors),
+    };
+    let end = resolve_end(map, now, &mut errors);
+    let allow_merge = allow_merge(map, &mut errors);
+    let source = match map.get("source") {
+        None | Some(Value::Null) => Some(source.to_owned()),
+        Some(Value::String(s)) => match validate_source(s) {
+            Ok(()) => Some(s.clone()),
+            Err(e) => {
+                errors.push(format!(".source: {e}"));
+                None
+            }
+        },
+        Some(other) => wrong_type("source", "a string", other, &mut errors),
+    };
+    match (id, action, cause, end, allow_merge, source) {
+        (
+            Some(id),
+            Some(action),
+            Some(cause),
+            Some((end, timeout)),
+            Some(allow_merge),
+            Some(source),
+        ) if errors.is_empty() => Ok(NewItem {
+            id,
+            action,
+            end,
+            cause,
+            allow_merge,
+            source,
+            timeout,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// A cause: 1 byte to [`MAX_CAUSE_BYTES`], not only separators.
+fn cause(value: &Value, errors: &mut Vec<String>) -> Option<String> {
+    match value {
+        Value::String(s) if s.split(CAUSE_SEPARATOR).all(str::is_empty) => {
             // Causes are a set joined by the separator: one made of separators only would
             // be stored as an empty cause.
             errors.push(format!(
@@ -141,32 +194,76 @@ fn add_item(element: &Value, now: i64) -> Result<NewItem, Vec<String>> {
             ));
             None
         }
-        Some(Value::String(s)) if s.len() > MAX_CAUSE_BYTES => {
+        Value::String(s) if s.len() > MAX_CAUSE_BYTES => {
             errors.push(format!(
                 ".cause: is {} bytes long; the limit is {MAX_CAUSE_BYTES} bytes",
                 s.len()
             ));
             None
         }
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => wrong_type("cause", "a string", other, &mut errors),
-    };
-    let end = resolve_end(map, now, &mut errors);
-    let allow_merge = allow_merge(map, &mut errors);
-    match (id, action, cause, end, allow_merge) {
-        (Some(id), Some(action), Some(cause), Some(end), Some(allow_merge))
-            if errors.is_empty() =>
-        {
-            Ok(NewItem {
-                id,
-                action,
-                end,
-                cause,
-                allow_merge,
-            })
-        }
-        _ => Err(errors),
+        Value::String(s) => Some(s.clone()),
+        other => wrong_type("cause", "a string", other, errors),
     }
+}
+
+/// The fields of an update (`PATCH /blocklist/{kind}/{id}`).
+const UPDATE_FIELDS: &[&str] = &["endTimestamp", "timeout", "permanent", "action", "cause"];
+
+/// Parses the body of an update: at most one of `endTimestamp` (unix ms, in the future),
+/// `timeout` (ms from now) and `permanent: true`; `action`; `cause` (appended); at least one
+/// of them.
+pub fn item_change(body: &Value, now: i64) -> Result<ItemChange, Invalid> {
+    let Value::Object(map) = body else {
+        return Err(bad(format!(
+            "the body must be an object such as {{\"timeout\": 600000}}, got {}",
+            type_name(body)
+        )));
+    };
+    let mut errors = unknown_fields(map, UPDATE_FIELDS);
+    let permanent = optional(map, "permanent").and_then(|v| boolean("permanent", v, &mut errors));
+    let timed = optional(map, "timeout").is_some() || optional(map, "endTimestamp").is_some();
+    let end = match permanent {
+        Some(true) if timed => {
+            errors
+                .push(".permanent: give at most one of permanent, timeout and endTimestamp".into());
+            None
+        }
+        Some(true) => Some(PERMANENT),
+        Some(false) if !timed => {
+            errors.push(
+                ".permanent: false sets nothing; give timeout or endTimestamp for an end".into(),
+            );
+            None
+        }
+        _ if timed => resolve_end(map, now, &mut errors).map(|(end, _)| end),
+        _ => None,
+    };
+    let action = match optional(map, "action") {
+        None => None,
+        Some(Value::String(s)) => Action::parse(s).or_else(|| {
+            errors.push(format!(
+                ".action: unknown action {s:?}; use MARK_BLOCKED or MARK_BLOCKED_AND_EVACUATE_TASKS"
+            ));
+            None
+        }),
+        Some(other) => wrong_type("action", "a string", other, &mut errors),
+    };
+    let cause = optional(map, "cause").and_then(|v| cause(v, &mut errors));
+    if errors.is_empty() && end.is_none() && action.is_none() && cause.is_none() {
+        errors.push(
+            "the body changes nothing: give endTimestamp, timeout or permanent, action, or cause"
+                .into(),
+        );
+    }
+    if !errors.is_empty() {
+        return Err(Invalid::BadRequest(
+            errors
+                .into_iter()
+                .map(|e| e.strip_prefix('.').map(str::to_owned).unwrap_or(e))
+                .collect(),
+        ));
+    }
+    Ok(ItemChange { end, action, cause })
 }
 
 /// Parses the body of `PUT /taskmanagers/{id}`: `{"node": "n1"}`; returns the node.
@@ -310,7 +407,7 @@ fn unknown_fields(map: &Map<String, Value>, known: &[&str]) -> Vec<String> {
 /// rules as an item's); `None`: until removed.
 pub fn entry_end(map: &Map<String, Value>, now: i64) -> Result<Option<i64>, Vec<String>> {
     let mut errors = Vec::new();
-    match resolve_end(map, now, &mut errors) {
+    match resolve_end(map, now, &mut errors).map(|(end, _)| end) {
         Some(PERMANENT) => Ok(None),
         Some(end) if errors.is_empty() => Ok(Some(end)),
         _ => Err(errors),
@@ -318,7 +415,12 @@ pub fn entry_end(map: &Map<String, Value>, now: i64) -> Result<Option<i64>, Vec<
 }
 
 /// The absolute end time: `now + timeout`, the given `endTimestamp`, or permanent.
-fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> Option<i64> {
+/// The end an element asks for, and its timeout when it gave one.
+fn resolve_end(
+    map: &Map<String, Value>,
+    now: i64,
+    errors: &mut Vec<String>,
+) -> Option<(i64, Option<i64>)> {
     let timeout = optional(map, "timeout");
     let end = optional(map, "endTimestamp");
     if timeout.is_some() && end.is_some() {
@@ -345,7 +447,7 @@ fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> 
             return None;
         }
         return if let Some(end) = now.checked_add(timeout) {
-            Some(end)
+            Some((end, Some(timeout)))
         } else {
             errors.push(format!(
                 ".timeout: {timeout} ms from now overflows the end time; omit timeout for a \
@@ -362,9 +464,9 @@ fn resolve_end(map: &Map<String, Value>, now: i64, errors: &mut Vec<String>) -> 
             ));
             return None;
         }
-        return Some(end);
+        return Some((end, None));
     }
-    Some(PERMANENT)
+    Some((PERMANENT, None))
 }
 
 fn allow_merge(map: &Map<String, Value>, errors: &mut Vec<String>) -> Option<bool> {

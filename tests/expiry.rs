@@ -322,6 +322,8 @@ fn a_write_whose_end_the_watermark_passed_announces_itself() {
         end,
         cause: "c".to_owned(),
         allow_merge: false,
+        source: "unknown".to_owned(),
+        timeout: None,
     };
     let events = runtime.block_on(async {
         store

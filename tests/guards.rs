@@ -551,6 +551,8 @@ mod caps_hold {
                                 end: timeout_ms.map_or(PERMANENT, |t| now + t),
                                 cause: "c".into(),
                                 allow_merge: merge,
+                                source: "unknown".into(),
+                                timeout: timeout_ms,
                             })
                             .collect();
                         let policy = policy();

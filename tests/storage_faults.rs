@@ -211,6 +211,8 @@ fn a_clear_that_meets_a_corrupt_item_removes_nothing() {
                 end: i64::MAX,
                 cause: "c".to_owned(),
                 allow_merge: false,
+                source: "unknown".into(),
+                timeout: None,
             })
             .collect();
         runtime

@@ -1,7 +1,7 @@
 //! `/blocklist`: add, merge, remove and read blocked task managers and nodes.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -15,11 +15,13 @@ use super::error::{
     Unauthorized, Unavailable, UnsupportedMediaType,
 };
 use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath, JsonBody};
+use super::provenance::{ReasonParam, RequestSource, SourceHeader};
 use super::state::AppState;
 use crate::allowlist::Entry;
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::policy::{Guard, Refusal};
+use crate::provenance::{Report, Unblock};
 use crate::store::{self, AddOutcome, Force, HoldOff, Seen, Store};
 use crate::{backup, validate};
 
@@ -197,25 +199,57 @@ async fn get_one(
     let now = store.now();
     let found = store
         .read_durably(|seen| {
+            // Read before the item, whose stamp then covers them (see `Store::reports`).
+            let reports = store.reports(kind, &id, seen)?;
             let Some(block) = store.get(kind, &id, now, seen)? else {
                 return Ok(None);
             };
             let item = Item::new(id.clone(), block);
-            Ok(Some(match kind {
-                Kind::TaskManager => Json(item).into_response(),
-                Kind::Node => Json(node_entry(store, item, seen)?).into_response(),
-            }))
+            let etag = etag(item.revision);
+            let body = match kind {
+                Kind::TaskManager => Json(ItemDetail { item, reports }).into_response(),
+                Kind::Node => Json(NodeDetail {
+                    entry: node_entry(store, item, seen)?,
+                    reports,
+                })
+                .into_response(),
+            };
+            Ok(Some(([(header::ETAG, etag)], body).into_response()))
         })
         .await?;
     found.ok_or_else(|| not_blocked(kind, &id))
+}
+
+/// The `ETag` of an item whose last change had `revision`: a strong tag of the revision.
+pub(super) fn etag(revision: u64) -> String {
+    format!("\"{revision}\"")
+}
+
+/// A task manager item with its most recent reports.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ItemDetail {
+    #[serde(flatten)]
+    item: Item,
+    /// The most recent reports (up to 32), newest first; `reportCount` counts them all.
+    reports: Vec<Report>,
+}
+
+/// A node entry with its most recent reports.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NodeDetail {
+    #[serde(flatten)]
+    entry: NodeEntry,
+    /// The most recent reports (up to 32), newest first; `reportCount` counts them all.
+    reports: Vec<Report>,
 }
 
 async fn add(
     State(state): State<AppState>,
     kind: Kind,
     caller: &Caller,
-    dry: DryRun,
-    force: ForceParam,
+    (dry, force, RequestSource(source)): (DryRun, ForceParam, RequestSource),
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
     let force = if force.is_set() {
@@ -227,14 +261,21 @@ async fn add(
         None
     };
     let now = state.store.now();
-    let items = validate::add_batch(&body, now, state.limits.max_batch)?;
+    let items = validate::add_batch_from(&body, now, state.limits.max_batch, &source)?;
     let writer = state.store.with_mode(dry.mode());
     let (outcome, revision) = writer.add_forced(kind, items, now, force).await?;
     match outcome {
-        AddOutcome::Written { merged } if merged.is_empty() => {
+        AddOutcome::Written { merged, escalated } if merged.is_empty() && escalated.is_empty() => {
             Ok(dry.written(revision, StatusCode::CREATED))
         }
-        AddOutcome::Written { merged } => {
+        AddOutcome::Written { merged, escalated } if merged.is_empty() => {
+            Ok(dry.written(revision, (StatusCode::CREATED, Json(escalated))))
+        }
+        AddOutcome::Written {
+            mut merged,
+            escalated,
+        } => {
+            merged.extend(escalated);
             Ok(dry.written(revision, (StatusCode::ACCEPTED, Json(merged))))
         }
         AddOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
@@ -268,8 +309,12 @@ async fn remove(
     kind: Kind,
     caller: &Caller,
     IdPath(id): IdPath,
-    dry: DryRun,
-    hold_off: HoldOffParam,
+    (dry, hold_off, reason, RequestSource(source)): (
+        DryRun,
+        HoldOffParam,
+        ReasonParam,
+        RequestSource,
+    ),
 ) -> Result<Response> {
     let hold_off = match hold_off.ms() {
         Some(ms) => {
@@ -284,7 +329,15 @@ async fn remove(
     match state
         .store
         .with_mode(dry.mode())
-        .remove_holding_off(kind, id.clone(), hold_off)
+        .unblock(
+            kind,
+            id.clone(),
+            Unblock {
+                source: Some(source),
+                reason: reason.into_reason(),
+            },
+            hold_off,
+        )
         .await?
     {
         (Some(removed), revision) => Ok(dry.written(
@@ -303,7 +356,12 @@ const RELIEF_SCAN: usize = 10_000;
 /// The answer to an add a guardrail refused: 422 when one refusal is for good, else 429 with
 /// `Retry-After` when the daemon knows when the write could pass (the bucket's next token,
 /// or when the first block of the kind ends).
-async fn refused(state: &AppState, kind: Kind, refusals: Vec<Refusal>, now: i64) -> ApiError {
+pub(super) async fn refused(
+    state: &AppState,
+    kind: Kind,
+    refusals: Vec<Refusal>,
+    now: i64,
+) -> ApiError {
     let errors: Vec<String> = refusals
         .iter()
         .map(|r| {
@@ -351,7 +409,7 @@ async fn refused(state: &AppState, kind: Kind, refusals: Vec<Refusal>, now: i64)
     }
 }
 
-fn not_blocked(kind: Kind, id: &str) -> ApiError {
+pub(super) fn not_blocked(kind: Kind, id: &str) -> ApiError {
     ApiError::NotFound(format!("{} {id:?} is not blocked", kind.singular()))
 }
 
@@ -368,7 +426,7 @@ macro_rules! kind_handlers {
         entry: $entry:ty,
         list: $list:ident, $list_doc:literal, $list_desc:literal,
         add: $add:ident, $add_doc:literal,
-        get: $get:ident, $get_doc:literal, $get_desc:literal,
+        get: $get:ident, $detail:ty, $get_doc:literal, $get_desc:literal,
         remove: $remove:ident, $remove_doc:literal $(,)?
     ) => {
         #[doc = $list_doc]
@@ -397,12 +455,13 @@ macro_rules! kind_handlers {
             post,
             path = $path,
             tag = "blocklist",
-            params(DryRun, ForceParam),
+            params(DryRun, ForceParam, SourceHeader),
             request_body(content = AddRequest, content_type = "application/json"),
             responses(
-                (status = 201, description = "Every element was new",
+                (status = 201, description = "Every element was new. The body is empty, unless escalation lengthened some new items: then it lists them as stored (each with `escalated`)",
+                    body = [Item],
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
-                (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge",
+                (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge; then each new item escalation lengthened (with `escalated`)",
                     body = [Item],
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
                 (status = 400, description = "Malformed: every problem of every element", body = ErrorBody),
@@ -425,9 +484,10 @@ macro_rules! kind_handlers {
             caller: Caller,
             dry: DryRun,
             force: ForceParam,
+            source: RequestSource,
             body: JsonBody,
         ) -> Response {
-            dry.answer(add(state, $kind, &caller, dry, force, body).await)
+            dry.answer(add(state, $kind, &caller, (dry, force, source), body).await)
         }
 
         #[doc = $get_doc]
@@ -437,7 +497,8 @@ macro_rules! kind_handlers {
             tag = "blocklist",
             params(IdPath),
             responses(
-                (status = 200, description = $get_desc, body = $entry),
+                (status = 200, description = $get_desc, body = $detail,
+                    headers(("ETag" = String, description = "The item's last-changed revision, quoted: give it in If-Match to update only this state"))),
                 (status = 400, response = BadId),
                 (status = 401, response = Unauthorized),
                 (status = 404, description = "Not blocked (or already expired)", body = ErrorBody),
@@ -455,7 +516,7 @@ macro_rules! kind_handlers {
             delete,
             path = $path_id,
             tag = "blocklist",
-            params(IdPath, DryRun, HoldOffParam),
+            params(IdPath, DryRun, HoldOffParam, ReasonParam, SourceHeader),
             responses(
                 (status = 200, description = "The item was active and is now removed (durably), with its hold-off if one was asked for", body = Removal,
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the removal"))),
@@ -474,8 +535,10 @@ macro_rules! kind_handlers {
             id: IdPath,
             dry: DryRun,
             hold_off: HoldOffParam,
+            reason: ReasonParam,
+            source: RequestSource,
         ) -> Response {
-            dry.answer(remove(state, $kind, &caller, id, dry, hold_off).await)
+            dry.answer(remove(state, $kind, &caller, id, (dry, hold_off, reason, source)).await)
         }
     };
 }
@@ -487,7 +550,7 @@ kind_handlers! {
     entry: Item,
     list: list_task_managers, "Blocked task managers", "Active task manager items, sorted by id",
     add: add_task_managers, "Block task managers",
-    get: get_task_manager, "One blocked task manager", "The active item",
+    get: get_task_manager, ItemDetail, "One blocked task manager", "The active item, with its most recent reports",
     remove: remove_task_manager, "Unblock a task manager",
 }
 
@@ -498,7 +561,7 @@ kind_handlers! {
     entry: NodeEntry,
     list: list_nodes, "Blocked nodes", "Active node entries, sorted by id",
     add: add_nodes, "Block nodes",
-    get: get_node, "One blocked node", "The active node entry",
+    get: get_node, NodeDetail, "One blocked node", "The active node entry, with its most recent reports",
     remove: remove_node, "Unblock a node",
 }
 
@@ -520,6 +583,12 @@ mod tests {
                     end_timestamp: if i % 7 == 0 { short_end } else { PERMANENT },
                     cause: "c".repeat(i % 50 + 1),
                     forced: None,
+                    source: "unknown".into(),
+                    report_count: 1,
+                    first_report_timestamp: now,
+                    last_report_timestamp: now,
+                    revision: 0,
+                    escalated: None,
                 };
                 (kind, item)
             })

@@ -33,6 +33,9 @@ pub enum ApiError {
     Gone(String),
     #[error("conflict: {0:?}")]
     Conflict(Vec<String>),
+    /// `If-Match` named another state than the item's: 412, nothing written.
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
     /// A guardrail refused the write and time will fix it: 429, with `Retry-After` in
     /// seconds when the daemon knows when relief comes.
     #[error("too many requests: {errors:?}")]
@@ -65,6 +68,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             ApiError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Gone(_) => StatusCode::GONE,
@@ -87,6 +91,7 @@ impl ApiError {
             | ApiError::RequestTimeout(m)
             | ApiError::MethodNotAllowed(m)
             | ApiError::Gone(m)
+            | ApiError::PreconditionFailed(m)
             | ApiError::PayloadTooLarge(m)
             | ApiError::UnsupportedMediaType(m) => vec![m],
             // Details of internal failures go to the log, not to the client.

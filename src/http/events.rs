@@ -227,8 +227,7 @@ impl ToSchema for FeedEvent {
     }
 }
 
-/// The schema of an event's data (in [`EventType::ALL`] order, those of one schema
-/// adjacent).
+/// The schema of an event's data.
 fn data_schema(event: EventType) -> &'static str {
     match event {
         EventType::Added | EventType::Merged | EventType::Removed | EventType::Expired => {
@@ -239,6 +238,7 @@ fn data_schema(event: EventType) -> &'static str {
         EventType::Allowlisted | EventType::Unallowlisted | EventType::AllowlistExpired => {
             "AllowlistEntry"
         }
+        EventType::Updated => "ItemEvent",
     }
 }
 

@@ -278,8 +278,9 @@ fn write_parameters(parts: &Parts) -> &'static [&'static str] {
     match (parts.method.as_str(), route) {
         ("POST", "/blocklist/taskmanagers" | "/blocklist/nodes") => &["dryRun", "force"],
         ("DELETE", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => {
-            &["dryRun", "holdOff"]
+            &["dryRun", "holdOff", "reason"]
         }
+        ("PATCH", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => &["dryRun", "force"],
         _ => &["dryRun"],
     }
 }
@@ -395,7 +396,7 @@ pub fn whole_floats_as_integers(value: &mut Value) {
 
 /// The value of query parameter `name`, if given; a 400 when it is given more than once.
 /// Other parameters are left alone, as on every write.
-async fn query_param<S: Send + Sync>(
+pub async fn query_param<S: Send + Sync>(
     parts: &mut Parts,
     state: &S,
     name: &str,

@@ -24,12 +24,14 @@ mod observe;
 mod openapi;
 mod ops;
 mod policy;
+mod provenance;
 mod reply;
 mod schema;
 mod state;
 mod stream;
 mod taskmanagers;
 mod tokens;
+mod update;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,10 +63,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/blocklist/taskmanagers"),
     ("GET", "/blocklist/taskmanagers/{id}"),
     ("DELETE", "/blocklist/taskmanagers/{id}"),
+    ("PATCH", "/blocklist/taskmanagers/{id}"),
+    ("GET", "/blocklist/taskmanagers/{id}/history"),
     ("GET", "/blocklist/nodes"),
     ("POST", "/blocklist/nodes"),
     ("GET", "/blocklist/nodes/{id}"),
     ("DELETE", "/blocklist/nodes/{id}"),
+    ("PATCH", "/blocklist/nodes/{id}"),
+    ("GET", "/blocklist/nodes/{id}/history"),
     ("POST", "/blocklist/check"),
     ("GET", "/blocklist/check/taskmanagers/{id}"),
     ("GET", "/blocklist/check/nodes/{id}"),
@@ -101,6 +107,8 @@ pub fn router(state: AppState) -> Router {
         .merge(check::router())
         .merge(events::router())
         .merge(policy::router())
+        .merge(provenance::router())
+        .merge(update::router())
         .merge(allowlist::router())
         .merge(taskmanagers::router())
         .merge(ops::router())

@@ -21,7 +21,7 @@ use super::error::{
     BadId, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::{allowlist, blocklist, check, events, ops, policy, taskmanagers};
+use super::{allowlist, blocklist, check, events, ops, policy, provenance, taskmanagers, update};
 
 /// The name of the bearer security scheme in the document (the operations' `security(...)`
 /// spell it out: the macro takes only a literal).
@@ -57,6 +57,10 @@ const BEARER: &str = "bearerAuth";
         blocklist::add_nodes,
         blocklist::get_node,
         blocklist::remove_node,
+        update::update_task_manager,
+        update::update_node,
+        provenance::task_manager_history,
+        provenance::node_history,
         check::check_many,
         check::check_task_manager,
         check::check_node,

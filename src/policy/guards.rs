@@ -254,6 +254,8 @@ mod tests {
             end,
             cause: "c".into(),
             allow_merge: false,
+            source: "unknown".into(),
+            timeout: None,
         }
     }
 

@@ -49,6 +49,50 @@ pub struct Policy {
     pub max_block_duration_secs: Option<u64>,
     /// Whether a block may be permanent.
     pub permanent_blocks_allowed: bool,
+    /// Longer blocks for repeat offenders; `null` or absent: off.
+    #[serde(default)]
+    pub escalation: Option<Escalation>,
+}
+
+/// Escalation for repeat offenders (fail2ban's `bantime.increment`): an add that creates a
+/// block with a `timeout`, for an id that had `k` blocks ending within the last
+/// `windowSecs`, gets `timeout × factor^k`, at most `maxSecs` (and at most
+/// `maxBlockDurationSecs`); never less than it asked for. Blocks with an `endTimestamp`,
+/// permanent ones and merges into an active block are not escalated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Escalation {
+    #[schema(minimum = 2, maximum = 1000)]
+    pub factor: u32,
+    /// The longest an escalated block lasts, in seconds.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_u64)]
+    pub max_secs: u64,
+    /// How far back past blocks count, in seconds.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_u64)]
+    pub window_secs: u64,
+}
+
+impl Escalation {
+    /// The timeout of an add asking for `timeout` ms, for an id with `past` blocks that
+    /// ended within the window; at most `cap_ms` (the policy's duration cap, if any).
+    pub fn timeout(&self, timeout: i64, past: u32, cap_ms: Option<i64>) -> i64 {
+        let max = secs_to_ms(self.max_secs).min(cap_ms.unwrap_or(i64::MAX));
+        let grown = i64::from(self.factor)
+            .checked_pow(past)
+            .and_then(|f| timeout.checked_mul(f))
+            .unwrap_or(i64::MAX);
+        grown.min(max).max(timeout)
+    }
+
+    /// The window in ms.
+    pub fn window_ms(&self) -> i64 {
+        secs_to_ms(self.window_secs)
+    }
+}
+
+/// Seconds as ms, saturating.
+fn secs_to_ms(secs: u64) -> i64 {
+    i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
 }
 
 /// The guardrails of one kind. Each is off when `null`.
@@ -100,6 +144,7 @@ impl Default for Policy {
             min_registered: 10,
             max_block_duration_secs: None,
             permanent_blocks_allowed: true,
+            escalation: None,
         }
     }
 }
@@ -112,6 +157,7 @@ impl Policy {
         min_registered: 0,
         max_block_duration_secs: None,
         permanent_blocks_allowed: true,
+        escalation: None,
     };
 
     /// The guardrails of `kind`.
@@ -224,6 +270,24 @@ impl Policy {
         ] {
             if let Some(n) = value.filter(|n| *n > MAX_POLICY_NUMBER) {
                 problems.push(format!("{name} is {n}; the most is {MAX_POLICY_NUMBER}"));
+            }
+        }
+        if let Some(escalation) = &self.escalation {
+            if !(2..=1000).contains(&escalation.factor) {
+                problems.push(format!(
+                    "escalation.factor is {}; it must be 2 to 1000 (null turns escalation off)",
+                    escalation.factor
+                ));
+            }
+            for (name, value) in [
+                ("maxSecs", escalation.max_secs),
+                ("windowSecs", escalation.window_secs),
+            ] {
+                if value == 0 || value > MAX_POLICY_NUMBER {
+                    problems.push(format!(
+                        "escalation.{name} is {value}; it must be 1 to {MAX_POLICY_NUMBER}"
+                    ));
+                }
             }
         }
         problems

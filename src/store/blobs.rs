@@ -38,7 +38,7 @@ use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::model::{MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
+use crate::model::{MAX_CAUSE_BYTES, MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
 
 use super::codec;
 
@@ -92,6 +92,16 @@ pub const MAX_NODE_BYTES: usize = {
         codec::max_chunk_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES),
     );
     let registrations = node_bytes(MAX_LEAF_ENTRIES, MAX_KEY_BYTES, 1 + MAX_ID_BYTES);
+    let reports = node_bytes(
+        MAX_LEAF_ENTRIES,
+        MAX_KEY_BYTES,
+        codec::provenance::max_report_bytes(MAX_CAUSE_BYTES),
+    );
+    let history = node_bytes(
+        MAX_LEAF_ENTRIES,
+        MAX_KEY_BYTES,
+        codec::provenance::max_past_bytes(MAX_MERGED_CAUSE_BYTES),
+    );
     // An index node's values are child page ids (a varint each).
     let index = node_bytes(MAX_INDEX_CHILDREN, MAX_KEY_BYTES, VARINT);
     let mut max = items;
@@ -100,6 +110,12 @@ pub const MAX_NODE_BYTES: usize = {
     }
     if registrations > max {
         max = registrations;
+    }
+    if reports > max {
+        max = reports;
+    }
+    if history > max {
+        max = history;
     }
     if index > max {
         max = index;
@@ -228,7 +244,7 @@ pub(crate) fn damaged(dir: &Path) -> Vec<(PathBuf, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Action, Kind, NewItem, MAX_CAUSE_BYTES};
+    use crate::model::{Action, Kind, NewItem};
     use crate::store::{Store, StoreConfig};
 
     /// Writes the largest values the API allows, on adjacent keys, into a store with
@@ -258,6 +274,8 @@ mod tests {
                     end: crate::model::PERMANENT,
                     cause: format!("{part:02}{}", "c".repeat(MAX_CAUSE_BYTES - 3)),
                     allow_merge: true,
+                    source: "unknown".into(),
+                    timeout: None,
                 })
                 .collect();
             runtime
@@ -336,12 +354,17 @@ mod tests {
     #[test]
     fn the_budget_numbers_the_docs_quote() {
         use crate::model::*;
-        assert_eq!(MAX_NODE_BYTES, 368_173);
+        assert_eq!(MAX_NODE_BYTES, 371_590);
         assert_eq!(
             codec::max_chunk_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES),
-            21_063
+            21_264
         );
-        assert_eq!(codec::max_block_bytes(MAX_MERGED_CAUSE_BYTES), 16_681);
+        assert_eq!(codec::max_block_bytes(MAX_MERGED_CAUSE_BYTES), 16_882);
+        assert_eq!(
+            codec::provenance::max_past_bytes(MAX_MERGED_CAUSE_BYTES),
+            18_064
+        );
+        assert_eq!(codec::provenance::max_report_bytes(MAX_CAUSE_BYTES), 1_191);
         assert_eq!(blob_threshold(512 * 1024), 131_020);
         assert_eq!(blob_threshold(SEGMENT_BYTES), 524_236);
     }

@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::keys;
 use crate::allowlist::Entry;
-use crate::model::{Action, Block, Change, Event, EventType, Forced, Item, Kind};
-use crate::policy::{KindPolicy, Policy, Rate};
+use crate::model::{
+    Action, Block, Change, Event, EventType, Forced, Item, Kind, Provenance, UNKNOWN_SOURCE,
+};
+use crate::policy::{Escalation, KindPolicy, Policy, Rate};
 
 /// Format byte of [`BlockV1`], the item value of schema versions 1 to 5 (still decoded).
 pub const BLOCK_V1: u8 = 1;
@@ -21,11 +23,18 @@ pub const BLOCK_V1: u8 = 1;
 /// record.
 pub const BLOCK_V2: u8 = 2;
 
+/// Format byte of [`provenance::BlockV3`], the item value of schema version 7: a block with
+/// its provenance, revision and escalation.
+pub const BLOCK_V3: u8 = 3;
+
 /// Format byte of [`AllowV1`], an `allowlist` value (schema 6).
 pub const ALLOW_V1: u8 = 1;
 
-/// Format byte of [`PolicyV1`], `meta/policy` (schema 6).
+/// Format byte of [`PolicyV1`], `meta/policy` (schema 6; still decoded).
 pub const POLICY_V1: u8 = 1;
+
+/// Format byte of [`PolicyV2`], `meta/policy` of schema 7: format 1 and the escalation.
+pub const POLICY_V2: u8 = 2;
 
 /// Format byte of a registration value (`tm_node`): the node id's UTF-8 bytes follow.
 pub const REGISTRATION_V1: u8 = 1;
@@ -43,6 +52,10 @@ pub const EVENTS_V3: u8 = 3;
 /// Format byte of [`ChunkV4`], the `events` value of schema version 6: as format 3, with
 /// items as [`BlockV2`].
 pub const EVENTS_V4: u8 = 4;
+
+/// Format byte of [`ChunkV5`], the `events` value of schema version 7: as format 4, with
+/// items as [`provenance::BlockV3`].
+pub const EVENTS_V5: u8 = 5;
 
 /// About how many bytes of events one chunk holds before the next starts. A chunk is cut
 /// once its events' [`approximate_size`]s reach this, so it holds at most this plus one
@@ -66,7 +79,7 @@ pub const MAX_TOKEN_NAME_BYTES: usize = 64;
 /// [`BlockV2`] (action byte, two varint times, the cause with its length, the forced
 /// record).
 pub const fn max_block_bytes(cause: usize) -> usize {
-    1 + 1 + VARINT + VARINT + VARINT + cause + MAX_FORCED_BYTES
+    1 + 1 + VARINT + VARINT + VARINT + cause + MAX_FORCED_BYTES + provenance::MAX_PROVENANCE_BYTES
 }
 
 /// The largest encoding of one event of a chunk, for ids of `id` and causes of `cause`
@@ -89,6 +102,29 @@ const fn max_event_bytes(id: usize, cause: usize) -> usize {
 /// checks it), then that last one.
 pub const fn max_chunk_bytes(id: usize, cause: usize) -> usize {
     1 + VARINT + VARINT + CHUNK_BYTES + max_event_bytes(id, cause)
+}
+
+/// Events value, format 5: format 4 with items as [`provenance::BlockV3`]. Frozen like
+/// [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct ChunkV5 {
+    at: i64,
+    events: Vec<(u8, ChangeV4)>,
+}
+
+/// What a format-5 event records. Frozen: variant order is the on-disk tag.
+#[derive(Serialize, Deserialize)]
+enum ChangeV4 {
+    Item {
+        kind: u8,
+        id: String,
+        block: provenance::BlockV3,
+    },
+    Registration {
+        tm: String,
+        node: String,
+    },
+    Json(String),
 }
 
 /// Events value, format 4: format 3 with items as [`BlockV2`]. Frozen like [`BlockV1`].
@@ -235,6 +271,14 @@ struct PolicyV1 {
     permanent_blocks_allowed: bool,
 }
 
+/// Policy value, format 2: format 1, then the escalation as `(factor, max_secs,
+/// window_secs)`. Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct PolicyV2 {
+    v1: PolicyV1,
+    escalation: Option<(u32, u64, u64)>,
+}
+
 #[derive(Serialize, Deserialize)]
 struct KindPolicyV1 {
     max_blocked_percent: Option<u8>,
@@ -249,9 +293,10 @@ fn config() -> bincode::config::Configuration {
 }
 
 pub fn encode_block(block: &Block) -> Vec<u8> {
-    encode_framed(BLOCK_V2, &block_v2(block))
+    encode_framed(BLOCK_V3, &provenance::block_v3(block))
 }
 
+#[cfg(test)]
 fn block_v2(block: &Block) -> BlockV2 {
     BlockV2 {
         action: action_code(block.action),
@@ -330,7 +375,8 @@ fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
 pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
     match bytes.first() {
         Some(&BLOCK_V1) => block_from_v1(decode_framed(BLOCK_V1, bytes)?),
-        _ => block_from_v2(decode_framed(BLOCK_V2, bytes)?),
+        Some(&BLOCK_V2) => block_from_v2(decode_framed(BLOCK_V2, bytes)?),
+        _ => provenance::block_from_v3(decode_framed(BLOCK_V3, bytes)?),
     }
 }
 
@@ -340,12 +386,17 @@ fn block_from_v1(value: BlockV1) -> Result<Block, CodecError> {
         1 => Action::MarkBlockedAndEvacuateTasks,
         other => return Err(CodecError::UnknownAction(other)),
     };
+    // A block stored before provenance: one report, from an unknown source, at its start
+    // (what the version 7 upgrade makes of it); revision 0 until it changes.
     Ok(Block {
         action,
         start: value.start,
         end: value.end,
         cause: value.cause,
         forced: None,
+        provenance: Provenance::first(UNKNOWN_SOURCE, value.start),
+        revision: 0,
+        escalated: None,
     })
 }
 
@@ -373,7 +424,35 @@ fn change_v2(change: &Change) -> ChangeV2 {
     }
 }
 
-/// The format-4 form of a change.
+/// The format-5 form of a change.
+fn change_v4(change: &Change) -> ChangeV4 {
+    match change {
+        Change::Item { kind, item } => ChangeV4::Item {
+            kind: keys::kind_tag(*kind),
+            id: item.id.clone(),
+            block: provenance::block_v3(&item.block()),
+        },
+        Change::Registration { tm, node } => ChangeV4::Registration {
+            tm: tm.clone(),
+            node: node.clone(),
+        },
+        Change::Json(data) => ChangeV4::Json(data.clone()),
+    }
+}
+
+fn change_from_v4(change: ChangeV4) -> Result<Change, CodecError> {
+    Ok(match change {
+        ChangeV4::Item { kind, id, block } => Change::Item {
+            kind: keys::kind_from_tag(kind).ok_or(CodecError::UnknownKind(kind))?,
+            item: Item::new(id, provenance::block_from_v3(block)?),
+        },
+        ChangeV4::Registration { tm, node } => Change::Registration { tm, node },
+        ChangeV4::Json(data) => Change::Json(data),
+    })
+}
+
+/// The format-4 form of a change (what version 6 wrote, for the fixtures).
+#[cfg(test)]
 fn change_v3(change: &Change) -> ChangeV3 {
     match change {
         Change::Item { kind, item } => ChangeV3::Item {
@@ -471,16 +550,30 @@ fn approximate_size(event: &Event) -> usize {
             Change::Item { item, .. } => {
                 item.id.len()
                     + item.cause.len()
+                    + item.source.len()
                     + item.forced.as_ref().map_or(0, |_| MAX_FORCED_BYTES)
+                    + provenance::MAX_PROVENANCE_BYTES
+                    - crate::model::MAX_SOURCE_BYTES
             }
             Change::Registration { tm, node } => tm.len() + node.len(),
             Change::Json(data) => data.len(),
         }
 }
 
-/// Encodes the events of one chunk (see [`chunks`]) in format 4. All are from one
+/// Encodes the events of one chunk (see [`chunks`]) in format 5. All are from one
 /// transaction, so they share its commit time.
 pub fn encode_chunk(events: &[Event]) -> Vec<u8> {
+    let at = events.first().map_or(0, |e| e.at);
+    let events = events
+        .iter()
+        .map(|event| (event_code(event.event), change_v4(&event.change)))
+        .collect();
+    encode_framed(EVENTS_V5, &ChunkV5 { at, events })
+}
+
+/// Encodes a chunk in format 4, as schema version 6 wrote it (for the fixtures).
+#[cfg(test)]
+pub fn encode_chunk_v4(events: &[Event]) -> Vec<u8> {
     let at = events.first().map_or(0, |e| e.at);
     let events = events
         .iter()
@@ -505,6 +598,15 @@ pub fn encode_chunk_v3(events: &[Event]) -> Vec<u8> {
 pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     let (at, events) = match format {
+        EVENTS_V5 => {
+            let chunk: ChunkV5 = decode_body(body)?;
+            let events: Vec<_> = chunk
+                .events
+                .into_iter()
+                .map(|(code, change)| Ok((code, change_from_v4(change)?)))
+                .collect::<Result<_, CodecError>>()?;
+            (chunk.at, events)
+        }
         EVENTS_V4 => {
             let chunk: ChunkV4 = decode_body(body)?;
             let events: Vec<_> = chunk
@@ -539,7 +641,7 @@ pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError>
 /// without decoding the rest of a chunk.
 pub fn events_at(bytes: &[u8]) -> Result<i64, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if format != EVENTS_V3 && format != EVENTS_V4 {
+    if !matches!(format, EVENTS_V3 | EVENTS_V4 | EVENTS_V5) {
         return Ok(decode_event(0, bytes)?.at);
     }
     // `at` is the chunk's first field: decode it alone and leave the rest.
@@ -585,6 +687,12 @@ pub fn decode_registration(bytes: &[u8]) -> Result<String, CodecError> {
 #[cfg(test)]
 mod tests;
 
+pub mod provenance;
+pub use provenance::{
+    decode_history_count, decode_past, decode_report, encode_history_count, encode_past,
+    encode_report,
+};
+
 /// The `allowlist` value of `entry` (its kind and id are the key).
 pub fn encode_allow(entry: &Entry) -> Vec<u8> {
     encode_framed(
@@ -621,19 +729,30 @@ pub fn encode_policy(policy: &Policy) -> Vec<u8> {
         evacuations: of.evacuations.map(|r| (r.per_minute, r.burst)),
     };
     encode_framed(
-        POLICY_V1,
-        &PolicyV1 {
-            nodes: kind(&policy.nodes),
-            task_managers: kind(&policy.task_managers),
-            min_registered: policy.min_registered,
-            max_block_duration_secs: policy.max_block_duration_secs,
-            permanent_blocks_allowed: policy.permanent_blocks_allowed,
+        POLICY_V2,
+        &PolicyV2 {
+            v1: PolicyV1 {
+                nodes: kind(&policy.nodes),
+                task_managers: kind(&policy.task_managers),
+                min_registered: policy.min_registered,
+                max_block_duration_secs: policy.max_block_duration_secs,
+                permanent_blocks_allowed: policy.permanent_blocks_allowed,
+            },
+            escalation: policy
+                .escalation
+                .map(|e| (e.factor, e.max_secs, e.window_secs)),
         },
     )
 }
 
 pub fn decode_policy(bytes: &[u8]) -> Result<Policy, CodecError> {
-    let value: PolicyV1 = decode_framed(POLICY_V1, bytes)?;
+    let (value, escalation) = match bytes.first() {
+        Some(&POLICY_V1) => (decode_framed::<PolicyV1>(POLICY_V1, bytes)?, None),
+        _ => {
+            let value: PolicyV2 = decode_framed(POLICY_V2, bytes)?;
+            (value.v1, value.escalation)
+        }
+    };
     let kind = |of: KindPolicyV1| KindPolicy {
         max_blocked_percent: of.max_blocked_percent,
         max_evacuating_percent: of.max_evacuating_percent,
@@ -648,5 +767,10 @@ pub fn decode_policy(bytes: &[u8]) -> Result<Policy, CodecError> {
         min_registered: value.min_registered,
         max_block_duration_secs: value.max_block_duration_secs,
         permanent_blocks_allowed: value.permanent_blocks_allowed,
+        escalation: escalation.map(|(factor, max_secs, window_secs)| Escalation {
+            factor,
+            max_secs,
+            window_secs,
+        }),
     })
 }

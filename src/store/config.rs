@@ -24,6 +24,8 @@ pub struct StoreConfig {
     pub max_commit_batch: usize,
     /// How much of the change log to keep.
     pub retention: Retention,
+    /// How much of the history of past blocks to keep.
+    pub history: HistoryRetention,
     /// The live feed's ring of recent events; a subscriber that misses some of it catches up
     /// from the log.
     pub feed_buffer: usize,
@@ -47,12 +49,24 @@ impl StoreConfig {
                 count: 100_000,
                 max_age_ms: 24 * 3600 * 1000,
             },
+            history: HistoryRetention {
+                per_id: 20,
+                max_age_ms: 30 * 24 * 3600 * 1000,
+            },
             feed_buffer: 1024,
             metrics: Arc::default(),
             new_policy: Policy::default(),
             policy: Overrides::default(),
         }
     }
+}
+
+/// How many past blocks the history keeps: at most `per_id` of each id, none that ended
+/// more than `max_age_ms` ago.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryRetention {
+    pub per_id: u64,
+    pub max_age_ms: i64,
 }
 
 /// How many events the log keeps: at most `count`, none older than `max_age_ms`.

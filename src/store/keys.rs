@@ -14,7 +14,14 @@
 //! events  key: revision (8, big-endian u64)           value: codec event (schema 2)
 //! tm_node   key: task manager id                      value: codec registration (its node)
 //! node_tms  key: node id ++ 0x00 ++ task manager id   value: empty
+//! reports   key: kind(1) ++ id ++ 0x00 ++ n(8)        value: codec report (schema 7)
+//! history   key: kind(1) ++ id                        value: codec history counter (schema 7)
+//!           key: kind(1) ++ id ++ 0x00 ++ n(8)        value: codec past block (schema 7)
+//! history_ends key: ended(8) ++ kind(1) ++ id ++ 0x00 ++ n(8)   value: empty (schema 7)
 //! ```
+//!
+//! `n` is a big-endian u64: a report's number counts an item's reports from 0, a past
+//! block's counts an id's past blocks from 0, so byte order is arrival order within an id.
 //!
 //! `node_tms` is the node → task managers index. The 0x00 separator is unambiguous because
 //! ids never hold control characters, so the prefix `node ++ 0x00` matches exactly the
@@ -178,6 +185,56 @@ pub fn parse_node_tm_key(key: &[u8]) -> Option<(&str, &str)> {
     let node = std::str::from_utf8(&key[..at]).ok()?;
     let tm = std::str::from_utf8(&key[at + 1..]).ok()?;
     Some((node, tm))
+}
+
+/// A key of one id's numbered entries (`reports`, `history`): kind ++ id ++ 0x00 ++ n.
+fn numbered_key(kind: Kind, id: &str, n: u64) -> Vec<u8> {
+    let mut key = numbered_prefix(kind, id);
+    key.extend_from_slice(&n.to_be_bytes());
+    key
+}
+
+/// The prefix of every numbered entry of `(kind, id)`: kind ++ id ++ 0x00.
+pub fn numbered_prefix(kind: Kind, id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(2 + id.len() + 8);
+    key.push(kind_tag(kind));
+    key.extend_from_slice(id.as_bytes());
+    key.push(0);
+    key
+}
+
+/// `reports` key of report `n` of `(kind, id)`.
+pub fn report_key(kind: Kind, id: &str, n: u64) -> Vec<u8> {
+    numbered_key(kind, id, n)
+}
+
+/// `history` key of past block `n` of `(kind, id)`.
+pub fn past_key(kind: Kind, id: &str, n: u64) -> Vec<u8> {
+    numbered_key(kind, id, n)
+}
+
+/// The number at the end of a numbered key.
+pub fn parse_number(key: &[u8]) -> Option<u64> {
+    let tail = key.len().checked_sub(8)?;
+    Some(u64::from_be_bytes(key[tail..].try_into().ok()?))
+}
+
+/// `history_ends` key of past block `n` of `(kind, id)`, which ended at `ended`.
+pub fn past_end_key(ended: i64, kind: Kind, id: &str, n: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(END_LEN + 2 + id.len() + 8);
+    key.extend_from_slice(&(ended.max(0) as u64).to_be_bytes());
+    key.extend_from_slice(&numbered_key(kind, id, n));
+    key
+}
+
+/// Splits a `history_ends` key into the end, the kind, the id and the entry number.
+pub fn parse_past_end_key(key: &[u8]) -> Option<(i64, Kind, &str, u64)> {
+    let ended = i64::try_from(u64::from_be_bytes(key.get(..END_LEN)?.try_into().ok()?)).ok()?;
+    let rest = key.get(END_LEN..)?;
+    let n = parse_number(rest)?;
+    let (&tag, id) = rest.get(..rest.len() - 8)?.split_first()?;
+    let id = id.strip_suffix(&[0])?;
+    Some((ended, kind_from_tag(tag)?, std::str::from_utf8(id).ok()?, n))
 }
 
 #[cfg(test)]

@@ -9,10 +9,12 @@
 use std::convert::Infallible;
 
 use sled::transaction::TransactionError;
-use sled::Db;
+use sled::{Db, Transactional};
 
 use super::meta::{decode_version, encode_u64, encode_version};
-use super::StoreError;
+use super::{codec, keys, StoreError};
+use crate::model::UNKNOWN_SOURCE;
+use crate::provenance::{Operation, Report};
 
 /// The schema version this binary reads and writes.
 /// 1: `items`, `expiry`, `meta`, `tm_node`, `node_tms` (migrations/0001-initial.md).
@@ -22,7 +24,9 @@ use super::StoreError;
 /// 5: adds `meta/expiry_watermark`, expiry in two phases (migrations/0005-expiry-watermark.md).
 /// 6: adds `meta/policy` and `allowlist`; items and events in format 2 and 4, with forced
 ///    records (migrations/0006-guardrails.md).
-pub const CURRENT: u32 = 6;
+/// 7: adds `reports`, `history` and `history_ends`; items and events in format 3 and 5, with
+///    provenance (migrations/0007-provenance.md).
+pub const CURRENT: u32 = 7;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -74,12 +78,89 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     // and events in formats with a forced record. Older values stay readable, so nothing is
     // rewritten: the version only goes up, so that an older binary, which cannot read the
     // new format (or would announce expired items twice), refuses the database.
-    for to in 3..=CURRENT {
+    for to in 3..=6 {
         if version < to {
             bump_version(db, &meta, to)?;
         }
     }
+    if version < 7 {
+        upgrade_6_to_7(db, &meta)?;
+    }
     Ok(())
+}
+
+/// How many items one transaction of the version 7 upgrade rewrites.
+const UPGRADE_7_BATCH: usize = 1_000;
+
+/// Version 7 gives every item its provenance: each item of an older format is rewritten in
+/// format 3 (one report, source `unknown`, at its start; its revision the database's) with
+/// that one report stored, in transactions of [`UPGRADE_7_BATCH`] items. Each leaves the
+/// version at 6 and rewritten items in format 3, so a crash resumes where it stopped;
+/// the version goes to 7 once none is left.
+fn upgrade_6_to_7(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
+    let items = db.open_tree(super::ITEMS_TREE)?;
+    let reports = db.open_tree(super::REPORTS_TREE)?;
+    db.open_tree(super::HISTORY_TREE)?;
+    db.open_tree("history_ends")?;
+    let revision = meta
+        .get(super::REVISION_KEY)?
+        .and_then(|bytes| super::meta::decode_u64(&bytes))
+        .unwrap_or(0);
+    let mut rewritten = 0u64;
+    let mut after = std::ops::Bound::Unbounded;
+    loop {
+        // Nothing writes while we upgrade, so a scan outside the transaction is exact.
+        let mut batch = Vec::with_capacity(UPGRADE_7_BATCH);
+        for entry in items.range::<Vec<u8>, _>((after.clone(), std::ops::Bound::Unbounded)) {
+            let (key, bytes) = entry?;
+            after = std::ops::Bound::Excluded(key.to_vec());
+            if bytes.first().is_some_and(|&f| f < codec::BLOCK_V3) {
+                let Some((kind, id)) = keys::parse_item_key(&key) else {
+                    continue; // left for `blocklistd check` to report
+                };
+                let Ok(mut block) = codec::decode_block(&bytes) else {
+                    continue; // likewise
+                };
+                block.revision = revision;
+                let report = Report {
+                    timestamp: block.start,
+                    source: UNKNOWN_SOURCE.to_owned(),
+                    operation: Operation::Add,
+                    action: block.action,
+                    end_timestamp: block.end,
+                    cause: block.cause.clone(),
+                };
+                batch.push((
+                    key.to_vec(),
+                    codec::encode_block(&block),
+                    keys::report_key(kind, id, 0),
+                    codec::encode_report(&report),
+                ));
+                if batch.len() == UPGRADE_7_BATCH {
+                    break;
+                }
+            }
+        }
+        if batch.is_empty() {
+            break;
+        }
+        (&items, &reports)
+            .transaction(|(items, reports)| {
+                for (key, value, report_key, report) in &batch {
+                    items.insert(key.as_slice(), value.as_slice())?;
+                    reports.insert(report_key.as_slice(), report.as_slice())?;
+                }
+                Ok::<_, sled::transaction::ConflictableTransactionError<Infallible>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(source) => StoreError::UpgradeFailed { to: 7, source },
+                TransactionError::Abort(never) => match never {},
+            })?;
+        db.flush()?;
+        rewritten += batch.len() as u64;
+    }
+    tracing::info!(items = rewritten, "gave every item its provenance");
+    bump_version(db, meta, 7)
 }
 
 /// An upgrade step that rewrites nothing (see above).

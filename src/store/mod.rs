@@ -75,10 +75,10 @@ use tokio::sync::{broadcast, mpsc, watch};
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{
-    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Mode, Registered, Removed, Writer,
-    MAX_UNBLOCKED,
+    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Mode, Registered, Removed, UpdateOutcome,
+    Writer, MAX_UNBLOCKED,
 };
-pub use config::{Retention, StoreConfig};
+pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};
 pub use error::{CommitError, Result, StoreError};
 pub use meta::{count_slot, Counts};
@@ -141,12 +141,20 @@ pub(crate) struct Trees {
     pub events: Tree,
     pub meta: Tree,
     pub allowlist: Tree,
+    /// Each item's most recent reports (schema 7).
+    pub reports: Tree,
+    /// Past blocks, and each id's counter of them (schema 7).
+    pub history: Tree,
+    /// Past blocks by when they ended, for retention (schema 7).
+    pub history_ends: Tree,
 }
 
 /// The tree of items, and of registrations (the names salvage opens too).
 const ITEMS_TREE: &str = "items";
 const TM_NODE_TREE: &str = "tm_node";
 const ALLOWLIST_TREE: &str = "allowlist";
+const REPORTS_TREE: &str = "reports";
+const HISTORY_TREE: &str = "history";
 
 impl Store {
     /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts
@@ -246,6 +254,7 @@ impl Store {
             unreclaimed,
             unpublished: Vec::new(),
             retention: config.retention,
+            history: config.history,
             metrics: config.metrics.clone(),
             policy: policy.clone(),
             buckets,

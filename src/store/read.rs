@@ -3,13 +3,14 @@
 
 use std::ops::Bound;
 
-use super::codec::{decode_allow, decode_policy};
+use super::codec::{self, decode_allow, decode_policy};
 use super::error::{bad_key, decode, registration};
 use super::meta::after_watermark;
 use super::{keys, Result, Seen, Store, StoreError, Watched, POLICY_KEY};
 use crate::allowlist::Entry;
 use crate::model::{Block, Item, Kind};
 use crate::policy::Policy;
+use crate::provenance::{PastBlock, Report};
 
 impl Store {
     /// The active item `(kind, id)` at `now`; `seen` records what the answer depends on.
@@ -22,6 +23,53 @@ impl Store {
         };
         let block = decode(&key, &bytes)?;
         Ok(block.is_active(now).then_some(block))
+    }
+
+    /// The kept reports of `(kind, id)`'s stored block, newest first; `seen` records what
+    /// the answer depends on (scanned before the item's stamp is taken: a report is written
+    /// with its item, so the stamp covers every report the scan saw).
+    pub fn reports(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<Report>> {
+        let prefix = keys::numbered_prefix(kind, id);
+        let mut out = Vec::new();
+        for entry in self.handles()?.trees.reports.scan_prefix(&prefix).rev() {
+            let (key, bytes) = entry?;
+            out.push(
+                codec::decode_report(&bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!(
+                        "reports/{}/{id}/{}",
+                        kind.plural(),
+                        keys::parse_number(&key).unwrap_or(0)
+                    ),
+                    source,
+                })?,
+            );
+        }
+        self.saw(seen, Watched::Item(kind, id));
+        Ok(out)
+    }
+
+    /// The past blocks of `(kind, id)`, newest first; `seen` as for [`Store::reports`].
+    pub fn past_blocks(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<PastBlock>> {
+        let prefix = keys::numbered_prefix(kind, id);
+        let mut out = Vec::new();
+        for entry in self.handles()?.trees.history.scan_prefix(&prefix).rev() {
+            let (key, bytes) = entry?;
+            let (block, ended) =
+                codec::decode_past(&bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!(
+                        "history/{}/{id}/{}",
+                        kind.plural(),
+                        keys::parse_number(&key).unwrap_or(0)
+                    ),
+                    source,
+                })?;
+            out.push(PastBlock {
+                item: Item::new(id.to_owned(), block),
+                ended,
+            });
+        }
+        self.saw(seen, Watched::Item(kind, id));
+        Ok(out)
     }
 
     /// Every active item of `kind` at `now`, sorted by id (byte order of UTF-8).

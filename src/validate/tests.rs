@@ -54,6 +54,8 @@ fn minimal_item_is_permanent_without_merge() {
             end: PERMANENT,
             cause: "c".into(),
             allow_merge: false,
+            source: "unknown".into(),
+            timeout: None,
         }]
     );
 }

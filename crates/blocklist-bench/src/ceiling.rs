@@ -17,7 +17,7 @@ use axum::extract::Path as UrlPath;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use blocklistd::model::{Action, Block, Kind};
+use blocklistd::model::{Action, Block, Kind, Provenance};
 use blocklistd::store::{codec, keys};
 use sled::Transactional;
 
@@ -110,6 +110,9 @@ pub fn store_ceiling(dir: &Path, duration: Duration, max_tx: u64) -> Result<Stor
                     end: now + 3_600_000,
                     cause: "bench".into(),
                     forced: None,
+                    provenance: Provenance::first("bench", now),
+                    revision: 0,
+                    escalated: None,
                 };
                 (
                     keys::item_key(Kind::TaskManager, &id),

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use blocklistd::model::{Action, Block, Kind};
+use blocklistd::model::{Action, Block, Kind, Provenance};
 use blocklistd::store::{codec, keys};
 use redis::aio::MultiplexedConnection;
 
@@ -134,6 +134,9 @@ fn add_item(pipe: &mut redis::Pipeline, key: &[u8], now: i64, end: i64) {
         end,
         cause: "bench".into(),
         forced: None,
+        provenance: Provenance::first("bench", now),
+        revision: 0,
+        escalated: None,
     });
     pipe.cmd("HSET")
         .arg("items")

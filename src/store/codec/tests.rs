@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::{Kind, PERMANENT};
+use crate::model::{Kind, Provenance, PERMANENT, UNKNOWN_SOURCE};
 
 fn block() -> Block {
     Block {
@@ -8,6 +8,9 @@ fn block() -> Block {
         end: PERMANENT,
         cause: "disk".into(),
         forced: None,
+        provenance: Provenance::first("detector", 1_700_000_000_000),
+        revision: 42,
+        escalated: None,
     }
 }
 
@@ -31,17 +34,60 @@ fn format_v1_fixture() {
         b'k', // cause: length + bytes
     ];
     assert_eq!(bytes, expected);
-    assert_eq!(decode_block(expected), Ok(block()));
+    assert_eq!(decode_block(expected), Ok(legacy(block())));
+}
+
+/// What a block stored before provenance reads as: one report from an unknown source at
+/// its start, revision 0.
+fn legacy(block: Block) -> Block {
+    Block {
+        provenance: Provenance::first(UNKNOWN_SOURCE, block.start),
+        revision: 0,
+        escalated: None,
+        ..block
+    }
+}
+
+/// The exact bytes of format 3, which the daemon writes. If this fails, the on-disk format
+/// changed: add a new format byte and a migration instead of editing this fixture.
+#[test]
+fn format_v3_fixture() {
+    let plain: &[u8] = &[
+        3, // format byte
+        1, // action: evacuate
+        253, 0, 208, 202, 159, 23, 3, 0, 0, // start, as in format 1
+        253, 254, 255, 255, 255, 255, 255, 255, 255, // end: permanent
+        4, b'd', b'i', b's', b'k', // cause
+        0,    // forced: none
+        8, b'd', b'e', b't', b'e', b'c', b't', b'o', b'r', // source
+        1,    // reports
+        253, 0, 208, 202, 159, 23, 3, 0, 0, // first report
+        253, 0, 208, 202, 159, 23, 3, 0, 0,  // last report
+        42, // revision
+        0,  // escalated: none
+    ];
+    assert_eq!(encode_block(&block()), plain);
+    assert_eq!(decode_block(plain), Ok(block()));
+    let mut escalated = block();
+    escalated.escalated = Some(crate::model::Escalated {
+        requested_timeout: 2,
+        timeout: 8,
+        past_blocks: 2,
+    });
+    let mut bytes = plain[..plain.len() - 1].to_vec();
+    bytes.extend_from_slice(&[1, 4, 16, 2]); // some: zigzag 2, zigzag 8, 2
+    assert_eq!(encode_block(&escalated), bytes);
+    assert_eq!(decode_block(&bytes), Ok(escalated));
 }
 
 fn bincode_v1(block: &Block) -> Vec<u8> {
     encode_framed(BLOCK_V1, &block_v1(block))[1..].to_vec()
 }
 
-/// The exact bytes of format 2, which the daemon writes. If this fails, the on-disk format
-/// changed: add a new format byte and a migration instead of editing this fixture.
+/// The exact bytes of format 2 (schema version 6), which still decode.
 #[test]
 fn format_v2_fixture() {
+    let encode_v2 = |b: &Block| encode_framed(BLOCK_V2, &block_v2(b));
     let plain: &[u8] = &[
         2, // format byte
         1, // action: evacuate
@@ -50,9 +96,9 @@ fn format_v2_fixture() {
         4, b'd', b'i', b's', b'k', // cause
         0,    // forced: none
     ];
-    assert_eq!(encode_block(&block()), plain);
-    assert_eq!(decode_block(plain), Ok(block()));
-    let mut forced = block();
+    assert_eq!(encode_v2(&block()), plain);
+    assert_eq!(decode_block(plain), Ok(legacy(block())));
+    let mut forced = legacy(block());
     forced.forced = Some(Forced {
         guards: vec!["blocked-share".into()],
         by: Some("ops".into()),
@@ -62,7 +108,7 @@ fn format_v2_fixture() {
     bytes.extend_from_slice(&[1, 1, 13]); // some, one guard, its length
     bytes.extend_from_slice(b"blocked-share");
     bytes.extend_from_slice(&[1, 3, b'o', b'p', b's', 6]); // by: some "ops"; at: zigzag 3
-    assert_eq!(encode_block(&forced), bytes);
+    assert_eq!(encode_v2(&forced), bytes);
     assert_eq!(decode_block(&bytes), Ok(forced));
 }
 
@@ -116,6 +162,9 @@ fn fixture_events() -> (Event, Event) {
             end: 9,
             cause: "c".into(),
             forced: None,
+            provenance: Provenance::first(UNKNOWN_SOURCE, 5),
+            revision: 0,
+            escalated: None,
         },
     );
     let expired = Event::new(
@@ -151,7 +200,8 @@ fn event_format_v2_fixture() {
         serde_json::from_str::<serde_json::Value>(expired.data()).unwrap(),
         serde_json::json!({"kind": "taskmanager", "id": "t1",
             "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "startTimestamp": 5,
-            "endTimestamp": 9, "cause": "c"})
+            "endTimestamp": 9, "cause": "c", "source": "unknown", "reportCount": 1,
+            "firstReportTimestamp": 5, "lastReportTimestamp": 5, "revision": 0})
     );
     let bytes = [2, 4, 4, 1, 2, b't', b'1', 2, b'n', b'1'];
     assert_eq!(encode_event(&registered), bytes);
@@ -226,7 +276,7 @@ fn events_format_v3_fixture() {
     assert_eq!(decode_events(7, &trailing), Err(CodecError::Trailing(1)));
 }
 
-/// The exact bytes of format 4, which the daemon writes.
+/// The exact bytes of format 4 (schema version 6), which still decode.
 #[test]
 fn events_format_v4_fixture() {
     let (expired, registered) = fixture_events();
@@ -237,6 +287,24 @@ fn events_format_v4_fixture() {
     let bytes = [
         4, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 4, 1, 2, b't', b'1', 2, b'n',
         b'1', 6, 2, 2, b'{', b'}',
+    ];
+    assert_eq!(encode_chunk_v4(&chunk), bytes);
+    assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
+    assert_eq!(events_at(&bytes), Ok(2));
+}
+
+/// The exact bytes of format 5, which the daemon writes.
+#[test]
+fn events_format_v5_fixture() {
+    let (expired, registered) = fixture_events();
+    let policy = Event::new(9, EventType::PolicyChanged, 2, Change::Json("{}".into()));
+    let chunk = [expired, registered, policy];
+    // format 5, at, three events: the item with its block in format 3 (forced: none;
+    // source "unknown", 1 report, first and last at zigzag 5, revision 0, not escalated),
+    // the registration, and a JSON change (variant 2).
+    let bytes = [
+        5, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 7, b'u', b'n', b'k', b'n', b'o',
+        b'w', b'n', 1, 10, 10, 0, 0, 4, 1, 2, b't', b'1', 2, b'n', b'1', 6, 2, 2, b'{', b'}',
     ];
     assert_eq!(encode_chunk(&chunk), bytes);
     assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
@@ -298,6 +366,18 @@ fn the_largest_values_stay_within_their_bounds() {
             by: Some("n".repeat(MAX_TOKEN_NAME_BYTES)),
             at: i64::MIN,
         }),
+        provenance: Provenance {
+            source: "s".repeat(crate::model::MAX_SOURCE_BYTES),
+            reports: u64::MAX,
+            first_report: i64::MIN,
+            last_report: i64::MIN,
+        },
+        revision: u64::MAX,
+        escalated: Some(crate::model::Escalated {
+            requested_timeout: i64::MIN,
+            timeout: i64::MIN,
+            past_blocks: u32::MAX,
+        }),
     };
     assert!(encode_block(&worst).len() <= max_block_bytes(MAX_MERGED_CAUSE_BYTES));
     let id = "i".repeat(MAX_ID_BYTES);
@@ -333,7 +413,8 @@ fn the_largest_values_stay_within_their_bounds() {
     let small = |revision| {
         let mut event = item(revision);
         if let Change::Item { item, .. } = &mut event.change {
-            item.cause = "c".repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1);
+            item.cause = "c"
+                .repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1 - provenance::MAX_PROVENANCE_BYTES);
             item.forced = None;
         }
         event

@@ -6,8 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
-use crate::model::{Block, Forced, Item, Kind, NewItem};
+use crate::model::{Block, Escalated, Forced, Item, Kind, NewItem};
 use crate::policy::{self, Bucket, Exposure, Level, Refusal};
+use crate::provenance::{Operation, Report};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Add {
@@ -30,7 +31,12 @@ pub struct Force {
 pub enum AddOutcome {
     /// Everything was written. `merged` holds the stored state of each item that merged
     /// into an existing one (once per id, in order of first merge); empty when all were new.
-    Written { merged: Vec<Item> },
+    /// `escalated` holds the stored state of each new item escalation lengthened (see
+    /// [`crate::policy::Escalation`]), in order, unless it is in `merged`.
+    Written {
+        merged: Vec<Item>,
+        escalated: Vec<Item>,
+    },
     /// Nothing was written: these elements `(index, id)` met an active item without
     /// `allowMerge`.
     Conflict(Vec<(usize, String)>),
@@ -65,7 +71,10 @@ impl Command for Add {
         // Each id once, in order of its first element: (that element's index, id).
         let mut order: Vec<(usize, &str)> = Vec::new();
         let mut merged: Vec<&str> = Vec::new();
+        let mut escalated: Vec<&str> = Vec::new();
         let mut conflicts = Vec::new();
+        // Each id's reports from this batch, in order.
+        let mut reports: HashMap<&str, Vec<Report>> = HashMap::new();
         for (index, new) in self.items.iter().enumerate() {
             let id = new.id.as_str();
             if !state.contains_key(id) {
@@ -80,15 +89,33 @@ impl Command for Add {
             }
             let current = state.get_mut(id).expect("inserted above");
             match current {
-                None => *current = Some(new.to_block(start)),
+                None => {
+                    let mut block = new.to_block(start);
+                    if let Err(e) = self.escalate(tx, &mut block, new, stored[id].as_ref())? {
+                        return Ok(Err(e));
+                    }
+                    if block.escalated.is_some() {
+                        escalated.push(id);
+                    }
+                    *current = Some(block);
+                }
                 Some(block) if new.allow_merge => {
                     block.merge(new.action, new.end, &new.cause);
+                    block.reported(start);
                     if !merged.contains(&id) {
                         merged.push(id);
                     }
                 }
                 Some(_) => conflicts.push((index, new.id.clone())),
             }
+            reports.entry(id).or_default().push(Report {
+                timestamp: start,
+                source: new.source.clone(),
+                operation: Operation::Add,
+                action: new.action,
+                end_timestamp: new.end,
+                cause: new.cause.clone(),
+            });
         }
         if !conflicts.is_empty() {
             return Ok(Ok(Applied::endless(AddOutcome::Conflict(conflicts))));
@@ -105,25 +132,31 @@ impl Command for Add {
         }
         let mut earliest_end = None;
         for (_, id) in &order {
-            let block = state[id]
-                .as_ref()
+            let block = state
+                .get_mut(id)
+                .and_then(Option::as_mut)
                 .expect("every touched id ends with a block");
             tx.store(kind, id, stored[id].as_ref(), block)?;
+            tx.add_reports(kind, id, block.provenance.reports, &reports[id])?;
             if !block.is_permanent() {
                 earliest_end = earlier(earliest_end, Some(block.end));
             }
         }
-        let merged = merged
+        let stored_item = |id: &&str| {
+            Item::new(
+                (*id).to_owned(),
+                state[id].clone().expect("written ids have a block"),
+            )
+        };
+        let merged = merged.iter().map(stored_item).collect();
+        // An id escalated and then merged into by a later element is listed as merged.
+        let escalated = escalated
             .iter()
-            .map(|id| {
-                Item::new(
-                    (*id).to_owned(),
-                    state[id].clone().expect("merged ids exist"),
-                )
-            })
+            .filter(|id| state[*id].as_ref().is_some_and(|b| b.escalated.is_some()))
+            .map(stored_item)
             .collect();
         Ok(Ok(Applied {
-            outcome: AddOutcome::Written { merged },
+            outcome: AddOutcome::Written { merged, escalated },
             earliest_end,
         }))
     }
@@ -140,11 +173,57 @@ impl Command for Add {
 }
 
 impl Add {
+    pub(super) fn new(kind: Kind, items: Vec<NewItem>, now: i64, force: Option<Force>) -> Add {
+        Add {
+            kind,
+            items,
+            now,
+            force,
+        }
+    }
+
+    /// Lengthens `block`, just created by `new`, when the policy escalates and the id had
+    /// blocks ending within its window (`stored`: what the id had, which may have ended
+    /// without its past block recorded yet; this transaction records it).
+    fn escalate(
+        &self,
+        tx: &Tx<'_>,
+        block: &mut Block,
+        new: &NewItem,
+        stored: Option<&Block>,
+    ) -> TxResult<Result<()>> {
+        let policy = tx.policy.borrow();
+        let (Some(escalation), Some(timeout)) = (policy.escalation, new.timeout) else {
+            return Ok(Ok(()));
+        };
+        let since = tx.now.saturating_sub(escalation.window_ms());
+        let mut past = tx.past_blocks_since(self.kind, &new.id, since)?;
+        if stored.is_some_and(|old| !tx.is_announced(self.kind, &new.id, old)) {
+            past += 1; // it ended (nothing active held the id) and ends in this transaction
+        }
+        if past == 0 {
+            return Ok(Ok(()));
+        }
+        let cap = policy
+            .max_block_duration_secs
+            .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX));
+        let applied = escalation.timeout(timeout, past, cap);
+        if applied > timeout {
+            block.end = self.now.saturating_add(applied);
+            block.escalated = Some(Escalated {
+                requested_timeout: timeout,
+                timeout: applied,
+                past_blocks: past,
+            });
+        }
+        Ok(Ok(()))
+    }
+
     /// The guardrails on the batch's outcome (`order`: each id once, with the index of its
     /// first element; `stored`: what each id had; `state`: what each ends with), against
     /// the state this transaction sees: every refusal, or none, in which case the
     /// evacuations it admits are taken from the bucket.
-    fn guard(
+    pub(super) fn guard(
         &self,
         tx: &Tx<'_>,
         order: &[(usize, &str)],
@@ -245,7 +324,7 @@ impl Add {
 
     /// Marks the blocks of the ids that only force let in, naming the guards each passed,
     /// and logs it: an operator must always be able to tell a forced block.
-    fn record_force<'a>(
+    pub(super) fn record_force<'a>(
         &'a self,
         force: &Force,
         refusals: &[Refusal],

@@ -10,6 +10,7 @@ use super::remove::remove;
 use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::allowlist::{Entry, MAX_PREFIX_ENTRIES};
 use crate::model::{Change, EventType, Item, Kind};
+use crate::provenance::Unblock;
 use crate::store::{codec, keys, Result, Store, StoreError, Watched};
 
 /// The most blocks one allowlist entry may lift at once: what one transaction may write.
@@ -91,8 +92,17 @@ impl Command for PutAllow {
         }
         tx.put_allow(old.as_ref(), entry)?;
         let mut unblocked = Vec::new();
+        let lifted = Unblock {
+            source: entry.added_by.clone(),
+            reason: Some(format!(
+                "lifted by the allowlist entry {} {:?}{}",
+                entry.kind.singular(),
+                entry.id,
+                if entry.prefix { " (a prefix)" } else { "" }
+            )),
+        };
         for id in &covered {
-            match remove(tx, entry.kind, id)? {
+            match remove(tx, entry.kind, id, &lifted)? {
                 Ok(Some(item)) => unblocked.push(item),
                 Ok(None) => {}
                 Err(e) => return Ok(Err(e)),

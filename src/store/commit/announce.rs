@@ -6,8 +6,9 @@
 use std::ops::Bound;
 
 use super::{expiry_items, Applied, Command, Committer, Mode, Op, Request, Tx, TxResult};
-use crate::model::{EventType, Item, Kind};
+use crate::model::{Item, Kind};
 use crate::policy::Level;
+use crate::provenance::{Ended, Unblock};
 use crate::store::keys::Expiring;
 use crate::store::{after_watermark, keys, Result, Store, StoreError, Watched};
 
@@ -80,7 +81,7 @@ impl Command for Announce {
                     tx.count(kind, &block, -1);
                     tx.level_changed(kind, id, Level::of(Some(block.action)), Level::Free)?;
                     tx.add_unreclaimed(1);
-                    tx.emit_item(EventType::Expired, kind, id, &block);
+                    tx.ended(kind, id, &block, Ended::Expired, &Unblock::default())?;
                     expired.push(Expired {
                         kind,
                         item: Item::new(id.to_owned(), block),

@@ -5,6 +5,7 @@ use super::register::unregister;
 use super::remove::remove;
 use super::{Applied, Command, Mode, Op, Request, Tx, TxResult};
 use crate::model::Kind;
+use crate::provenance::Unblock;
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Clear {
@@ -49,7 +50,7 @@ impl Command for Clear {
         }
         let mut removed = 0;
         for (kind, id) in &self.items {
-            match remove(tx, *kind, id)? {
+            match remove(tx, *kind, id, &Unblock::default())? {
                 Ok(Some(_)) => removed += 1,
                 Ok(None) => {}
                 Err(e) => return Ok(Err(e)),

@@ -47,7 +47,7 @@ impl Command for Import {
             }
             let (kind, id) = (*kind, item.id.as_str());
             let active = old.as_ref().filter(|b| b.is_active(tx.now));
-            let block = match active {
+            let mut block = match active {
                 Some(existing) if self.merge => {
                     let mut merged = existing.clone();
                     merged.merge(item.action, item.end_timestamp, &item.cause);
@@ -55,7 +55,7 @@ impl Command for Import {
                 }
                 _ => item.block(),
             };
-            tx.store(kind, id, old.as_ref(), &block)?;
+            tx.store(kind, id, old.as_ref(), &mut block)?;
             if !block.is_permanent() {
                 earliest_end = earlier(earliest_end, Some(block.end));
             }

@@ -35,6 +35,7 @@ mod allow;
 mod announce;
 mod clear;
 mod exposure;
+mod history;
 mod import;
 mod policy;
 mod prune;
@@ -44,6 +45,7 @@ mod register;
 mod remove;
 mod run;
 mod tx;
+mod update;
 
 use std::cell::Cell;
 use std::fs::File;
@@ -59,7 +61,8 @@ use super::blobs::BlobDir;
 use super::members::Members;
 use super::pipeline::{Answer, Decided, Reply, Stage};
 use super::{
-    keys, Counts, Feed, Handles, Retention, StoreConfig, StoreError, SweepSignal, Watched,
+    keys, Counts, Feed, Handles, HistoryRetention, Retention, StoreConfig, StoreError, SweepSignal,
+    Watched,
 };
 use super::{Result, Store};
 use crate::allowlist::Entry;
@@ -72,6 +75,7 @@ pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
 pub use register::Registered;
 pub use remove::{HoldOff, Removed};
+pub use update::UpdateOutcome;
 
 use add::Add;
 use allow::{PutAllow, RemoveAllow};
@@ -83,6 +87,7 @@ use reclaim::Reclaim;
 use register::{Register, Unregister};
 use remove::Remove;
 use tx::{Tx, TxResult};
+use update::Update;
 
 /// What the committer's channel carries.
 pub(crate) enum Message {
@@ -107,6 +112,7 @@ pub(crate) enum Op {
     PutAllow(Request<PutAllow>),
     RemoveAllow(Request<RemoveAllow>),
     SetPolicy(Request<SetPolicy>),
+    Update(Request<Update>),
 }
 
 /// Evaluates `$body` with `$request` bound to the [`Request`] inside `$op`, whatever its
@@ -126,6 +132,7 @@ macro_rules! with_request {
             Op::PutAllow($request) => $body,
             Op::RemoveAllow($request) => $body,
             Op::SetPolicy($request) => $body,
+            Op::Update($request) => $body,
         }
     };
 }
@@ -347,6 +354,7 @@ pub(crate) struct Committer {
     /// held across a reopen: those whose revision survived it are published then.
     pub(super) unpublished: Vec<Event>,
     pub(super) retention: Retention,
+    pub(super) history: HistoryRetention,
     pub(super) metrics: Arc<Metrics>,
     /// The guardrails, the evacuation buckets, the share caps' figures, the task managers
     /// on each node and the allowlist's prefix entries, after the last committed

@@ -46,6 +46,7 @@ impl Command for Reclaim {
             // A corrupt item stays for `blocklistd check` to report.
             if let Ok(Some(block)) = tx.read(kind, id)? {
                 if block.end == end {
+                    tx.drop_reports(kind, id, &block)?;
                     tx.items.remove(keys::item_key(kind, id))?;
                 }
             }

@@ -3,12 +3,14 @@
 
 use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::allowlist::{Entry, HOLD_OFF_COMMENT};
-use crate::model::{EventType, Item, Kind};
+use crate::model::{Item, Kind};
+use crate::provenance::{Ended, Unblock};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Remove {
     kind: Kind,
     id: String,
+    unblock: Unblock,
     hold_off: Option<HoldOff>,
 }
 
@@ -52,7 +54,7 @@ impl Command for Remove {
             Ok(old) => old,
             Err(e) => return Ok(Err(e)),
         };
-        let item = match remove(tx, kind, id)? {
+        let item = match remove(tx, kind, id, &self.unblock)? {
             Ok(Some(item)) => item,
             Ok(None) => return Ok(Ok(Applied::endless(None))),
             Err(e) => return Ok(Err(e)),
@@ -96,7 +98,12 @@ impl Command for Remove {
 }
 
 /// Deletes `(kind, id)` in `tx`; the item, when it was active.
-pub(super) fn remove(tx: &Tx<'_>, kind: Kind, id: &str) -> TxResult<Result<Option<Item>>> {
+pub(super) fn remove(
+    tx: &Tx<'_>,
+    kind: Kind,
+    id: &str,
+    unblock: &Unblock,
+) -> TxResult<Result<Option<Item>>> {
     let old = match tx.read(kind, id)? {
         Ok(old) => old,
         Err(e) => return Ok(Err(e)),
@@ -113,32 +120,38 @@ pub(super) fn remove(tx: &Tx<'_>, kind: Kind, id: &str) -> TxResult<Result<Optio
     // An expired item the sweeper has not reached is gone for the caller too (404), but
     // deleting it here is still right: it saves the sweeper the work. Subscribers learn
     // that it expired.
-    let event = if old.is_active(tx.now) {
-        EventType::Removed
+    if old.is_active(tx.now) {
+        tx.ended(kind, id, &old, Ended::Removed, unblock)?;
     } else {
-        EventType::Expired
-    };
-    tx.emit_item(event, kind, id, &old);
+        tx.ended(kind, id, &old, Ended::Expired, &Unblock::default())?;
+    }
     Ok(Ok(old
         .is_active(tx.now)
         .then(|| Item::new(id.to_owned(), old))))
 }
 
 impl Writer<'_> {
-    /// Removes the active item `(kind, id)`, with a hold-off when one is given; `None` when
-    /// there is none.
-    pub async fn remove_holding_off(
+    /// Removes the active item `(kind, id)`, saying who and why (`unblock`), with a
+    /// hold-off when one is given; `None` when there is none.
+    pub async fn unblock(
         &self,
         kind: Kind,
         id: String,
+        unblock: Unblock,
         hold_off: Option<HoldOff>,
     ) -> Result<(Option<Removed>, u64)> {
-        self.submit(Remove { kind, id, hold_off }).await
+        self.submit(Remove {
+            kind,
+            id,
+            unblock,
+            hold_off,
+        })
+        .await
     }
 
     /// Removes the active item `(kind, id)`; `None` when there is none.
     pub async fn remove(&self, kind: Kind, id: String) -> Result<(Option<Item>, u64)> {
-        let (removed, revision) = self.remove_holding_off(kind, id, None).await?;
+        let (removed, revision) = self.unblock(kind, id, Unblock::default(), None).await?;
         Ok((removed.map(|r| r.item), revision))
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::exposure::adopt_members;
+use super::history::MAX_HISTORY_PRUNE;
 use super::prune::MAX_PRUNE;
 use super::tx::Transacted;
 use super::{earlier, Committer, Message, Op};
@@ -126,6 +127,7 @@ impl Committer {
                 // are synced at once rather than left to the next commit (there may be none
                 // for a while).
                 self.prune(now, MAX_PRUNE + (revision - revision_before));
+                self.prune_history(now, MAX_HISTORY_PRUNE);
                 if self.sync_blobs().is_err() {
                     self.broken = true;
                 }

@@ -19,11 +19,12 @@ use super::{Committer, Op};
 use crate::allowlist::Entry;
 use crate::model::{Block, Change, Event, EventType, Item, Kind};
 use crate::policy::{Bucket, Exposure, Level, Policy};
+use crate::provenance::{Ended, Ending, Report, Unblock, MAX_REPORTS};
 use crate::store::members::Members;
 use crate::store::meta::{encode_u64, kind_count};
 use crate::store::{
-    announced, codec, count_slot, encode_counts, keys, registration, Counts, StoreError,
-    COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
+    announced, codec, count_slot, encode_counts, keys, registration, Counts, HistoryRetention,
+    StoreError, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
 };
 
 pub(crate) type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
@@ -66,12 +67,38 @@ impl Committer {
             &t.events,
             &t.meta,
             &t.allowlist,
+            &t.reports,
+            &t.history,
+            &t.history_ends,
         );
         trees
             .transaction(
-                |(items, expiry, tm_node, node_tms, events, meta, allowlist)| {
+                |(
+                    items,
+                    expiry,
+                    tm_node,
+                    node_tms,
+                    events,
+                    meta,
+                    allowlist,
+                    reports,
+                    history,
+                    history_ends,
+                )| {
                     // Built afresh on every run of the closure: sled may re-run it.
-                    let tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
+                    let tx = self.tx(
+                        [
+                            items,
+                            expiry,
+                            tm_node,
+                            node_tms,
+                            allowlist,
+                            reports,
+                            history,
+                            history_ends,
+                        ],
+                        now,
+                    );
                     for (op, due) in batch.iter().zip(due) {
                         op.apply(&tx, due)?;
                     }
@@ -128,9 +155,18 @@ impl Committer {
     /// nothing is written, and the revision, counts and watermark stay the committer's.
     pub(super) fn rehearse(&self, op: &Op, due: &[Vec<u8>], now: i64) -> Result<(), StoreError> {
         let t = &self.handles().trees;
-        let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms, &t.allowlist);
-        let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms, allowlist)| {
-            let mut tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
+        let trees = (
+            &t.items,
+            &t.expiry,
+            &t.tm_node,
+            &t.node_tms,
+            &t.allowlist,
+            &t.reports,
+            &t.history,
+            &t.history_ends,
+        );
+        let rolled_back = trees.transaction(|(a, b, c, d, e, f, g, h)| {
+            let mut tx = self.tx([a, b, c, d, e, f, g, h], now);
             tx.rehearsal = true;
             op.apply(&tx, due)?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
@@ -147,7 +183,8 @@ impl Committer {
     /// last committed transaction left.
     fn tx<'a>(
         &'a self,
-        [items, expiry, tm_node, node_tms, allowlist]: [&'a TransactionalTree; 5],
+        [items, expiry, tm_node, node_tms, allowlist, reports, history, history_ends]: [&'a TransactionalTree;
+            8],
         now: i64,
     ) -> Tx<'a> {
         Tx {
@@ -156,6 +193,10 @@ impl Committer {
             tm_node,
             node_tms,
             allowlist,
+            reports,
+            history,
+            history_ends,
+            history_retention: self.history,
             now,
             policy: RefCell::new(self.policy.clone()),
             policy_changed: Cell::new(false),
@@ -185,6 +226,11 @@ pub(crate) struct Tx<'a> {
     pub(super) tm_node: &'a TransactionalTree,
     pub(super) node_tms: &'a TransactionalTree,
     pub(super) allowlist: &'a TransactionalTree,
+    pub(super) reports: &'a TransactionalTree,
+    pub(super) history: &'a TransactionalTree,
+    pub(super) history_ends: &'a TransactionalTree,
+    /// How many past blocks an id keeps ([`super::history`]).
+    pub(super) history_retention: HistoryRetention,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
     /// The guardrails, and the evacuation buckets, as this transaction goes.
@@ -288,6 +334,7 @@ impl Tx<'_> {
     }
 
     /// Stores `new` for `(kind, id)`, moving its expiry entry from `old`'s end to `new`'s.
+    /// An `old` that ended is another block: its reports go with it.
     pub(super) fn write(
         &self,
         kind: Kind,
@@ -315,6 +362,9 @@ impl Tx<'_> {
         if let Some(old) = old.filter(|b| !b.is_permanent()) {
             self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
         }
+        if let Some(old) = old.filter(|b| !b.is_active(self.now)) {
+            self.drop_reports(kind, id, old)?;
+        }
         if !new.is_permanent() {
             self.expiry
                 .insert(keys::expiry_key(new.end, kind, id), &[])?;
@@ -324,36 +374,94 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// [`Tx::write`]s `block` over `old` and emits what a subscriber must see.
+    /// [`Tx::write`]s `block` over `old` and emits what a subscriber must see; `block` is
+    /// stamped with the revision of its event.
     pub(super) fn store(
         &self,
         kind: Kind,
         id: &str,
         old: Option<&Block>,
-        block: &Block,
+        block: &mut Block,
     ) -> TxResult<()> {
-        self.write(kind, id, old, block)?;
-        match old {
+        let event = match old {
             // Its `expired` event is out already; the new item is simply added.
-            Some(old) if self.is_announced(kind, id, old) => {
-                self.emit_item(EventType::Added, kind, id, block);
-            }
+            Some(old) if self.is_announced(kind, id, old) => EventType::Added,
             // An expired item the sweeper has not reached yet ends before the new one
             // starts, so a subscriber sees the old block end first.
             Some(old) if !old.is_active(self.now) => {
-                self.emit_item(EventType::Expired, kind, id, old);
-                self.emit_item(EventType::Added, kind, id, block);
+                self.ended(kind, id, old, Ended::Expired, &Unblock::default())?;
+                EventType::Added
             }
-            Some(_) => self.emit_item(EventType::Merged, kind, id, block),
-            None => self.emit_item(EventType::Added, kind, id, block),
-        }
+            Some(_) => EventType::Merged,
+            None => EventType::Added,
+        };
+        block.revision = self.revision() + 1;
+        self.write(kind, id, old, block)?;
+        self.emit_item(event, kind, id, block);
         // An end that came (the request was validated before it) and that the watermark
         // has already passed: the sweeper will never announce it, so this write does.
         if self.is_announced(kind, id, block) {
             self.count(kind, block, -1);
             self.level_changed(kind, id, Level::of(Some(block.action)), Level::Free)?;
             self.add_unreclaimed(1);
-            self.emit_item(EventType::Expired, kind, id, block);
+            self.ended(kind, id, block, Ended::Expired, &Unblock::default())?;
+        }
+        Ok(())
+    }
+
+    /// Emits the end of `(kind, id)`'s `block` (`removed` or `expired`) and keeps it as a
+    /// past block of the id ([`super::history`]).
+    pub(super) fn ended(
+        &self,
+        kind: Kind,
+        id: &str,
+        block: &Block,
+        how: Ended,
+        unblock: &Unblock,
+    ) -> TxResult<()> {
+        let event = match how {
+            Ended::Expired => EventType::Expired,
+            Ended::Removed => EventType::Removed,
+        };
+        self.emit_item(event, kind, id, block);
+        let ending = Ending {
+            how,
+            timestamp: self.now,
+            source: unblock.source.clone(),
+            reason: unblock.reason.clone(),
+        };
+        self.keep_past(kind, id, block, &ending)
+    }
+
+    /// Stores the reports `new` of `(kind, id)`, whose block now counts `total` reports (the
+    /// new ones its last), and drops those that fall out of the most recent
+    /// [`MAX_REPORTS`].
+    pub(super) fn add_reports(
+        &self,
+        kind: Kind,
+        id: &str,
+        total: u64,
+        new: &[Report],
+    ) -> TxResult<()> {
+        let before = total - new.len() as u64;
+        let kept_from = total.saturating_sub(MAX_REPORTS);
+        for n in before.saturating_sub(MAX_REPORTS)..kept_from.min(before) {
+            self.reports.remove(keys::report_key(kind, id, n))?;
+        }
+        for (n, report) in (before..total).zip(new) {
+            if n >= kept_from {
+                self.reports
+                    .insert(keys::report_key(kind, id, n), codec::encode_report(report))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the stored reports of `(kind, id)`'s `block`.
+    pub(super) fn drop_reports(&self, kind: Kind, id: &str, block: &Block) -> TxResult<()> {
+        let total = block.provenance.reports;
+        for n in total.saturating_sub(MAX_REPORTS)..total {
+            self.reports.remove(keys::report_key(kind, id, n))?;
         }
         Ok(())
     }
@@ -369,6 +477,7 @@ impl Tx<'_> {
         if !old.is_permanent() {
             self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
         }
+        self.drop_reports(kind, id, old)?;
         self.items.remove(keys::item_key(kind, id))?;
         Ok(())
     }

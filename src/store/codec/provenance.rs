@@ -1,0 +1,232 @@
+//! The values of schema 7: items with their provenance, their reports, and past blocks.
+//! Frozen like every value struct of [`super`].
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    action_code, block_from_v1, decode_framed, encode_framed, event_code, event_type, BlockV1,
+    CodecError, ForcedV1, VARINT,
+};
+use crate::model::{Block, Escalated, EventType, Forced, Provenance, MAX_SOURCE_BYTES};
+use crate::provenance::{Ended, Ending, Operation, Report, MAX_REASON_BYTES};
+
+/// Format byte of [`ReportV1`], a `reports` value (schema 7).
+pub const REPORT_V1: u8 = 1;
+
+/// Format byte of [`PastV1`], a `history` entry (schema 7).
+pub const PAST_V1: u8 = 1;
+
+/// Format byte of a `history` counter: the id's first and next entry numbers.
+pub const HISTORY_COUNT_V1: u8 = 1;
+
+/// What [`BlockV3`] adds to [`super::BlockV2`] at most: the source with its length, the
+/// report count and two times, the revision, and the escalation record with its tag.
+pub const MAX_PROVENANCE_BYTES: usize = VARINT + MAX_SOURCE_BYTES + 4 * VARINT + 1 + 3 * VARINT;
+
+/// The largest `reports` value: the format byte, the time, the source, the operation, the
+/// action, the end and a cause of up to `cause` bytes.
+pub const fn max_report_bytes(cause: usize) -> usize {
+    1 + VARINT + VARINT + MAX_SOURCE_BYTES + 1 + 1 + VARINT + VARINT + cause
+}
+
+/// The largest `history` entry of a block whose merged cause has `cause` bytes: the block
+/// (without its format byte), how and when it ended, the unblock's source and reason.
+pub const fn max_past_bytes(cause: usize) -> usize {
+    super::max_block_bytes(cause)
+        + 1
+        + VARINT
+        + 1
+        + VARINT
+        + MAX_SOURCE_BYTES
+        + 1
+        + VARINT
+        + MAX_REASON_BYTES
+}
+
+/// Item value, format 3: format 2, then the provenance summary, the revision of the change
+/// that made the block what it is, and the escalation record.
+#[derive(Serialize, Deserialize)]
+pub(super) struct BlockV3 {
+    action: u8,
+    start: i64,
+    end: i64,
+    cause: String,
+    forced: Option<ForcedV1>,
+    source: String,
+    reports: u64,
+    first_report: i64,
+    last_report: i64,
+    revision: u64,
+    escalated: Option<EscalatedV1>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EscalatedV1 {
+    requested_timeout: i64,
+    timeout: i64,
+    past_blocks: u32,
+}
+
+/// Report value, format 1 (key: kind tag ++ id ++ 0x00 ++ report number).
+#[derive(Serialize, Deserialize)]
+struct ReportV1 {
+    at: i64,
+    source: String,
+    /// 0 = add, 1 = update.
+    operation: u8,
+    action: u8,
+    end: i64,
+    cause: String,
+}
+
+/// Past block value, format 1 (key: kind tag ++ id ++ 0x00 ++ entry number).
+#[derive(Serialize, Deserialize)]
+struct PastV1 {
+    block: BlockV3,
+    /// The event code of how it ended: `removed` or `expired`.
+    how: u8,
+    at: i64,
+    source: Option<String>,
+    reason: Option<String>,
+}
+
+pub(super) fn block_v3(block: &Block) -> BlockV3 {
+    BlockV3 {
+        action: action_code(block.action),
+        start: block.start,
+        end: block.end,
+        cause: block.cause.clone(),
+        forced: block.forced.as_ref().map(|f| ForcedV1 {
+            guards: f.guards.clone(),
+            by: f.by.clone(),
+            at: f.at,
+        }),
+        source: block.provenance.source.clone(),
+        reports: block.provenance.reports,
+        first_report: block.provenance.first_report,
+        last_report: block.provenance.last_report,
+        revision: block.revision,
+        escalated: block.escalated.map(|e| EscalatedV1 {
+            requested_timeout: e.requested_timeout,
+            timeout: e.timeout,
+            past_blocks: e.past_blocks,
+        }),
+    }
+}
+
+pub(super) fn block_from_v3(value: BlockV3) -> Result<Block, CodecError> {
+    let mut block = block_from_v1(BlockV1 {
+        action: value.action,
+        start: value.start,
+        end: value.end,
+        cause: value.cause,
+    })?;
+    block.forced = value.forced.map(|f| Forced {
+        guards: f.guards,
+        by: f.by,
+        at: f.at,
+    });
+    block.provenance = Provenance {
+        source: value.source,
+        reports: value.reports,
+        first_report: value.first_report,
+        last_report: value.last_report,
+    };
+    block.revision = value.revision;
+    block.escalated = value.escalated.map(|e| Escalated {
+        requested_timeout: e.requested_timeout,
+        timeout: e.timeout,
+        past_blocks: e.past_blocks,
+    });
+    Ok(block)
+}
+
+pub fn encode_report(report: &Report) -> Vec<u8> {
+    encode_framed(
+        REPORT_V1,
+        &ReportV1 {
+            at: report.timestamp,
+            source: report.source.clone(),
+            operation: match report.operation {
+                Operation::Add => 0,
+                Operation::Update => 1,
+            },
+            action: action_code(report.action),
+            end: report.end_timestamp,
+            cause: report.cause.clone(),
+        },
+    )
+}
+
+pub fn decode_report(bytes: &[u8]) -> Result<Report, CodecError> {
+    let value: ReportV1 = decode_framed(REPORT_V1, bytes)?;
+    let operation = match value.operation {
+        0 => Operation::Add,
+        1 => Operation::Update,
+        other => return Err(CodecError::Decode(format!("unknown operation {other}"))),
+    };
+    // The action's code is a block's: decode it as one.
+    let action = block_from_v1(BlockV1 {
+        action: value.action,
+        start: 0,
+        end: 0,
+        cause: String::new(),
+    })?
+    .action;
+    Ok(Report {
+        timestamp: value.at,
+        source: value.source,
+        operation,
+        action,
+        end_timestamp: value.end,
+        cause: value.cause,
+    })
+}
+
+/// A `history` entry: `block` as it was when it ended, and how.
+pub fn encode_past(block: &Block, ending: &Ending) -> Vec<u8> {
+    let how = match ending.how {
+        Ended::Expired => EventType::Expired,
+        Ended::Removed => EventType::Removed,
+    };
+    encode_framed(
+        PAST_V1,
+        &PastV1 {
+            block: block_v3(block),
+            how: event_code(how),
+            at: ending.timestamp,
+            source: ending.source.clone(),
+            reason: ending.reason.clone(),
+        },
+    )
+}
+
+pub fn decode_past(bytes: &[u8]) -> Result<(Block, Ending), CodecError> {
+    let value: PastV1 = decode_framed(PAST_V1, bytes)?;
+    let how = match event_type(value.how)? {
+        EventType::Expired => Ended::Expired,
+        EventType::Removed => Ended::Removed,
+        other => {
+            return Err(CodecError::Decode(format!(
+                "a past block cannot end by {}",
+                other.as_str()
+            )))
+        }
+    };
+    let ending = Ending {
+        how,
+        timestamp: value.at,
+        source: value.source,
+        reason: value.reason,
+    };
+    Ok((block_from_v3(value.block)?, ending))
+}
+
+/// A `history` counter: the numbers of the id's oldest kept entry and of its next one.
+pub fn encode_history_count(first: u64, next: u64) -> Vec<u8> {
+    encode_framed(HISTORY_COUNT_V1, &(first, next))
+}
+
+pub fn decode_history_count(bytes: &[u8]) -> Result<(u64, u64), CodecError> {
+    decode_framed(HISTORY_COUNT_V1, bytes)
+}
