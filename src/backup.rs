@@ -4,11 +4,14 @@
 //! ```text
 //! {"type":"policy","nodes":{…},"taskManagers":{…},"minRegistered":10,…}
 //! {"type":"allowlist","kind":"node","id":"db-","prefix":true,"comment":"databases",…}
-//! {"type":"item","kind":"node","id":"n1","action":"MARK_BLOCKED","startTimestamp":1,"endTimestamp":2,"cause":"disk"}
+//! {"type":"item","kind":"node","id":"n1","action":"MARK_BLOCKED","startTimestamp":1,"endTimestamp":2,"cause":"disk","source":"d","reportCount":1,…,"reports":[…]}
 //! {"type":"registration","id":"tm-1","node":"n1"}
+//! {"type":"past","kind":"node","id":"n0",…,"ended":{"how":"expired","timestamp":3}}
 //! ```
 //!
-//! Items keep their `startTimestamp`, so an export/import round trip reproduces the store.
+//! Items keep their `startTimestamp`, their provenance and their kept reports (newest
+//! first, as `GET /blocklist/{kind}/{id}` lists them), and past blocks follow oldest first
+//! per id, so an export/import round trip reproduces the store.
 //! Import parses and checks the whole input before writing anything.
 
 use std::collections::BTreeMap;
@@ -17,9 +20,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::allowlist::Entry;
 use crate::listing::Listing;
-use crate::model::{validate_id, Item, Kind, MAX_MERGED_CAUSE_BYTES};
+use crate::model::{
+    validate_id, validate_source, Item, Kind, MAX_CAUSE_BYTES, MAX_MERGED_CAUSE_BYTES,
+};
 use crate::policy::Policy;
 use crate::progress::{Progress, Unit};
+use crate::provenance::{PastBlock, Report, MAX_REPORTS};
 use crate::store::{self, Store};
 
 /// One line of an export.
@@ -28,8 +34,17 @@ use crate::store::{self, Store};
 pub enum Record {
     Item {
         kind: Kind,
+        /// The item's kept reports, newest first.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reports: Vec<Report>,
         #[serde(flatten)]
         item: Item,
+    },
+    /// A past block of an id.
+    Past {
+        kind: Kind,
+        #[serde(flatten)]
+        past: PastBlock,
     },
     Registration {
         id: String,
@@ -81,6 +96,7 @@ pub fn export_listing(head: Vec<u8>, now: i64) -> Listing {
         .items(Kind::TaskManager, item_line, b"")
         .items(Kind::Node, item_line, b"")
         .registrations(registration_line, b"")
+        .past_blocks(past_line)
 }
 
 /// The whole export at once, as [`export_listing`] produces it.
@@ -151,13 +167,22 @@ const HEAD_TAGS: [&[u8]; 2] = [br#"{"type":"policy""#, br#"{"type":"allowlist""#
 /// How every registration line begins: serde writes an internally tagged enum's tag first.
 const REGISTRATION_TAG: &[u8] = br#"{"type":"registration""#;
 
-#[expect(
-    clippy::unnecessary_wraps,
-    reason = "the signature of every listing producer"
-)]
-fn item_line(_: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
-    write_record(out, &Record::Item { kind, item });
+fn item_line(store: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+    // An export waits for the horizon of its whole scan before its last chunk.
+    let reports = store.reports(kind, &item.id, &mut store.seen())?;
+    write_record(
+        out,
+        &Record::Item {
+            kind,
+            reports,
+            item,
+        },
+    );
     Ok(())
+}
+
+fn past_line(kind: Kind, past: PastBlock, out: &mut Vec<u8>) {
+    write_record(out, &Record::Past { kind, past });
 }
 
 fn registration_line(id: &str, node: &str, out: &mut Vec<u8>) {
@@ -183,6 +208,10 @@ pub struct Parsed {
     pub policy: Option<Policy>,
     pub allowlist: Vec<Entry>,
     pub items: Vec<(Kind, Item)>,
+    /// The kept reports of items, newest first.
+    pub reports: BTreeMap<(Kind, String), Vec<Report>>,
+    /// Past blocks, oldest first per id.
+    pub past: Vec<(Kind, PastBlock)>,
     pub registrations: Vec<(String, String)>,
 }
 
@@ -197,6 +226,8 @@ const LINES_PER_REPORT: usize = 1024;
 /// [`parse`], reporting to `progress` the bytes parsed (in the caller's stage).
 pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Vec<String>> {
     let mut items = BTreeMap::new();
+    let mut reports = BTreeMap::new();
+    let mut past = Vec::new();
     let mut registrations = BTreeMap::new();
     let mut policy = None;
     let mut allowlist = BTreeMap::new();
@@ -219,19 +250,21 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
         let n = n + 1;
         match serde_json::from_str::<Record>(line) {
             Err(e) => errors.push(format!("line {n}: {e}")),
-            Ok(Record::Item { kind, item }) => {
-                let checks = [
-                    validate_id(&item.id).err().map(|e| format!("id {e}")),
-                    (item.cause.len() > MAX_MERGED_CAUSE_BYTES).then(|| "cause is too long".into()),
-                    (item.end_timestamp < 0).then(|| "endTimestamp is negative".into()),
-                ];
-                match checks.into_iter().flatten().next() {
-                    Some(e) => errors.push(format!("line {n}: {e}")),
-                    None => {
-                        items.insert((kind, item.id.clone()), item);
-                    }
+            Ok(Record::Item {
+                kind,
+                reports: kept,
+                item,
+            }) => match item_problem(&item, &kept) {
+                Some(e) => errors.push(format!("line {n}: {e}")),
+                None => {
+                    reports.insert((kind, item.id.clone()), kept);
+                    items.insert((kind, item.id.clone()), item);
                 }
-            }
+            },
+            Ok(Record::Past { kind, past: block }) => match item_problem(&block.item, &[]) {
+                Some(e) => errors.push(format!("line {n}: {e}")),
+                None => past.push((kind, block)),
+            },
             Ok(Record::Policy { policy: p }) => {
                 let problems = p.problems();
                 if problems.is_empty() {
@@ -267,8 +300,33 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
             .into_iter()
             .map(|((kind, _), item)| (kind, item))
             .collect(),
+        reports,
+        past,
         registrations: registrations.into_iter().collect(),
     })
+}
+
+/// What makes an item record (with its kept reports) one the store cannot take.
+fn item_problem(item: &Item, reports: &[Report]) -> Option<String> {
+    let checks = [
+        validate_id(&item.id).err().map(|e| format!("id {e}")),
+        (item.cause.len() > MAX_MERGED_CAUSE_BYTES).then(|| "cause is too long".into()),
+        (item.end_timestamp < 0).then(|| "endTimestamp is negative".into()),
+        validate_source(&item.source)
+            .err()
+            .map(|e| format!("source {e}")),
+        (reports.len() as u64 > MAX_REPORTS.min(item.report_count))
+            .then(|| "more reports than the item keeps".into()),
+        reports.iter().find_map(|r| {
+            validate_source(&r.source)
+                .err()
+                .map(|e| format!("a report's source {e}"))
+                .or_else(|| {
+                    (r.cause.len() > MAX_CAUSE_BYTES).then(|| "a report's cause is too long".into())
+                })
+        }),
+    ];
+    checks.into_iter().flatten().next()
 }
 
 /// What an import did.
@@ -277,6 +335,7 @@ pub struct Imported {
     pub allowlist: usize,
     pub items: usize,
     pub skipped_expired: usize,
+    pub past: usize,
     pub registrations: usize,
     pub cleared: usize,
 }
@@ -289,6 +348,7 @@ impl Parsed {
     pub fn records(&self) -> usize {
         usize::from(self.policy.is_some())
             + self.allowlist.len()
+            + self.past.len()
             + self.items.len()
             + self.registrations.len()
     }
@@ -354,11 +414,28 @@ pub async fn import_reporting(
         progress.advance(1);
     }
     let total = parsed.items.len();
+    let mut reports = parsed.reports;
     for chunk in parsed.items.chunks(CHUNK) {
-        done.items += store.import(chunk.to_vec(), !replace).await?;
+        let kept = chunk
+            .iter()
+            .filter_map(|(kind, item)| {
+                let key = (*kind, item.id.clone());
+                reports.remove(&key).map(|r| (key, r))
+            })
+            .collect();
+        done.items += store
+            .import_with(chunk.to_vec(), kept, Vec::new(), !replace)
+            .await?;
         progress.advance(chunk.len() as u64);
     }
     done.skipped_expired = total - done.items;
+    for chunk in parsed.past.chunks(CHUNK) {
+        store
+            .import_with(Vec::new(), BTreeMap::new(), chunk.to_vec(), !replace)
+            .await?;
+        done.past += chunk.len();
+        progress.advance(chunk.len() as u64);
+    }
     for chunk in parsed.registrations.chunks(CHUNK) {
         store.register(chunk.to_vec()).await?;
         done.registrations += chunk.len();

@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 
 use crate::model::{Item, Kind};
+use crate::provenance::PastBlock;
 use crate::store::{self, Store};
 
 /// A chunk ends after the element that takes it to this many bytes. Each chunk costs a few
@@ -33,6 +34,9 @@ pub type RenderItem = fn(&Store, Kind, Item, &mut Vec<u8>) -> store::Result<()>;
 /// Writes one registration `(task manager, node)`.
 pub type RenderRegistration = fn(&str, &str, &mut Vec<u8>);
 
+/// Writes one past block of an id of the kind.
+pub type RenderPast = fn(Kind, PastBlock, &mut Vec<u8>);
+
 /// One part of a listing's body.
 enum Part {
     /// Literal bytes.
@@ -48,6 +52,8 @@ enum Part {
         render: RenderRegistration,
         separator: &'static [u8],
     },
+    /// Every past block, by kind, id and age (oldest first per id), one per line.
+    Past { render: RenderPast },
 }
 
 /// A body produced chunk by chunk; see the module documentation.
@@ -96,6 +102,12 @@ impl Listing {
         self
     }
 
+    /// Appends every past block, each written by `render`.
+    pub fn past_blocks(mut self, render: RenderPast) -> Listing {
+        self.parts.push_back(Part::Past { render });
+        self
+    }
+
     /// Appends the next chunk of the body to `out`: at least one element or piece of text,
     /// and no more than it takes to reach [`CHUNK_BYTES`] or [`CHUNK_ELEMENTS`]. Returns
     /// true when the body is complete (nothing is left for another call).
@@ -136,6 +148,16 @@ impl Listing {
                     elements += 1;
                     Ok(room(out, elements))
                 })?,
+                &Part::Past { render } => {
+                    // The resume point is a `history` key, kept as hex in `after`.
+                    let after = resume.as_deref().and_then(hex_decode);
+                    store.scan_past(after.as_deref(), |key, kind, past| {
+                        render(kind, past, out);
+                        last = Some(hex_encode(key));
+                        elements += 1;
+                        Ok(room(out, elements))
+                    })?
+                }
                 &Part::Registrations { render, separator } => {
                     store.scan_registrations(resume.as_deref(), |tm, node| {
                         separate(out, &last, separator);
@@ -162,4 +184,19 @@ impl Listing {
         while !self.next_chunk(store, &mut out)? {}
         Ok(out)
     }
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn hex_decode(hex: &str) -> Option<Vec<u8>> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }

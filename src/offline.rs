@@ -228,7 +228,13 @@ fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>, output: Output) -> Re
             expired += 1;
             continue;
         }
-        backup::write_record(&mut text, &backup::Record::Item { kind, item });
+        // Salvage reads items only: their provenance summary, not their kept reports.
+        let record = backup::Record::Item {
+            kind,
+            reports: Vec::new(),
+            item,
+        };
+        backup::write_record(&mut text, &record);
         items += 1;
     }
     let registrations = salvaged.registrations.len();

@@ -72,6 +72,46 @@ impl Store {
         Ok(out)
     }
 
+    /// Visits every past block in `history` key order (kind, id, oldest first), from the
+    /// first key after `after`, for as long as `visit` returns true; true when it got past
+    /// the last. Resumable in chunks like [`Store::scan_items`].
+    pub fn scan_past(
+        &self,
+        after: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], Kind, PastBlock) -> Result<bool>,
+    ) -> Result<bool> {
+        let from = match after {
+            Some(key) => Bound::Excluded(key.to_vec()),
+            None => Bound::Unbounded,
+        };
+        for entry in self
+            .handles()?
+            .trees
+            .history
+            .range::<Vec<u8>, _>((from, Bound::Unbounded))
+        {
+            let (key, bytes) = entry?;
+            // Counters (kind ++ id) sit beside the entries (kind ++ id ++ 0x00 ++ n).
+            let Some(split) = key.len().checked_sub(9).filter(|&at| key[at] == 0) else {
+                continue;
+            };
+            let (kind, id) = keys::parse_item_key(&key[..split]).ok_or_else(|| bad_key(&key))?;
+            let (block, ended) =
+                codec::decode_past(&bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!("history/{}/{id}", kind.plural()),
+                    source,
+                })?;
+            let past = PastBlock {
+                item: Item::new(id.to_owned(), block),
+                ended,
+            };
+            if !visit(&key, kind, past)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Every active item of `kind` at `now`, sorted by id (byte order of UTF-8).
     pub fn list(&self, kind: Kind, now: i64) -> Result<Vec<Item>> {
         let mut out = Vec::new();

@@ -272,6 +272,90 @@ impl Store {
                 "expiry: {entries} entries for {indexed} items with a finite end"
             ));
         }
+        progress.stage("checking reports and past blocks", ENTRIES, None);
+        verify_provenance(trees, &mut problems)?;
         Ok(problems)
     }
+}
+
+/// The invariants of `reports`, `history` and `history_ends` (see `commit::history`): every
+/// report belongs to a stored item and is among the ones it keeps; every past block is
+/// within its id's counter and has exactly its index key, and every index key its entry.
+fn verify_provenance(trees: &super::Trees, problems: &mut Vec<String>) -> Result<()> {
+    use crate::provenance::MAX_REPORTS;
+    for entry in &trees.reports {
+        let (key, bytes) = entry?;
+        let parsed = keys::parse_number(&key).zip(
+            key.len()
+                .checked_sub(9)
+                .and_then(|at| keys::parse_item_key(&key[..at])),
+        );
+        let Some((n, (kind, id))) = parsed else {
+            problems.push(format!("reports: malformed key {key:?}"));
+            continue;
+        };
+        if let Err(e) = codec::decode_report(&bytes) {
+            problems.push(format!("reports: {} {id:?} #{n}: {e}", kind.singular()));
+        }
+        let kept = trees
+            .items
+            .get(keys::item_key(kind, id))?
+            .and_then(|b| codec::decode_block(&b).ok())
+            .map(|b| b.provenance.reports.saturating_sub(MAX_REPORTS)..b.provenance.reports);
+        if !kept.is_some_and(|kept| kept.contains(&n)) {
+            problems.push(format!(
+                "reports: {} {id:?} #{n} is not a report its item keeps",
+                kind.singular()
+            ));
+        }
+    }
+    for entry in &trees.history {
+        let (key, bytes) = entry?;
+        let Some(split) = key.len().checked_sub(9).filter(|&at| key[at] == 0) else {
+            continue; // a counter
+        };
+        let (Some((kind, id)), Some(n)) = (
+            keys::parse_item_key(&key[..split]),
+            keys::parse_number(&key),
+        ) else {
+            problems.push(format!("history: malformed key {key:?}"));
+            continue;
+        };
+        let what = format!("history: {} {id:?} #{n}", kind.singular());
+        match trees
+            .history
+            .get(keys::item_key(kind, id))?
+            .map(|b| codec::decode_history_count(&b))
+        {
+            Some(Ok((first, next))) if (first..next).contains(&n) => {}
+            Some(Ok((first, next))) => {
+                problems.push(format!("{what} is outside its counter ({first}..{next})"));
+            }
+            Some(Err(e)) => problems.push(format!("{what}: its counter: {e}")),
+            None => problems.push(format!("{what} has no counter")),
+        }
+        match codec::decode_past(&bytes) {
+            Err(e) => problems.push(format!("{what}: {e}")),
+            Ok((_, ending)) => {
+                let index = keys::past_end_key(ending.timestamp, kind, id, n);
+                if trees.history_ends.get(index)?.is_none() {
+                    problems.push(format!("{what} has no history_ends entry"));
+                }
+            }
+        }
+    }
+    for entry in &trees.history_ends {
+        let (key, _) = entry?;
+        let Some((_, kind, id, n)) = keys::parse_past_end_key(&key) else {
+            problems.push(format!("history_ends: malformed key {key:?}"));
+            continue;
+        };
+        if trees.history.get(keys::past_key(kind, id, n))?.is_none() {
+            problems.push(format!(
+                "history_ends: {} {id:?} #{n} has no past block",
+                kind.singular()
+            ));
+        }
+    }
+    Ok(())
 }
