@@ -458,8 +458,7 @@ macro_rules! kind_handlers {
             params(DryRun, ForceParam, SourceHeader),
             request_body(content = AddRequest, content_type = "application/json"),
             responses(
-                (status = 201, description = "Every element was new. The body is empty, unless escalation lengthened some new items: then it lists them as stored (each with `escalated`)",
-                    body = [Item],
+                (status = 201, description = "Every element was new. The body is empty, unless escalation lengthened some new items: then it is a JSON array of those items as stored (each with `escalated`)",
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change"))),
                 (status = 202, description = "Some elements merged into active items (new ones were added too): the stored state of each merged item, once per id, in order of first merge; then each new item escalation lengthened (with `escalated`)",
                     body = [Item],
