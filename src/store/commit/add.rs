@@ -198,8 +198,8 @@ impl Add {
         };
         let since = tx.now.saturating_sub(escalation.window_ms());
         let mut past = tx.past_blocks_since(self.kind, &new.id, since)?;
-        let unrecorded = stored
-            .is_some_and(|old| old.end >= since && !tx.is_announced(self.kind, &new.id, old));
+        let unrecorded =
+            stored.is_some_and(|old| old.end >= since && !tx.is_announced(self.kind, &new.id, old));
         if unrecorded {
             past += 1; // it ended (nothing active held the id); its past block is written below
         }
