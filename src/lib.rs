@@ -8,6 +8,8 @@
 //! - [`config`]: flags and environment variables.
 //! - [`model`]: the pure domain: kinds, actions, items, the merge rule, id rules.
 //! - [`validate`]: request JSON to validated domain values, with every error named.
+//! - [`provenance`]: who reported an item, the blocks an id had before, and the selectors
+//!   of an unblock by provenance; pure, like [`model`].
 //! - [`store`]: the only module that touches sled: trees, key and value encodings,
 //!   migrations, the single group-commit writer and its durability (flush + fsync) thread.
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.

@@ -7,12 +7,16 @@
 //! block after its end) its final state becomes a *past block* of the id, with how it
 //! ended; the store keeps a bounded number of them per id, for a bounded time.
 //!
+//! An unblock may also name its items by provenance rather than by id: a [`Selector`]
+//! picks every active item of a kind that a source reported first, or whose cause says
+//! something, or all of them.
+//!
 //! Pure types and rules, like [`crate::model`]: the store writes them, the API shows them.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::model::{Action, Item};
+use crate::model::{Action, Block, Item};
 
 /// How many reports an item keeps: the most recent ones (the count goes on).
 pub const MAX_REPORTS: u64 = 32;
@@ -91,6 +95,41 @@ pub struct PastBlock {
     pub ended: Ending,
 }
 
+/// Which items of a kind an unblock by selector takes: those that every part given matches
+/// (the parts combine with AND). A selector with no part selects nothing: "all" is said
+/// with [`Selector::all`], never by leaving the parts out.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector {
+    /// The item's source (its first report's, [`crate::model::Provenance::source`]) is
+    /// exactly this.
+    pub source: Option<String>,
+    /// The item's merged cause contains this text.
+    pub cause: Option<String>,
+    /// Every item: with another part given, that part alone narrows it.
+    pub all: bool,
+}
+
+impl Selector {
+    /// Whether no part is given (nothing is selected).
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.source.is_none() && self.cause.is_none()
+    }
+
+    /// Whether `block` is one of the items it selects (active or not: that is the
+    /// caller's to check).
+    pub fn matches(&self, block: &Block) -> bool {
+        !self.is_empty()
+            && self
+                .source
+                .as_ref()
+                .is_none_or(|source| *source == block.provenance.source)
+            && self
+                .cause
+                .as_ref()
+                .is_none_or(|cause| block.cause.contains(cause.as_str()))
+    }
+}
+
 /// Checks an unblock's reason: at most [`MAX_REASON_BYTES`] of UTF-8. The error text
 /// completes "reason …".
 pub fn validate_reason(reason: &str) -> Result<(), String> {
@@ -101,4 +140,51 @@ pub fn validate_reason(reason: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Selector;
+    use crate::model::{Action, Block, Provenance};
+
+    fn block(source: &str, cause: &str) -> Block {
+        Block {
+            action: Action::MarkBlocked,
+            start: 1,
+            end: 2,
+            cause: cause.to_owned(),
+            forced: None,
+            provenance: Provenance::first(source, 1),
+            revision: 0,
+            escalated: None,
+        }
+    }
+
+    #[test]
+    fn selector_parts_combine_with_and() {
+        let b = block("detector-a", "disk,oom kill");
+        let select = |source: Option<&str>, cause: Option<&str>, all: bool| Selector {
+            source: source.map(str::to_owned),
+            cause: cause.map(str::to_owned),
+            all,
+        };
+        assert!(
+            !select(None, None, false).matches(&b),
+            "empty selects nothing"
+        );
+        assert!(select(None, None, true).matches(&b));
+        assert!(select(Some("detector-a"), None, false).matches(&b));
+        assert!(
+            !select(Some("detector"), None, false).matches(&b),
+            "source is exact"
+        );
+        assert!(
+            select(None, Some("oom"), false).matches(&b),
+            "cause is a substring"
+        );
+        assert!(select(None, Some("disk,oom"), false).matches(&b));
+        assert!(select(Some("detector-a"), Some("disk"), true).matches(&b));
+        assert!(!select(Some("detector-a"), Some("cpu"), false).matches(&b));
+        assert!(!select(Some("detector-b"), Some("disk"), true).matches(&b));
+    }
 }

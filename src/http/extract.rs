@@ -269,7 +269,8 @@ impl<S: Send + Sync> FromRequestParts<S> for DryRun {
 }
 
 /// The query parameters the write being extracted takes: `dryRun`, and `force` on an add or
-/// `holdOff` on an unblock (from its route, as the router matched it).
+/// an update, `holdOff` and `reason` on an unblock, the selector and `reason` on an unblock
+/// by selector (from its route, as the router matched it).
 fn write_parameters(parts: &Parts) -> &'static [&'static str] {
     let route = parts
         .extensions
@@ -282,6 +283,9 @@ fn write_parameters(parts: &Parts) -> &'static [&'static str] {
         }
         ("DELETE", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => {
             &["dryRun", "holdOff", "reason"]
+        }
+        ("DELETE", "/blocklist/taskmanagers" | "/blocklist/nodes") => {
+            &["dryRun", "source", "cause", "all", "reason"]
         }
         _ => &["dryRun"],
     }
@@ -416,7 +420,7 @@ pub async fn query_param<S: Send + Sync>(
     Ok(first)
 }
 
-fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
+pub fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
     match value {
         "true" => Ok(true),
         "false" => Ok(false),

@@ -1,10 +1,11 @@
 //! The HTTP front end: parse, validate, call the store, map errors. Nothing else.
 //!
 //! Here: the router, its layers, and the accept loop. Each resource module (`blocklist`,
-//! `check`, `events`, `taskmanagers`, `policy`, `allowlist`, `ops`) has its `router()`, its
-//! handlers and the schemas of its requests and responses (the add request's, which the
-//! derive cannot state whole, in `add_request`); `openapi` only gathers those into the
-//! document. What they
+//! `update` (`PATCH` of an item), `provenance` (an id's past blocks, and who and why a
+//! write names), `selector` (an unblock by selector), `check`, `events`, `taskmanagers`,
+//! `policy`, `allowlist`, `ops`) has its `router()`, its handlers and the schemas of its
+//! requests and responses (the add request's, which the derive cannot state whole, in
+//! `add_request`); `openapi` only gathers those into the document. What they
 //! share: `state` (`AppState`), `error` (`ApiError`, the error body and responses),
 //! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
 //! body), `stream` (streamed listings), `caller` (who sent a request: the `Caller`
@@ -27,6 +28,7 @@ mod policy;
 mod provenance;
 mod reply;
 mod schema;
+mod selector;
 mod state;
 mod stream;
 mod taskmanagers;
@@ -61,12 +63,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/blocklist/export"),
     ("GET", "/blocklist/taskmanagers"),
     ("POST", "/blocklist/taskmanagers"),
+    ("DELETE", "/blocklist/taskmanagers"),
     ("GET", "/blocklist/taskmanagers/{id}"),
     ("DELETE", "/blocklist/taskmanagers/{id}"),
     ("PATCH", "/blocklist/taskmanagers/{id}"),
     ("GET", "/blocklist/taskmanagers/{id}/history"),
     ("GET", "/blocklist/nodes"),
     ("POST", "/blocklist/nodes"),
+    ("DELETE", "/blocklist/nodes"),
     ("GET", "/blocklist/nodes/{id}"),
     ("DELETE", "/blocklist/nodes/{id}"),
     ("PATCH", "/blocklist/nodes/{id}"),
@@ -108,6 +112,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router())
         .merge(policy::router())
         .merge(provenance::router())
+        .merge(selector::router())
         .merge(update::router())
         .merge(allowlist::router())
         .merge(taskmanagers::router())

@@ -21,7 +21,9 @@ use super::error::{
     BadId, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::{allowlist, blocklist, check, events, ops, policy, provenance, taskmanagers, update};
+use super::{
+    allowlist, blocklist, check, events, ops, policy, provenance, selector, taskmanagers, update,
+};
 
 /// The name of the bearer security scheme in the document (the operations' `security(...)`
 /// spell it out: the macro takes only a literal).
@@ -42,8 +44,8 @@ const BEARER: &str = "bearerAuth";
             (GET, and POST /blocklist/check) need it only with `--auth-reads`; the probes \
             and /metrics never do. Each token has a role: `reader` (reads only; a change \
             answers **403**), `writer` (every read and change but the admin ones) or \
-            `admin` (everything: changing the policy or the allowlist, `?force=true` and \
-            `?holdOff=` need it).",
+            `admin` (everything: changing the policy or the allowlist, `?force=true`, \
+            `?holdOff=` and an unblock by selector with `all=true` need it).",
         license(name = "Apache-2.0"),
     ),
     paths(
@@ -53,10 +55,12 @@ const BEARER: &str = "bearerAuth";
         blocklist::add_task_managers,
         blocklist::get_task_manager,
         blocklist::remove_task_manager,
+        selector::remove_task_managers,
         blocklist::list_nodes,
         blocklist::add_nodes,
         blocklist::get_node,
         blocklist::remove_node,
+        selector::remove_nodes,
         update::update_task_manager,
         update::update_node,
         provenance::task_manager_history,

@@ -75,8 +75,8 @@ use tokio::sync::{broadcast, mpsc, watch};
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{
-    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Mode, Registered, Removed, UpdateOutcome,
-    Writer, MAX_UNBLOCKED,
+    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Mode, Registered, Removed, SelectedOutcome,
+    UpdateOutcome, Writer, MAX_UNBLOCKED,
 };
 pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};

@@ -101,7 +101,8 @@ impl Command for Announce {
 
 impl Committer {
     /// The expiry keys each announce op of the batch takes (and the items each allowlist
-    /// entry covers; empty for other ops), read before the transaction, which cannot scan. The committer is the only writer and
+    /// entry covers, or each unblock by selector matches; empty for other ops), read before
+    /// the transaction, which cannot scan. The committer is the only writer and
     /// announcing runs first in the transaction, so this is exactly what is due between the
     /// watermark and each op's bound: an entry committed after an outside scan could have
     /// been passed over for good.
@@ -117,6 +118,13 @@ impl Committer {
                         return super::allow::scan_covered(
                             &self.handles().trees.items,
                             request.command.entry(),
+                        )
+                    }
+                    Op::RemoveSelected(request) => {
+                        return super::select::scan_selected(
+                            &self.handles().trees.items,
+                            &request.command,
+                            now,
                         )
                     }
                     _ => return Ok(Vec::new()),

@@ -23,9 +23,9 @@
 //!   hands the group to the syncer;
 //! - [`tx`]: the batch's one transaction and the helpers every operation writes through;
 //! - one file per operation, with its request, its outcome, its transaction logic and its
-//!   `Store` entry point: [`add`] (where a merge happens), [`remove`], [`register`] (and
-//!   unregister), [`import`], [`clear`], [`announce`] (where the expiry watermark
-//!   advances) and [`reclaim`];
+//!   `Store` entry point: [`add`] (where a merge happens), [`remove`], [`select`] (an
+//!   unblock by selector), [`register`] (and unregister), [`import`], [`clear`],
+//!   [`announce`] (where the expiry watermark advances) and [`reclaim`];
 //! - [`recover`]: fault recovery: deciding on a reopen, the storage probe, the reopen and
 //!   its retry;
 //! - [`prune`]: the event log's retention.
@@ -44,6 +44,7 @@ mod recover;
 mod register;
 mod remove;
 mod run;
+mod select;
 mod tx;
 mod update;
 
@@ -75,6 +76,7 @@ pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
 pub use register::Registered;
 pub use remove::{HoldOff, Removed};
+pub use select::SelectedOutcome;
 pub use update::UpdateOutcome;
 
 use add::Add;
@@ -86,6 +88,7 @@ pub(crate) use policy::SetPolicy;
 use reclaim::Reclaim;
 use register::{Register, Unregister};
 use remove::Remove;
+use select::RemoveSelected;
 use tx::{Tx, TxResult};
 use update::Update;
 
@@ -113,6 +116,7 @@ pub(crate) enum Op {
     RemoveAllow(Request<RemoveAllow>),
     SetPolicy(Request<SetPolicy>),
     Update(Request<Update>),
+    RemoveSelected(Request<RemoveSelected>),
 }
 
 /// Evaluates `$body` with `$request` bound to the [`Request`] inside `$op`, whatever its
@@ -133,6 +137,7 @@ macro_rules! with_request {
             Op::RemoveAllow($request) => $body,
             Op::SetPolicy($request) => $body,
             Op::Update($request) => $body,
+            Op::RemoveSelected($request) => $body,
         }
     };
 }

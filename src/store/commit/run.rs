@@ -149,15 +149,16 @@ impl Committer {
     fn rehearsals(&mut self, dry_runs: Vec<Op>, now: i64) -> Vec<Box<dyn Answer>> {
         let mut answers = Vec::with_capacity(dry_runs.len());
         for op in dry_runs {
-            // What an allowlist put would lift, scanned as for a real one (a dry run
-            // announces nothing).
+            // What an allowlist put would lift, or an unblock by selector remove, scanned
+            // as for a real one (a dry run announces nothing).
+            let items = &self.handles().trees.items;
             let due = match &op {
-                Op::PutAllow(request) => Some(request.command.entry()),
-                _ => None,
-            }
-            .map_or(Ok(Vec::new()), |entry| {
-                super::allow::scan_covered(&self.handles().trees.items, entry)
-            });
+                Op::PutAllow(request) => super::allow::scan_covered(items, request.command.entry()),
+                Op::RemoveSelected(request) => {
+                    super::select::scan_selected(items, &request.command, now)
+                }
+                _ => Ok(Vec::new()),
+            };
             match due.and_then(|due| self.rehearse(&op, &due, now)) {
                 Ok(()) => answers.push(op.answer(&self.metrics).0),
                 Err(e) => {
