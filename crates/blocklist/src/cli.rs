@@ -1,7 +1,8 @@
 //! Flags and subcommands (clap derive), and the pure parsers of flag values: timeouts,
-//! end times, hold-offs, kinds and actions. `policy`'s subcommands and the guardrail
-//! settings of `policy set` are in [`policy`], `allow`'s in [`allow`]. The `--help` text
-//! comes from the doc comments.
+//! end times, hold-offs, sources, kinds and actions. `policy`'s subcommands and the
+//! guardrail settings of `policy set` are in [`policy`], `allow`'s in [`allow`], `remove`'s
+//! (an id or a selector) in [`remove`], `update`'s in [`update`]. The `--help` text comes
+//! from the doc comments.
 
 use std::path::PathBuf;
 
@@ -10,9 +11,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod allow;
 mod policy;
+mod remove;
+mod update;
 
 pub use allow::{AllowAddArgs, AllowCommand};
 pub use policy::{PermanentArg, PolicyCommand, PolicyFields, PolicySetArgs, Setting};
+pub use remove::RemoveArgs;
+pub use update::UpdateArgs;
 
 /// Default daemon address: the daemon's own default `--listen`.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7224";
@@ -69,27 +74,32 @@ pub enum Api {
         #[arg(value_enum)]
         kind: Option<KindArg>,
     },
-    /// Show one blocked task manager or node (exit 1 when it is not blocked).
+    /// Show one blocked task manager or node: the item, who reported it (its most recent
+    /// reports) and the blocks it had before (exit 1 when it is not blocked).
     Get {
+        #[arg(value_enum)]
+        kind: KindArg,
+        id: String,
+    },
+    /// The blocks a task manager or node had before, newest first: how each ended, when,
+    /// by whom and why (kept for the daemon's `--history-retention-secs`).
+    History {
         #[arg(value_enum)]
         kind: KindArg,
         id: String,
     },
     /// Block task managers or nodes. Several ids are added as one atomic batch.
     Add(AddArgs),
-    /// Unblock a task manager or node (exit 1 when it was not blocked).
-    Remove {
-        #[arg(value_enum)]
-        kind: KindArg,
-        id: String,
-        /// Keep the id from being blocked again for this long, e.g. `30m`, `2h` (1s to 7d;
-        /// admin tokens only): the daemon puts an allowlist entry that ends then, in the
-        /// same transaction as the unblock. Sent as `holdOff`.
-        #[arg(long, value_name = "DURATION", value_parser = parse_hold_off)]
-        hold_off: Option<String>,
-        #[command(flatten)]
-        dry_run: DryRunArg,
-    },
+    /// Change a blocked task manager or node in place: its end, its action, another cause
+    /// (exit 1 when it is not blocked, or `--if-match` no longer matches).
+    Update(UpdateArgs),
+    /// Unblock a task manager or node (exit 1 when it was not blocked); or, with
+    /// `--by-source`, `--by-cause` or `--all` instead of an id, every item of the kind they
+    /// pick, in one transaction.
+    #[command(override_usage = "blocklist remove <KIND> <ID> [OPTIONS]\n       \
+                                blocklist remove <KIND> --by-source <NAME> | --by-cause <TEXT> | \
+                                --all [OPTIONS]")]
+    Remove(RemoveArgs),
     /// Is a task manager blocked (itself or through its node), or a node?
     ///
     /// `check tm-1` asks about task manager tm-1; `check node n1`, `check --node n1` about
@@ -169,7 +179,28 @@ pub struct AddArgs {
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
+    pub source: SourceArg,
+    #[command(flatten)]
     pub dry_run: DryRunArg,
+}
+
+/// `--source` on every change of an item: who makes it.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArg {
+    /// Who makes this change, e.g. `operator:alice` (1 to 128 visible ASCII characters; sent
+    /// as `Blocklist-Source`). Without it, the daemon records the token's name, else
+    /// `unknown`.
+    #[arg(long, value_name = "NAME", value_parser = parse_source)]
+    pub source: Option<String>,
+}
+
+impl SourceArg {
+    /// The header that names the source, when one is given.
+    pub fn header(&self) -> Option<(&'static str, &str)> {
+        self.source
+            .as_deref()
+            .map(|source| ("blocklist-source", source))
+    }
 }
 
 /// `--dry-run` on every write.
@@ -289,6 +320,16 @@ pub fn parse_until(s: &str) -> Result<i64, String> {
     chrono::DateTime::parse_from_rfc3339(s.trim())
         .map(|t| t.timestamp_millis())
         .map_err(|e| format!("{e}: expected an RFC 3339 time such as 2030-01-31T18:00:00Z"))
+}
+
+/// `--source`: what a header can carry (visible ASCII and spaces); its length and the
+/// rest of its rules are the daemon's, and its message.
+pub fn parse_source(s: &str) -> Result<String, String> {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        Ok(s.to_owned())
+    } else {
+        Err("must be visible ASCII: it is sent as the Blocklist-Source header".into())
+    }
 }
 
 /// `--hold-off`: any humantime duration of whole seconds, sent as the daemon spells one (a
@@ -463,13 +504,13 @@ pub(crate) mod tests {
             .unwrap()
             .command
         {
-            Command::Api(Api::Remove { hold_off, .. }) => {
-                assert_eq!(hold_off.as_deref(), Some("30m"));
+            Command::Api(Api::Remove(remove)) => {
+                assert_eq!(remove.hold_off.as_deref(), Some("30m"));
             }
             other => panic!("{other:?}"),
         }
         match parse(&["remove", "node", "n1"]).unwrap().command {
-            Command::Api(Api::Remove { hold_off, .. }) => assert_eq!(hold_off, None),
+            Command::Api(Api::Remove(remove)) => assert_eq!(remove.hold_off, None),
             other => panic!("{other:?}"),
         }
         assert!(parse(&["remove", "node", "n1", "--hold-off", "soon"]).is_err());
@@ -484,6 +525,30 @@ pub(crate) mod tests {
             assert_eq!(parse_hold_off(given).as_deref(), Ok(sent), "{given}");
         }
         assert!(parse_hold_off("1500ms").is_err());
+    }
+
+    #[test]
+    fn sources_are_what_a_header_carries() {
+        let Command::Api(Api::Add(add)) = parse(&[
+            "add",
+            "node",
+            "n1",
+            "--cause",
+            "c",
+            "--source",
+            "operator:alice",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not an add")
+        };
+        assert_eq!(
+            add.source.header(),
+            Some(("blocklist-source", "operator:alice"))
+        );
+        assert!(parse(&["add", "node", "n1", "--cause", "c", "--source", "äl"]).is_err());
+        assert!(parse(&["add", "node", "n1", "--cause", "c", "--source", "a\tb"]).is_err());
     }
 
     #[test]

@@ -128,9 +128,27 @@ impl Client {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<Reply, Failure> {
+        self.send_with(method, path, body, &[]).await
+    }
+
+    /// [`Client::send`] with more headers (`Blocklist-Source`, `If-Match`), each checked
+    /// before sending.
+    pub async fn send_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        headers: &[(&'static str, &str)],
+    ) -> Result<Reply, Failure> {
         // What the spinner names while a request is slow.
         let label = || format!("{method} {}{path}", self.base);
         let mut req = self.request(method.clone(), path);
+        for (name, value) in headers {
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                Failure::refused(format!("{name}: {value:?} cannot be sent in a header"))
+            })?;
+            req = req.header(*name, value);
+        }
         if let Some(body) = body {
             req = req
                 .header(CONTENT_TYPE, "application/json")
@@ -175,16 +193,27 @@ pub fn revision_header(resp: &reqwest::Response) -> Option<u64> {
 /// What a 403 means with blocklistd: the daemon knew the token (a wrong one is 401) but its
 /// role does not allow the request.
 pub const FORBIDDEN_HINT: &str = "the token given is not an admin token: policy set, allow \
-     add and remove, add --force and remove --hold-off need one, and a reader token may not \
-     write at all";
+     add and remove, add and update --force, remove --hold-off and remove --all need one, \
+     and a reader token may not write at all";
+
+/// What a 412 means with blocklistd: only `update --if-match` gets one.
+pub const PRECONDITION_HINT: &str = "the item changed after its ETag was read (an update, a \
+     merge, or a new block after the old one ended): `blocklist get` shows it as it is now, \
+     with its ETag; check the change still makes sense, then retry with that --if-match";
 
 /// The messages of a non-2xx answer: the `errors` of blocklistd's `{"errors": [...]}`
 /// body, each prefixed with the status; anything else (a proxy's HTML page, say) is
-/// described with the start of its text. A 403 gets [`FORBIDDEN_HINT`] after them.
+/// described with the start of its text. A 403 gets [`FORBIDDEN_HINT`] after them, a 412
+/// [`PRECONDITION_HINT`].
 pub fn refusal(status: StatusCode, body: &[u8]) -> Failure {
     let mut failure = server_messages(status, body);
-    if let (StatusCode::FORBIDDEN, Failure::Refused(messages)) = (status, &mut failure) {
-        messages.push(FORBIDDEN_HINT.to_owned());
+    let hint = match status {
+        StatusCode::FORBIDDEN => Some(FORBIDDEN_HINT),
+        StatusCode::PRECONDITION_FAILED => Some(PRECONDITION_HINT),
+        _ => None,
+    };
+    if let (Some(hint), Failure::Refused(messages)) = (hint, &mut failure) {
+        messages.push(hint.to_owned());
     }
     failure
 }
@@ -372,6 +401,14 @@ mod tests {
                 FORBIDDEN_HINT
             ]
         );
+        let Failure::Refused(m) = refusal(
+            StatusCode::PRECONDITION_FAILED,
+            br#"{"errors":["If-Match: node \"n1\" is at \"9\" now"]}"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[1], PRECONDITION_HINT);
         assert_eq!(Failure::Unreachable("x".into()).exit_code(), 2);
     }
 

@@ -8,6 +8,9 @@
 //!   feed event lines.
 //! - [`policy`]: `policy status`, `show` and `set` (the read-change-write of the policy).
 //! - [`allow`]: the allowlist's `allow add`, `remove` and `list`.
+//! - [`provenance`]: `get` (an item with its reports and past blocks) and `history`.
+//! - [`update`]: `update`, a change to one item in place.
+//! - [`unblock`]: `remove`, of one id or of every item a selector picks.
 //! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
 //! - [`status`]: the spinner and status line on stderr, on a terminal only.
 //!
@@ -21,8 +24,11 @@ mod allow;
 mod cli;
 mod client;
 mod policy;
+mod provenance;
 mod render;
 mod status;
+mod unblock;
+mod update;
 mod watch;
 
 use std::fmt::Write as _;
@@ -35,7 +41,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::cli::{AddArgs, AllowCommand, Api, Cli, Command, DryRunArg, PolicyCommand};
-use crate::client::{check_id, item_path, segment, Client, Failure, Reply};
+use crate::client::{check_id, segment, Client, Failure, Reply};
 use crate::render::{ItemView, Listing};
 
 fn main() -> ExitCode {
@@ -112,24 +118,11 @@ async fn run(
     let client = Client::new(server, token_file, streaming)?;
     match api {
         Api::List { kind } => list(&client, kind.map(Kind::from), json).await,
-        Api::Get { kind, id } => get(&client, kind.into(), &id, json).await,
+        Api::Get { kind, id } => provenance::get(&client, kind.into(), &id, json).await,
+        Api::History { kind, id } => provenance::history(&client, kind.into(), &id, json).await,
         Api::Add(args) => add(&client, args, json).await,
-        Api::Remove {
-            kind,
-            id,
-            hold_off,
-            dry_run,
-        } => {
-            remove(
-                &client,
-                kind.into(),
-                &id,
-                hold_off.as_deref(),
-                dry_run,
-                json,
-            )
-            .await
-        }
+        Api::Update(args) => update::update(&client, args, json).await,
+        Api::Remove(args) => unblock::remove(&client, args, json).await,
         Api::Check(args) => {
             let (kind, id) = args.resolve().map_err(Failure::refused)?;
             check(&client, kind, &id, json).await
@@ -217,31 +210,6 @@ async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Fai
     Ok(())
 }
 
-async fn get(client: &Client, kind: Kind, id: &str, json: bool) -> Result<(), Failure> {
-    check_id(noun(kind), id)?;
-    let reply = client.send(Method::GET, &item_path(kind, id), None).await?;
-    if json {
-        print_json(&reply);
-        return Ok(());
-    }
-    let item: ItemView = reply.json()?;
-    let mut text = render::items_table(&[(kind.singular(), &item)], now(), &chrono::Local);
-    if let Some(forced) = &item.forced {
-        let _ = writeln!(text, "{}", render::forced_text(forced, &chrono::Local));
-    }
-    if let Some(tms) = &item.task_managers {
-        let id = render::clean(&item.id);
-        if tms.is_empty() {
-            let _ = writeln!(text, "no task manager is registered on node {id}");
-        } else {
-            let tms: Vec<String> = tms.iter().map(|tm| render::clean(tm)).collect();
-            let _ = writeln!(text, "task managers on node {id}: {}", tms.join(", "));
-        }
-    }
-    emit(&text);
-    Ok(())
-}
-
 async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> {
     let kind = Kind::from(args.kind);
     let action = Action::from(args.action);
@@ -270,8 +238,9 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
         path.push_str("?force=true");
     }
     let path = args.dry_run.path(&path);
+    let headers: Vec<_> = args.source.header().into_iter().collect();
     let reply = client
-        .send(Method::POST, &path, Some(&Value::Array(elements)))
+        .send_with(Method::POST, &path, Some(&Value::Array(elements)), &headers)
         .await?;
     if json {
         print_json(&reply);
@@ -314,52 +283,6 @@ async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> 
         let rows: Vec<(&str, &ItemView)> = merged.iter().map(|i| (kind.singular(), i)).collect();
         text.push_str(&render::items_table(&rows, now, &chrono::Local));
     }
-    emit(&text);
-    Ok(())
-}
-
-async fn remove(
-    client: &Client,
-    kind: Kind,
-    id: &str,
-    hold_off: Option<&str>,
-    dry_run: DryRunArg,
-    json: bool,
-) -> Result<(), Failure> {
-    check_id(noun(kind), id)?;
-    let mut path = item_path(kind, id);
-    if let Some(hold_off) = hold_off {
-        path = format!("{path}?holdOff={}", segment(hold_off));
-    }
-    let reply = client
-        .send(Method::DELETE, &dry_run.path(&path), None)
-        .await?;
-    if json {
-        print_json(&reply);
-        return Ok(());
-    }
-    let mut text = format!(
-        "{} {} {}",
-        dry_run.verb("unblocked", "would unblock"),
-        noun(kind),
-        render::clean(id)
-    );
-    if hold_off.is_some() {
-        let answer: render::RemovalView = reply.json()?;
-        // The daemon keeps an entry of the id that lasts longer than the hold-off; either
-        // way, the entry it names is what holds the id off.
-        match answer.hold_off {
-            Some(entry) => {
-                let _ = write!(
-                    text,
-                    ", held off {}",
-                    render::entry_end(&entry, now(), &chrono::Local)
-                );
-            }
-            None => text.push_str(", without a hold-off (the daemon put none)"),
-        }
-    }
-    text.push('\n');
     emit(&text);
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Human output: tables, end times as local time plus "in 59m", check answers and feed
-//! events; the guardrail policy in [`policy`], allowlist entries in [`allow`]. Pure: every
+//! events; the guardrail policy in [`policy`], allowlist entries in [`allow`], reports and
+//! past blocks in [`provenance`]. Pure: every
 //! function takes `now` and the time zone, so tests pin both.
 
 use std::fmt::Display;
@@ -11,11 +12,15 @@ use serde_json::Value;
 
 mod allow;
 mod policy;
+mod provenance;
 
 pub use allow::{
     allow_table, entry_end, entry_subject, AllowPutView, AllowlistView, EntryView, RemovalView,
 };
 pub use policy::{policy_status_text, policy_table};
+pub use provenance::{
+    past_blocks_table, provenance_text, reports_table, ItemDetailView, PastBlockView,
+};
 
 /// An item as the API shows it. Deserialized leniently (unknown fields ignored, optional
 /// ones defaulted) so a newer daemon adding fields does not break an older client.
@@ -35,6 +40,41 @@ pub struct ItemView {
     /// Present when the block was let in past guardrails by `--force`.
     #[serde(default)]
     pub forced: Option<ForcedView>,
+    #[serde(default)]
+    pub start_timestamp: i64,
+    /// Who made the first report (who blocked it).
+    #[serde(default = "unknown")]
+    pub source: String,
+    #[serde(default = "one")]
+    pub report_count: u64,
+    #[serde(default)]
+    pub first_report_timestamp: i64,
+    #[serde(default)]
+    pub last_report_timestamp: i64,
+    /// The revision of its last change: its `ETag`.
+    #[serde(default)]
+    pub revision: u64,
+    /// Present when escalation lengthened the add that created it.
+    #[serde(default)]
+    pub escalated: Option<EscalatedView>,
+}
+
+fn unknown() -> String {
+    "unknown".to_owned()
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// An item's `escalated`: the timeout asked for, the one applied, after how many past
+/// blocks.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EscalatedView {
+    pub requested_timeout: i64,
+    pub timeout: i64,
+    pub past_blocks: u32,
 }
 
 /// An item's `forced`: which guards a forced write passed, by whom, when.

@@ -1,7 +1,9 @@
 //! The `blocklist` command-line client against the real daemon: every subcommand in human
 //! and `--json` form, the exit codes (1 refused with the server's message, 2 unreachable),
 //! the bearer token, and `watch` — including its resume after a dropped connection. The
-//! guardrail commands (policy, allowlist, hold-off, force) are in `cli/guardrails.rs`.
+//! guardrail commands (policy, allowlist, hold-off, force) are in `cli/guardrails.rs`; who
+//! reported what and the unblock by selector (`get`'s reports and past blocks, `history`,
+//! `update`, `remove --by-source`) in `cli/provenance.rs`.
 
 // The daemon's own test harness, shared rather than copied: it starts the real daemon binary
 // and speaks HTTP to it.
@@ -22,6 +24,9 @@ mod run;
 
 #[path = "cli/guardrails.rs"]
 mod guardrails;
+
+#[path = "cli/provenance.rs"]
+mod provenance;
 
 use run::*;
 
@@ -112,7 +117,7 @@ fn add_list_get_remove_in_human_and_json_form() {
     assert!(run.stdout.starts_with("KIND"), "{run:?}");
     assert!(
         run.stdout
-            .ends_with("no task manager is registered on node n1\n"),
+            .contains("\nno task manager is registered on node n1\n"),
         "{run:?}"
     );
 
@@ -266,7 +271,7 @@ fn register_check_unregister() {
     let run = cli(&d, &["get", "node", "n1"]).ok();
     assert!(
         run.stdout
-            .ends_with("task managers on node n1: tm-1, tm-2\n"),
+            .contains("\ntask managers on node n1: tm-1, tm-2\n"),
         "{run:?}"
     );
 
