@@ -113,7 +113,7 @@ fn format_v2_fixture() {
 }
 
 #[test]
-fn allowlist_and_policy_format_v1_fixtures() {
+fn allowlist_and_policy_fixtures() {
     let entry = crate::allowlist::Entry {
         kind: Kind::Node,
         id: "db-".into(),
@@ -131,8 +131,25 @@ fn allowlist_and_policy_format_v1_fixtures() {
     // format; nodes: 50 %, 20 %, no count, no rate; task managers: 50 %, none, none,
     // none; min_registered 10; no duration; permanent allowed.
     let bytes = [1, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1];
-    assert_eq!(encode_policy(&policy), bytes);
-    assert_eq!(decode_policy(&bytes), Ok(policy));
+    assert_eq!(decode_policy(&bytes), Ok(policy.clone()));
+    // Format 2, which the daemon writes: format 1's fields, then the escalation.
+    let mut v2 = bytes.to_vec();
+    v2[0] = 2;
+    v2.push(0); // no escalation
+    assert_eq!(encode_policy(&policy), v2);
+    assert_eq!(decode_policy(&v2), Ok(policy.clone()));
+    let escalating = Policy {
+        escalation: Some(crate::policy::Escalation {
+            factor: 2,
+            max_secs: 3,
+            window_secs: 4,
+        }),
+        ..policy
+    };
+    v2.pop();
+    v2.extend_from_slice(&[1, 2, 3, 4]); // some: factor, max_secs, window_secs
+    assert_eq!(encode_policy(&escalating), v2);
+    assert_eq!(decode_policy(&v2), Ok(escalating));
     let mut rated = Policy::OFF;
     rated.nodes.evacuations = Some(Rate {
         per_minute: 6,
