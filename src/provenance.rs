@@ -35,10 +35,6 @@ pub struct Report {
     pub action: Action,
     /// The end it asked for (for an update: the item's end after it); 9223372036854775807 =
     /// permanent.
-    #[expect(
-        clippy::doc_markdown,
-        reason = "the published OpenAPI text of the field"
-    )]
     pub end_timestamp: i64,
     /// The cause it gave (empty for an update that appended none).
     pub cause: String,

@@ -237,15 +237,16 @@ impl ToSchema for FeedEvent {
 /// The schema of an event's data.
 fn data_schema(event: EventType) -> &'static str {
     match event {
-        EventType::Added | EventType::Merged | EventType::Removed | EventType::Expired => {
-            "ItemEvent"
-        }
+        EventType::Added
+        | EventType::Merged
+        | EventType::Removed
+        | EventType::Expired
+        | EventType::Updated => "ItemEvent",
         EventType::Registered | EventType::Unregistered => "RegistrationEvent",
         EventType::PolicyChanged => "Policy",
         EventType::Allowlisted | EventType::Unallowlisted | EventType::AllowlistExpired => {
             "AllowlistEntry"
         }
-        EventType::Updated => "ItemEvent",
     }
 }
 

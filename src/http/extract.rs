@@ -276,11 +276,13 @@ fn write_parameters(parts: &Parts) -> &'static [&'static str] {
         .get::<axum::extract::MatchedPath>()
         .map_or("", axum::extract::MatchedPath::as_str);
     match (parts.method.as_str(), route) {
-        ("POST", "/blocklist/taskmanagers" | "/blocklist/nodes") => &["dryRun", "force"],
+        ("POST", "/blocklist/taskmanagers" | "/blocklist/nodes")
+        | ("PATCH", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => {
+            &["dryRun", "force"]
+        }
         ("DELETE", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => {
             &["dryRun", "holdOff", "reason"]
         }
-        ("PATCH", "/blocklist/taskmanagers/{id}" | "/blocklist/nodes/{id}") => &["dryRun", "force"],
         _ => &["dryRun"],
     }
 }
