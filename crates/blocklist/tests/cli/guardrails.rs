@@ -66,7 +66,8 @@ fn policy_set_then_show_round_trip() {
                              "maxBlocked": null, "evacuations": {"perMinute": 6, "burst": 2}},
             "minRegistered": 3,
             "maxBlockDurationSecs": 43_200,
-            "permanentBlocksAllowed": false
+            "permanentBlocksAllowed": false,
+            "escalation": null
         })
     );
     // What `policy` (= `policy status`) reports follows.
