@@ -392,6 +392,11 @@ async fn upgrades_and_serves(version: u32) {
         d.listing().await["revision"] == last
     })
     .await;
+    // The sweeper counts what it announced once its commit is visible: wait for the count.
+    eventually("the sweeper to count the due item", || async {
+        d.swept().await >= 1
+    })
+    .await;
     assert_eq!(d.swept().await, 1, "only the due item is announced");
     assert_eq!(
         d.listing().await,
