@@ -38,10 +38,24 @@ async fn add_new_items_is_201_with_empty_body_and_they_are_listed_sorted() {
     );
     let start = a["startTimestamp"].as_i64().unwrap();
     assert!(start >= before && start <= now_ms());
+    // Exactly the FLIP-224 fields, and the item's provenance: one report, now, from nobody
+    // named; the revision of its add (tm-b came first in the batch).
+    let mut fields = a.as_object().unwrap().clone();
+    let provenance: serde_json::Map<String, Value> = [
+        "source",
+        "reportCount",
+        "firstReportTimestamp",
+        "lastReportTimestamp",
+        "revision",
+    ]
+    .into_iter()
+    .filter_map(|field| fields.remove_entry(field))
+    .collect();
+    assert_eq!(fields.len(), 5, "exactly the FLIP-224 fields besides: {a}");
     assert_eq!(
-        a.as_object().unwrap().len(),
-        5,
-        "exactly the FLIP-224 fields: {a}"
+        Value::Object(provenance),
+        json!({"source": "unknown", "reportCount": 1, "firstReportTimestamp": start,
+            "lastReportTimestamp": start, "revision": 2}),
     );
 
     let all = d.listing().await;
@@ -90,12 +104,35 @@ async fn merge_rules_stronger_action_later_end_joined_causes_kept_start() {
     assert_eq!(merged[0]["endTimestamp"], json!(PERMANENT));
     assert_eq!(merged[0]["cause"], "disk,net,manual");
 
-    // The stored state is what the 202 said, and node entries carry taskManagers.
-    let (status, stored) = d.get("/blocklist/nodes/n1").await;
+    // Every report counts, the first is the block's start, the last the latest merge.
+    assert_eq!(merged[0]["reportCount"], 4);
+    assert_eq!(
+        merged[0]["firstReportTimestamp"],
+        original["startTimestamp"]
+    );
+    assert_eq!(merged[0]["revision"], 4, "the revision of the last merge");
+
+    // The stored state is what the 202 said, and node entries carry taskManagers; `GET`
+    // adds the reports, newest first.
+    let (status, mut stored) = d.get("/blocklist/nodes/n1").await;
     assert_eq!(status, StatusCode::OK);
+    let reports = stored.as_object_mut().unwrap().remove("reports").unwrap();
     let mut expected = merged[0].clone();
     expected["taskManagers"] = json!([]);
     assert_eq!(stored, expected);
+    let reported: Vec<(&str, &str)> = reports
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["action"].as_str().unwrap(), r["cause"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        reported,
+        [(MB, "manual"), (MB, "disk"), (MB, "net"), (EVAC, "disk")]
+    );
+    assert_eq!(reports[0]["timestamp"], merged[0]["lastReportTimestamp"]);
+    assert_eq!(reports[0]["endTimestamp"], json!(PERMANENT));
+    assert_eq!(reports[1]["endTimestamp"], json!(end));
 }
 
 #[tokio::test]

@@ -288,6 +288,8 @@ fn timeless(body: &str) -> Value {
         match value {
             Value::Object(map) => {
                 map.remove("addedAt");
+                // A merge reports at its request's time, which differs between the two.
+                map.remove("lastReportTimestamp");
                 if let Some(Value::Object(hold_off)) = map.get_mut("holdOff") {
                     hold_off.remove("endTimestamp");
                 }

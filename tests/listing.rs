@@ -44,18 +44,33 @@ async fn bulk_add(d: &Daemon, kind: &str, prefix: &str, n: usize) -> BTreeMap<St
 }
 
 /// Checks that `list` holds exactly the `expected` items in id order, each with exactly the
-/// FLIP-224 fields (plus `taskManagers` for nodes) and a start in `[from, to]`.
+/// FLIP-224 fields (plus `taskManagers` for nodes) and a start in `[from, to]`, and the
+/// provenance of one report at its start from `unknown`, and a revision.
 fn assert_exact(list: &Value, expected: &BTreeMap<String, Value>, node: bool, from: i64, to: i64) {
     let list = list.as_array().expect("an array");
     assert_eq!(list.len(), expected.len());
     for (got, (id, want)) in list.iter().zip(expected) {
         let mut got = got.as_object().expect("an object").clone();
-        assert_eq!(got.len(), if node { 6 } else { 5 }, "{got:?}");
+        assert_eq!(got.len(), if node { 11 } else { 10 }, "{got:?}");
         let start = got.remove("startTimestamp").and_then(|s| s.as_i64());
         assert!(
             start.is_some_and(|s| (from..=to).contains(&s)),
             "{id}: {start:?}"
         );
+        let provenance = [
+            "source",
+            "reportCount",
+            "firstReportTimestamp",
+            "lastReportTimestamp",
+        ]
+        .map(|field| got.remove(field).unwrap_or(Value::Null));
+        assert_eq!(
+            provenance,
+            [json!("unknown"), json!(1), json!(start), json!(start)],
+            "{id}"
+        );
+        let revision = got.remove("revision").and_then(|r| r.as_u64());
+        assert!(revision.is_some_and(|r| r >= 1), "{id}: {revision:?}");
         got.remove("taskManagers");
         assert_eq!(&Value::Object(got), want, "in id order");
     }
@@ -191,24 +206,18 @@ async fn a_small_listing_is_sent_whole_with_a_length() {
     assert!(resp.headers().get("transfer-encoding").is_none());
     assert!(resp.headers().get("content-length").is_some());
     let body = resp.text().await.unwrap();
+    let start = serde_json::from_str::<Value>(&body).unwrap()["blockedNodes"][0]["startTimestamp"]
+        .as_i64()
+        .unwrap();
     assert_eq!(
-        zero_starts(&body),
-        r#"{"blockedTaskManagers":[],"blockedNodes":[{"id":"n1","action":"MARK_BLOCKED","startTimestamp":0,"endTimestamp":9223372036854775807,"cause":"disk","taskManagers":[]}],"revision":1}"#
+        zero_starts(&body, start),
+        r#"{"blockedTaskManagers":[],"blockedNodes":[{"id":"n1","action":"MARK_BLOCKED","startTimestamp":0,"endTimestamp":9223372036854775807,"cause":"disk","source":"unknown","reportCount":1,"firstReportTimestamp":0,"lastReportTimestamp":0,"revision":1,"taskManagers":[]}],"revision":1}"#
     );
 }
 
-/// The body with its `startTimestamp` values replaced by 0.
-fn zero_starts(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some(at) = rest.find(r#""startTimestamp":"#) {
-        let value = at + r#""startTimestamp":"#.len();
-        out.push_str(&rest[..value]);
-        out.push('0');
-        rest = rest[value..].trim_start_matches(|c: char| c.is_ascii_digit());
-    }
-    out.push_str(rest);
-    out
+/// The body with the times equal to `start` (its start, its first and last report) as 0.
+fn zero_starts(body: &str, start: i64) -> String {
+    body.replace(&format!(":{start},"), ":0,")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,18 +273,21 @@ async fn the_policy_is_read_and_replaced_by_an_admin_stored_and_in_the_feed() {
             "minRegistered": 10,
             "maxBlockDurationSecs": null,
             "permanentBlocksAllowed": true,
+            "escalation": null,
         })
     );
     let mut wanted = policy.clone();
     wanted["nodes"]["maxBlocked"] = json!(1);
     wanted["taskManagers"]["evacuations"] = json!({"perMinute": 60, "burst": 10});
+    wanted["escalation"] = json!({"factor": 3, "maxSecs": 600, "windowSecs": 3600});
     assert_eq!(
         call(&d, WRITER, Method::PUT, "/policy", Some(wanted.clone()))
             .await
             .0,
         StatusCode::FORBIDDEN
     );
-    // Every field is required, and each problem is named.
+    // Every field is required (but the escalation, off when absent), and each problem is
+    // named.
     let mut partial = wanted.clone();
     partial.as_object_mut().unwrap().remove("minRegistered");
     let (status, _, body) = call(&d, ADMIN, Method::PUT, "/policy", Some(partial)).await;

@@ -1,11 +1,12 @@
-//! Backward compatibility: a data dir of every schema version (1 to 6), written byte by
+//! Backward compatibility: a data dir of every schema version (1 to 7), written byte by
 //! byte as that version lays it out (`migrations/000N-*.md`), is opened by the real binary
 //! (upgraded, when older than the current version) and served with all it held; a newer
 //! schema is refused and left as it is.
 //!
 //! Layout: `upgrade/layouts.rs` builds each version's keys and values from the migration
 //! documents; `upgrade/fixtures.rs` is the blocklist every version's fixture holds, and
-//! from version 6 its guardrails (a stored policy, an allowlist, a forced block).
+//! from version 6 its guardrails (a stored policy, an allowlist, a forced block), in
+//! version 7 its provenance (reports, revisions, an escalation, past blocks).
 // These tests write old formats byte by byte, on purpose without the daemon's encoders.
 #![allow(clippy::big_endian_bytes, clippy::little_endian_bytes)]
 
@@ -89,7 +90,8 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
         v6_item(EVACUATE, START, PERMANENT, "disk", Some(forced)),
         forced_bytes
     );
-    // allowlist_and_policy_format_v1_fixtures
+    // allowlist_and_policy_format_fixtures: the policy in format 1 (schema 6), and in
+    // format 2 (schema 7) with no escalation, or one.
     assert_eq!(
         v6_allow(true, "dbs", None, 1, Some(2)),
         [1, 1, 3, b'd', b'b', b's', 0, 2, 1, 4]
@@ -98,10 +100,80 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
         v6_policy(&fixtures::DEFAULT_POLICY),
         [1, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1]
     );
+    assert_eq!(
+        v7_policy(&fixtures::DEFAULT_POLICY, None),
+        [2, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1, 0]
+    );
+    assert_eq!(
+        v7_policy(&fixtures::DEFAULT_POLICY, Some((2, 3_600, 86_400))),
+        [
+            2, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1, 1, 2, 251, 0x10, 0x0e, 252, 0x80,
+            0x51, 0x01, 0x00
+        ]
+    );
     // events_format_v4_fixture: the item's block in format 2, and a JSON change.
     let t1 = v3_item_change(TASK_MANAGER, "t1", &v6_block(EVACUATE, 5, 9, "c", None));
     assert_eq!(
         v6_chunk(
+            2,
+            &[
+                (EXPIRED, t1),
+                (REGISTERED, on_n1.clone()),
+                (POLICY_CHANGED, v6_json_change("{}"))
+            ]
+        ),
+        [
+            4, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 4, 1, 2, b't', b'1', 2,
+            b'n', b'1', 6, 2, 2, b'{', b'}',
+        ]
+    );
+    // format_v3_fixture: format 2's fields, then source "detector", 1 report, first and last
+    // at the start, revision 42, and no escalation record, or one.
+    let detector = ProvenanceLayout {
+        source: "detector".into(),
+        reports: 1,
+        first_report: START,
+        last_report: START,
+        revision: 42,
+        escalated: None,
+    };
+    let start = &N1_FORMAT_1[2..11];
+    let block = v6_item(EVACUATE, START, PERMANENT, "disk", None)[1..].to_vec();
+    let plain = [
+        &[3],
+        &block[..],
+        &[8],
+        b"detector",
+        &[1],
+        start,
+        start,
+        &[42, 0],
+    ]
+    .concat();
+    assert_eq!(v7_item(&block, &detector), plain);
+    let escalated = ProvenanceLayout {
+        escalated: Some((2, 8, 2)),
+        ..detector
+    };
+    let mut escalated_bytes = plain[..plain.len() - 1].to_vec();
+    escalated_bytes.extend_from_slice(&[1, 4, 16, 2]);
+    assert_eq!(v7_item(&block, &escalated), escalated_bytes);
+    // events_format_v5_fixture: the item's block in format 3.
+    let unknown = ProvenanceLayout {
+        source: "unknown".into(),
+        reports: 1,
+        first_report: 5,
+        last_report: 5,
+        revision: 0,
+        escalated: None,
+    };
+    let t1 = v3_item_change(
+        TASK_MANAGER,
+        "t1",
+        &v7_block(&v6_block(EVACUATE, 5, 9, "c", None), &unknown),
+    );
+    assert_eq!(
+        v7_chunk(
             2,
             &[
                 (EXPIRED, t1),
@@ -110,8 +182,9 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
             ]
         ),
         [
-            4, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 4, 1, 2, b't', b'1', 2,
-            b'n', b'1', 6, 2, 2, b'{', b'}',
+            5, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 7, b'u', b'n', b'k', b'n',
+            b'o', b'w', b'n', 1, 10, 10, 0, 0, 4, 1, 2, b't', b'1', 2, b'n', b'1', 6, 2, 2, b'{',
+            b'}',
         ]
     );
     // keys::allow_expiry_key: the item's expiry key with the tag in lower case.
@@ -121,12 +194,11 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
     );
 }
 
-/// The JSON of a fixture item, as a listing or `GET` returns it (nodes with their task
-/// managers).
-fn served(s: &Stored) -> Value {
-    let mut item = json!({"id": s.id, "action": fixtures::action_name(s.action),
-        "startTimestamp": START, "endTimestamp": s.end, "cause": s.cause});
-    add_forced(&mut item, s);
+/// The JSON of a fixture item as a listing returns it in `version` once the daemon opened
+/// it (nodes with their task managers).
+fn served(version: u32, s: &Stored) -> Value {
+    let mut item = flip224(s);
+    add_provenance(&mut item, &fixtures::provenance(version, s));
     if s.kind == NODE {
         let (tm, node) = MEMBER;
         item["taskManagers"] = if s.id == node { json!([tm]) } else { json!([]) };
@@ -134,30 +206,71 @@ fn served(s: &Stored) -> Value {
     item
 }
 
-/// The JSON of a fixture item with its kind, as an event or a check carries it.
-fn with_kind(s: &Stored) -> Value {
-    let mut item = json!({"kind": fixtures::kind_name(s.kind), "id": s.id,
-        "action": fixtures::action_name(s.action), "startTimestamp": START,
-        "endTimestamp": s.end, "cause": s.cause});
-    add_forced(&mut item, s);
+/// [`served`], as `GET` returns one item: with its kept reports, newest first.
+fn served_one(version: u32, s: &Stored) -> Value {
+    let mut item = served(version, s);
+    item["reports"] = fixtures::kept_reports(version, s)
+        .rev()
+        .map(|n| {
+            let r = fixtures::report(version, s, n);
+            json!({"timestamp": r.at, "source": r.source,
+                "operation": if r.operation == OP_UPDATE { "update" } else { "add" },
+                "action": fixtures::action_name(r.action), "endTimestamp": r.end,
+                "cause": r.cause})
+        })
+        .collect();
     item
 }
 
-/// Adds the `forced` field an item's JSON has only when it was forced.
-fn add_forced(item: &mut Value, s: &Stored) {
+/// The FLIP-224 fields of a fixture item (and `forced`, when it was forced).
+fn flip224(s: &Stored) -> Value {
+    let mut item = json!({"id": s.id, "action": fixtures::action_name(s.action),
+        "startTimestamp": START, "endTimestamp": s.end, "cause": s.cause});
     if let Some(f) = &s.forced {
         item["forced"] = json!({"guards": f.guards, "by": f.by, "at": f.at});
     }
+    item
+}
+
+/// Adds the provenance fields to an item's JSON (`escalated` only when it was).
+fn add_provenance(item: &mut Value, p: &ProvenanceLayout) {
+    item["source"] = json!(p.source);
+    item["reportCount"] = json!(p.reports);
+    item["firstReportTimestamp"] = json!(p.first_report);
+    item["lastReportTimestamp"] = json!(p.last_report);
+    item["revision"] = json!(p.revision);
+    if let Some((requested, timeout, past)) = p.escalated {
+        item["escalated"] =
+            json!({"requestedTimeout": requested, "timeout": timeout, "pastBlocks": past});
+    }
+}
+
+/// The JSON of a fixture item with its kind, as a check or a new event carries it once
+/// the daemon opened `version`.
+fn with_kind(version: u32, s: &Stored) -> Value {
+    let mut item = flip224(s);
+    item["kind"] = json!(fixtures::kind_name(s.kind));
+    add_provenance(&mut item, &fixtures::provenance(version, s));
+    item
+}
+
+/// The JSON of a fixture item in an event of the log `version` wrote.
+fn logged(version: u32, s: &Stored) -> Value {
+    let mut item = flip224(s);
+    item["kind"] = json!(fixtures::kind_name(s.kind));
+    if let Some(p) = fixtures::logged_provenance(version, s) {
+        add_provenance(&mut item, &p);
+    }
+    item
 }
 
 fn item_path(s: &Stored) -> String {
     format!("/blocklist/{}s/{}", fixtures::kind_name(s.kind), s.id)
 }
 
-/// An event of a fixture's log as the feed sends it: its type and its data.
-fn sent(event: u8, change: &Change) -> (String, Value) {
-    // `event:` names by stored code (`EventType::ALL`'s order).
-    let name = [
+/// The feed's name of an event code (`EventType::ALL`'s order).
+fn event_name(event: u8) -> String {
+    let names = [
         "added",
         "merged",
         "removed",
@@ -168,13 +281,19 @@ fn sent(event: u8, change: &Change) -> (String, Value) {
         "allowlisted",
         "unallowlisted",
         "allowlist-expired",
+        "updated",
     ];
+    names[usize::from(event)].to_owned()
+}
+
+/// An event of the log of `version` as the feed sends it: its type and its data.
+fn sent(version: u32, event: u8, change: &Change) -> (String, Value) {
     let data = match change {
-        Change::Item(s) => with_kind(s),
+        Change::Item(s) => logged(version, s),
         Change::Registration(tm, node) => json!({"id": tm, "node": node}),
         Change::Json(data) => data.clone(),
     };
-    (name[usize::from(event)].to_owned(), data)
+    (event_name(event), data)
 }
 
 /// The `meta` entry `key` of a stopped daemon's data dir.
@@ -203,17 +322,20 @@ fn assert_check_passes(dir: &Path) {
 }
 
 /// Writes the fixture of `version`, starts the daemon on it, and checks that it upgrades
-/// it (when older than the current version), serves every item, registration, event and
-/// guardrail it held, expires what came due, keeps what was announced gone, gives the next
-/// change the next revision, and leaves a data dir of the current version that
-/// `blocklistd check` passes.
+/// it (when older than the current version), serves every item (an upgraded one with one
+/// report, from `unknown` at its start), registration, event and guardrail it held, expires
+/// what came due into the history, keeps what was announced gone, gives the next change the
+/// next revision, and leaves a data dir of the current version that `blocklistd check`
+/// passes, with the reports and the history the items should have.
 async fn upgrades_and_serves(version: u32) {
     let mut ws = Workspace::new();
     let dir = ws.data_dir();
+    // Events committed now: older ones would fall to age retention at the first commit (and
+    // so would past blocks that ended long ago).
+    let at = now_ms();
     {
         let db = open_sled(&dir);
-        // Events committed now: older ones would fall to age retention at the first commit.
-        fixtures::write(&db, version, now_ms());
+        fixtures::write(&db, version, at);
         db.flush().unwrap();
     }
     wait_until_unlocked(&dir);
@@ -226,7 +348,22 @@ async fn upgrades_and_serves(version: u32) {
         nodes.push(&FORCED);
     }
     for s in nodes.iter().chain(&[&ACTIVE[2], &ACTIVE[3]]) {
-        assert_eq!(d.get(&item_path(s)).await, (StatusCode::OK, served(s)));
+        let resp = d.send(Method::GET, &item_path(s), None).await;
+        let etag = resp.headers()["etag"].to_str().unwrap().to_owned();
+        let revision = fixtures::provenance(version, s).revision;
+        assert_eq!(etag, format!("\"{revision}\""), "{}", s.id);
+        let got = resp.json::<Value>().await.unwrap();
+        assert_eq!(got, served_one(version, s));
+        if version < 7 {
+            assert_eq!(
+                got["reports"],
+                json!([{"timestamp": START, "source": "unknown", "operation": "add",
+                    "action": fixtures::action_name(s.action), "endTimestamp": s.end,
+                    "cause": s.cause}]),
+                "{}: one report, from unknown at its start",
+                s.id
+            );
+        }
     }
     // Both have ended: gone for every reader, whether or not announced yet.
     for s in [&DUE, &ANNOUNCED] {
@@ -240,26 +377,31 @@ async fn upgrades_and_serves(version: u32) {
     // The sweeper finds the due item through the old expiry index and announces it; the
     // one behind the watermark it never announces again. In version 6 the ended allowlist
     // entry is due too, and comes after it in the expiry tree (a later end).
-    let mut announced = vec![sent(EXPIRED, &Change::Item(&DUE))];
+    let mut announced = vec![(event_name(EXPIRED), with_kind(version, &DUE))];
     if version >= 6 {
         let entry = fixtures::allowed_json(&ALLOW_DUE);
-        announced.push(sent(ALLOWLIST_EXPIRED, &Change::Json(entry)));
+        announced.push(sent(version, ALLOWLIST_EXPIRED, &Change::Json(entry)));
     }
     let logged: Vec<(String, Value)> = fixtures::history(version)
         .iter()
         .flatten()
-        .map(|(event, change)| sent(*event, change))
+        .map(|(event, change)| sent(version, *event, change))
         .collect();
     let last = (logged.len() + announced.len()) as u64;
     eventually("the due entries to be announced", || async {
         d.listing().await["revision"] == last
     })
     .await;
+    // The sweeper counts what it announced once its commit is visible: wait for the count.
+    eventually("the sweeper to count the due item", || async {
+        d.swept().await >= 1
+    })
+    .await;
     assert_eq!(d.swept().await, 1, "only the due item is announced");
     assert_eq!(
         d.listing().await,
-        json!({"blockedTaskManagers": [served(&ACTIVE[2]), served(&ACTIVE[3])],
-            "blockedNodes": nodes.iter().map(|s| served(s)).collect::<Vec<_>>(),
+        json!({"blockedTaskManagers": [served(version, &ACTIVE[2]), served(version, &ACTIVE[3])],
+            "blockedNodes": nodes.iter().map(|s| served(version, s)).collect::<Vec<_>>(),
             "revision": last})
     );
 
@@ -274,11 +416,12 @@ async fn upgrades_and_serves(version: u32) {
             .await
             .1,
         json!({"id": tm, "node": node, "blocked": true, "action": EVAC,
-            "blockedBy": [with_kind(&ACTIVE[0])]})
+            "blockedBy": [with_kind(version, &ACTIVE[0])]})
     );
     assert_eq!(
         d.get("/blocklist/check/taskmanagers/tm-1").await.1,
-        json!({"id": "tm-1", "blocked": true, "action": MB, "blockedBy": [with_kind(&ACTIVE[2])]})
+        json!({"id": "tm-1", "blocked": true, "action": MB,
+            "blockedBy": [with_kind(version, &ACTIVE[2])]})
     );
     assert_guardrails(&d, version).await;
 
@@ -306,7 +449,11 @@ async fn upgrades_and_serves(version: u32) {
         summary(&events[expected.len()..]),
         pairs(&[("added", "tm-new"), ("removed", "n2")])
     );
-    assert_eq!(events[expected.len() + 1].data, with_kind(&ACTIVE[1]));
+    assert_eq!(
+        events[expected.len() + 1].data,
+        with_kind(version, &ACTIVE[1])
+    );
+    assert_histories(&d, version, at).await;
 
     // The storage of every expired item is reclaimed once writers pause; an allowlist
     // entry's went when it was announced.
@@ -318,27 +465,158 @@ async fn upgrades_and_serves(version: u32) {
     assert_eq!(d.swept().await, 1, "nothing is announced twice");
     assert!(d.terminate().success());
     assert_eq!(stored_schema_version(&dir), SCHEMA_VERSION);
-    // An older data dir got the default policy stored at its first start on version 6.
-    let policy = if version >= 6 {
-        &POLICY
-    } else {
-        &fixtures::DEFAULT_POLICY
+    // An older data dir got the default policy stored at its first start on version 6 or
+    // later (in the current format); version 6's is kept as it was written, and so is 7's.
+    let policy = match version {
+        ..=5 => v7_policy(&fixtures::DEFAULT_POLICY, None),
+        6 => v6_policy(&POLICY),
+        _ => v7_policy(&POLICY, fixtures::escalation(version)),
     };
-    assert_eq!(stored_meta(&dir, "policy"), Some(v6_policy(policy)));
+    assert_eq!(stored_meta(&dir, "policy"), Some(policy));
     if version >= 6 {
         assert_allowlist_stored_as_written(&dir);
     }
+    assert_provenance_stored(&dir, version, at);
     assert_check_passes(&dir);
 }
 
-/// The guardrails a data dir of `version` is served with. In version 6 the stored policy
-/// and the allowlist entries in force (not the one that ended), which refuse an add of an
-/// id they cover: for good (422) for an entry until removed, for later (429) while one with
-/// an end applies. An older data dir has the default policy and no allowlist.
+/// The histories after the test's changes: the due item's id has its expiry newest (and in
+/// version 7 the block it had before, removed with a reason), n2 its removal (by `unknown`,
+/// no header nor token), the announced item in version 7 its expiry, and an id never
+/// blocked none. The ones that ended while the daemon ran ended after the fixture was
+/// written (`at`).
+async fn assert_histories(d: &Daemon, version: u32, at: i64) {
+    let past = |s: &Stored, ending: Value| {
+        let mut block = served(version, s);
+        block.as_object_mut().unwrap().remove("taskManagers");
+        block["ended"] = ending;
+        block
+    };
+    let history = |s: &Stored| {
+        let path = format!("{}/history", item_path(s));
+        async move {
+            let (status, body) = d.get(&path).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            body
+        }
+    };
+    // When a block that ended while the daemon ran ended, checked to be since `at`.
+    let ended_since = |entry: &Value| {
+        let when = entry["ended"]["timestamp"].as_i64().unwrap();
+        assert!(when >= at && when <= now_ms(), "{entry}");
+        when
+    };
+    let due = history(&DUE).await;
+    let when = ended_since(&due[0]);
+    let mut expected = vec![past(&DUE, json!({"how": "expired", "timestamp": when}))];
+    if version >= 7 {
+        expected.push(past(
+            &fixtures::EARLIER,
+            json!({"how": "removed", "timestamp": at, "source": fixtures::EARLIER_REMOVED_BY,
+                "reason": fixtures::EARLIER_REASON}),
+        ));
+    }
+    assert_eq!(due, json!(expected));
+    let n2 = history(&ACTIVE[1]).await;
+    let when = ended_since(&n2[0]);
+    assert_eq!(
+        n2,
+        json!([past(
+            &ACTIVE[1],
+            json!({"how": "removed", "timestamp": when, "source": "unknown"})
+        )])
+    );
+    let gone = if version >= 7 {
+        json!([past(&ANNOUNCED, json!({"how": "expired", "timestamp": at}))])
+    } else {
+        json!([]) // announced before there was a history
+    };
+    assert_eq!(history(&ANNOUNCED).await, gone);
+    assert_eq!(history(&ACTIVE[0]).await, json!([]));
+}
+
+/// The provenance trees of the data dir `version`'s fixture left once the daemon ran on it
+/// and stopped: each fixture item still stored keeps its reports byte for byte (upgraded:
+/// report 0, from `unknown` at its start); the removed, expired and reclaimed ones none.
+/// The history holds version 7's past blocks as written, and one more entry for each id
+/// whose block ended while the daemon ran (the due item, n2), with the counters to match.
+fn assert_provenance_stored(dir: &Path, version: u32, at: i64) {
+    let trees = contents(dir);
+    let mut kept: Vec<&Stored> = vec![&ACTIVE[0], &ACTIVE[2], &ACTIVE[3]];
+    if version >= 6 {
+        kept.push(&FORCED);
+    }
+    let mut reports: Vec<(Vec<u8>, Vec<u8>)> = kept
+        .iter()
+        .flat_map(|s| {
+            fixtures::kept_reports(version, s).map(|n| {
+                let key = v7_numbered_key(s.kind, s.id, n);
+                (key, fixtures::report_value(version, s, n))
+            })
+        })
+        .collect();
+    reports.sort();
+    let new = v7_numbered_key(TASK_MANAGER, "tm-new", 0);
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = trees[b"reports".as_slice()]
+        .iter()
+        .filter(|(key, _)| key != &new)
+        .cloned()
+        .collect();
+    assert_eq!(stored, reports, "the reports of the items still stored");
+    assert_eq!(
+        trees[b"reports".as_slice()].len(),
+        reports.len() + 1,
+        "and tm-new's"
+    );
+
+    let history: BTreeMap<&[u8], &[u8]> = trees[b"history".as_slice()]
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
+    let due_key = v1_item_key(DUE.kind, DUE.id);
+    let n2_key = v1_item_key(ACTIVE[1].kind, ACTIVE[1].id);
+    let mut counters = vec![
+        (due_key.clone(), v7_history_count(0, 1)),
+        (n2_key, v7_history_count(0, 1)),
+    ];
+    if version >= 7 {
+        counters[0].1 = v7_history_count(0, 2);
+        counters.push((
+            v1_item_key(ANNOUNCED.kind, ANNOUNCED.id),
+            v7_history_count(0, 1),
+        ));
+        for p in &fixtures::PAST {
+            let key = v7_numbered_key(p.block.kind, p.block.id, 0);
+            assert_eq!(
+                history.get(key.as_slice()).copied(),
+                Some(fixtures::past_value(p, at).as_slice()),
+                "{}'s past block as written",
+                p.block.id
+            );
+        }
+    }
+    counters.sort();
+    let stored_counters: Vec<(Vec<u8>, Vec<u8>)> = history
+        .iter()
+        .filter(|(key, _)| !key.contains(&0))
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect();
+    assert_eq!(stored_counters, counters);
+    let entries = history.len() - counters.len();
+    assert_eq!(entries, if version >= 7 { 4 } else { 2 });
+    assert_eq!(trees[b"history_ends".as_slice()].len(), entries);
+}
+
+/// The guardrails a data dir of `version` is served with. From version 6 the stored policy
+/// (from version 7 with an escalation; none before) and the allowlist entries in force (not
+/// the one that ended), which refuse an add of an id they cover: for good (422) for an
+/// entry until removed, for later (429) while one with an end applies. An older data dir
+/// has the default policy and no allowlist.
 async fn assert_guardrails(d: &Daemon, version: u32) {
     let (policy, entries) = if version >= 6 {
         let entries: Vec<Value> = ALLOWED.iter().map(fixtures::allowed_json).collect();
-        (fixtures::policy_json(&POLICY), entries)
+        let policy = fixtures::policy_json_v7(&POLICY, fixtures::escalation(version));
+        (policy, entries)
     } else {
         let policy = json!({
             "nodes": {"maxBlockedPercent": 50, "maxEvacuatingPercent": 20, "maxBlocked": null,
@@ -348,6 +626,7 @@ async fn assert_guardrails(d: &Daemon, version: u32) {
             "minRegistered": 10,
             "maxBlockDurationSecs": null,
             "permanentBlocksAllowed": true,
+            "escalation": null,
         });
         (policy, Vec::new())
     };
@@ -451,12 +730,23 @@ async fn a_version_5_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(5).await;
 }
 
-/// Version 6 (migrations/0006-guardrails.md), the current one: items and events in the
-/// formats with a forced record, policy and allowlist events, a stored policy, and an
-/// allowlist with and without ends. It opens as it is, without an upgrade.
+/// Version 6 (migrations/0006-guardrails.md): items and events in the formats with a
+/// forced record, policy and allowlist events, a stored policy, and an allowlist with and
+/// without ends. Upgraded, every item gets one report, from `unknown` at its start, and
+/// the revision the database had; its policy is kept as it was written.
 #[tokio::test]
-async fn a_version_6_data_dir_opens_and_serves_all_it_held() {
+async fn a_version_6_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(6).await;
+}
+
+/// Version 7 (migrations/0007-provenance.md), the current one: items in format 3 with their
+/// provenance (one with more reports than it keeps, one escalated, one updated), their
+/// reports, the past blocks of two ids with their counters and index, events in format 5
+/// (an `updated` and a `removed` among them), and a policy with an escalation. It opens as
+/// it is, without an upgrade, and serves every report and past block as written.
+#[tokio::test]
+async fn a_version_7_data_dir_opens_and_serves_all_it_held() {
+    upgrades_and_serves(7).await;
 }
 
 /// The first version-1 layout has no membership trees: `tm_node` and `node_tms` joined
@@ -477,7 +767,8 @@ async fn a_version_1_data_dir_without_membership_trees_is_upgraded() {
     }
     wait_until_unlocked(&dir);
     let d = start_upgrading(&mut ws);
-    let mut nodes = vec![served(&ACTIVE[0]), served(&ACTIVE[1])];
+    // No revision stored in version 1: the items are upgraded at revision 0.
+    let mut nodes = vec![served(1, &ACTIVE[0]), served(1, &ACTIVE[1])];
     nodes[0]["taskManagers"] = json!([]);
     assert_eq!(
         d.get("/blocklist/nodes").await,
@@ -498,10 +789,86 @@ async fn a_version_1_data_dir_without_membership_trees_is_upgraded() {
         d.get(&format!("/blocklist/check/taskmanagers/{tm}"))
             .await
             .1["blockedBy"],
-        json!([with_kind(&ACTIVE[0])])
+        json!([with_kind(1, &ACTIVE[0])])
     );
     assert!(d.terminate().success());
     assert_eq!(stored_schema_version(&dir), SCHEMA_VERSION);
+    assert_check_passes(&dir);
+}
+
+/// The version 7 upgrade rewrites items in transactions of 1,000, each leaving the version
+/// at 6: a data dir where a run was cut short after its first transaction (1,000 items in
+/// format 3 with their report, the rest in format 2) is finished by the next start, which
+/// leaves the rewritten ones as they are and gives the others their report and revision.
+#[tokio::test]
+async fn a_version_7_upgrade_cut_short_resumes_where_it_stopped() {
+    const ITEMS: usize = 2_500;
+    const DONE: usize = 1_000;
+    let (revision, earlier_run) = (9, 5);
+    let mut ws = Workspace::new();
+    let dir = ws.data_dir();
+    let id = |i: usize| format!("tm-{i:05}");
+    let unknown = |revision| ProvenanceLayout {
+        source: "unknown".into(),
+        reports: 1,
+        first_report: START,
+        last_report: START,
+        revision,
+        escalated: None,
+    };
+    {
+        let db = open_sled(&dir);
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert("schema_version", &schema_version(6)).unwrap();
+        meta.insert("revision", &v2_revision(revision)).unwrap();
+        meta.insert("item_counts", v2_item_counts([ITEMS as u64, 0, 0, 0]))
+            .unwrap();
+        meta.insert("policy", v6_policy(&fixtures::DEFAULT_POLICY))
+            .unwrap();
+        let items = db.open_tree("items").unwrap();
+        let reports = db.open_tree("reports").unwrap();
+        for i in 0..ITEMS {
+            let block = v6_block(MARK_BLOCKED, START, PERMANENT, "c", None);
+            let key = v1_item_key(TASK_MANAGER, &id(i));
+            if i < DONE {
+                // What the cut-short run wrote, at the revision the database had then.
+                items
+                    .insert(key, v7_item(&block, &unknown(earlier_run)))
+                    .unwrap();
+                let report = v7_report(START, "unknown", OP_ADD, MARK_BLOCKED, PERMANENT, "c");
+                reports
+                    .insert(v7_numbered_key(TASK_MANAGER, &id(i), 0), report)
+                    .unwrap();
+            } else {
+                items.insert(key, [&[2], &block[..]].concat()).unwrap();
+            }
+        }
+        db.flush().unwrap();
+    }
+    wait_until_unlocked(&dir);
+    let d = start_upgrading(&mut ws);
+    let (status, listed) = d.get("/blocklist/taskmanagers").await;
+    assert_eq!(status, StatusCode::OK);
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), ITEMS);
+    for (i, item) in listed.iter().enumerate() {
+        let mut expected = json!({"id": id(i), "action": MB, "startTimestamp": START,
+            "endTimestamp": PERMANENT, "cause": "c"});
+        let at = if i < DONE { earlier_run } else { revision };
+        add_provenance(&mut expected, &unknown(at));
+        assert_eq!(item, &expected);
+    }
+    for i in [0, DONE - 1, DONE, ITEMS - 1] {
+        let (_, item) = d.get(&format!("/blocklist/taskmanagers/{}", id(i))).await;
+        assert_eq!(item["reports"].as_array().unwrap().len(), 1, "{item}");
+    }
+    assert!(d.terminate().success());
+    assert_eq!(stored_schema_version(&dir), SCHEMA_VERSION);
+    let trees = contents(&dir);
+    assert_eq!(trees[b"reports".as_slice()].len(), ITEMS, "one report each");
+    assert!(trees[b"items".as_slice()]
+        .iter()
+        .all(|(_, value)| value[0] == 3));
     assert_check_passes(&dir);
 }
 

@@ -201,8 +201,15 @@ impl PartialSchema for FeedEvent {
                 .required("id")
                 .required("data")
         };
-        let mut data: Vec<&str> = EventType::ALL.into_iter().map(data_schema).collect();
-        data.dedup();
+        // Each data schema once, in order of its first event: `updated` shares the items'
+        // schema but comes last in `ALL`, so a `dedup` would keep a second item branch (and
+        // every item event would match two branches of the `oneOf`).
+        let mut data: Vec<&str> = Vec::new();
+        for schema in EventType::ALL.into_iter().map(data_schema) {
+            if !data.contains(&schema) {
+                data.push(schema);
+            }
+        }
         data.into_iter()
             .fold(OneOfBuilder::new(), |one_of, data| {
                 one_of.item(branch(data))

@@ -1,6 +1,7 @@
 //! What the data dir of each schema version holds: one small blocklist, written in that
 //! version's layout (see [`crate::layouts`]) with raw sled, as that version would have left
-//! it; from version 6 also a stored policy and an allowlist.
+//! it; from version 6 also a stored policy and an allowlist; in version 7 each item's
+//! provenance (its reports, its revision, an escalation) and the past blocks of two ids.
 
 use serde_json::{json, Value};
 
@@ -76,6 +77,183 @@ pub static ANNOUNCED: Stored = Stored {
     cause: "old",
     forced: None,
 };
+
+/// Version 7 only: the block `tm-due` had before [`DUE`], removed with a reason: the id's
+/// past block 0, with its add and removal in the log.
+pub static EARLIER: Stored = Stored {
+    kind: TASK_MANAGER,
+    id: "tm-due",
+    action: MARK_BLOCKED,
+    end: START + 30_000,
+    cause: "earlier",
+    forced: None,
+};
+
+/// Who removed [`EARLIER`], and why.
+pub const EARLIER_REMOVED_BY: &str = "operator:alice";
+pub const EARLIER_REASON: &str = "a false positive";
+
+/// Version 7: the escalation of the stored policy, `(factor, maxSecs, windowSecs)`.
+pub const ESCALATION: (u32, u64, u64) = (2, 3_600, 86_400);
+
+/// Version 7: n2's escalation record, `(requestedTimeout, timeout, pastBlocks)`.
+pub const N2_ESCALATED: (i64, i64, u32) = (60_000, 120_000, 1);
+
+/// How many reports an item keeps (`provenance::MAX_REPORTS`).
+pub const KEPT_REPORTS: u64 = 32;
+
+/// Who first reported each item in version 7, and how many reports it had: n1 more than
+/// an item keeps, n2 an add and then an update.
+fn reporting(s: &Stored) -> (&'static str, u64) {
+    match s.id {
+        "n1" => ("detector-a", 40),
+        "n2" => ("speculative-execution", 2),
+        "tm-1" => ("detector-a", 3),
+        "n3" => ("alice", 1),
+        _ => ("detector-b", 1),
+    }
+}
+
+/// The provenance of a fixture item as `version` leaves it once the daemon opened it: in
+/// version 7 as written ([`reporting`], its last event's revision); upgraded from an older
+/// version, one report from `unknown` at its start and the database's revision then.
+pub fn provenance(version: u32, s: &Stored) -> ProvenanceLayout {
+    if version < 7 {
+        return ProvenanceLayout {
+            source: "unknown".into(),
+            reports: 1,
+            first_report: START,
+            last_report: START,
+            revision: last_revision(version),
+            escalated: None,
+        };
+    }
+    let (source, reports) = reporting(s);
+    ProvenanceLayout {
+        source: source.into(),
+        reports,
+        first_report: START,
+        last_report: report(version, s, reports - 1).at,
+        revision: revision_of(s),
+        escalated: (s.id == "n2").then_some(N2_ESCALATED),
+    }
+}
+
+/// The provenance an event of the log of `version` carries for an item: as stored in
+/// version 7; in formats 2 to 4 (versions 3 to 6), what they decode as (one report from
+/// `unknown` at the start, revision 0). Version 2's events are finished JSON without it.
+pub fn logged_provenance(version: u32, s: &Stored) -> Option<ProvenanceLayout> {
+    match version {
+        ..=2 => None,
+        3..=6 => Some(ProvenanceLayout {
+            revision: 0,
+            ..provenance(6, s)
+        }),
+        _ => Some(provenance(version, s)),
+    }
+}
+
+/// One report of an item.
+pub struct ReportLayout {
+    pub at: i64,
+    pub source: &'static str,
+    pub operation: u8,
+    pub action: u8,
+    pub end: i64,
+    pub cause: &'static str,
+}
+
+/// Report `n` of a fixture item in `version`: upgraded, the one from `unknown` at its
+/// start; in version 7, one every 100 ms from the start, by turns from two detectors after
+/// the first source, n2's second an update by an operator.
+pub fn report(version: u32, s: &Stored, n: u64) -> ReportLayout {
+    let (first, _) = if version < 7 {
+        ("unknown", 1)
+    } else {
+        reporting(s)
+    };
+    let update = version >= 7 && s.id == "n2" && n == 1;
+    let source = match n {
+        _ if update => "operator:bob",
+        0 => first,
+        n if n % 2 == 1 => "detector-b",
+        _ => "detector-a",
+    };
+    ReportLayout {
+        at: START + n as i64 * 100,
+        source,
+        operation: if update { OP_UPDATE } else { OP_ADD },
+        action: s.action,
+        end: s.end,
+        cause: s.cause,
+    }
+}
+
+/// The numbers of the reports an item keeps: its most recent [`KEPT_REPORTS`].
+pub fn kept_reports(version: u32, s: &Stored) -> std::ops::Range<u64> {
+    let reports = provenance(version, s).reports;
+    reports.saturating_sub(KEPT_REPORTS)..reports
+}
+
+/// The stored value of report `n` of an item.
+pub fn report_value(version: u32, s: &Stored, n: u64) -> Vec<u8> {
+    let r = report(version, s, n);
+    v7_report(r.at, r.source, r.operation, r.action, r.end, r.cause)
+}
+
+/// The revision of the last event of `s` in version 7's log.
+fn revision_of(s: &Stored) -> u64 {
+    let mut revision = 0;
+    let mut last = 0;
+    for (_, change) in history(7).iter().flatten() {
+        revision += 1;
+        if matches!(change, Change::Item(item) if std::ptr::eq(*item, s)) {
+            last = revision;
+        }
+    }
+    assert!(last > 0, "{} is in the log", s.id);
+    last
+}
+
+/// The last revision of the log of `version` (what `meta/revision` holds; 0 without one).
+pub fn last_revision(version: u32) -> u64 {
+    history(version).iter().map(|t| t.len() as u64).sum()
+}
+
+/// A past block of version 7: the block, how, whose unblock and why.
+pub struct PastLayout {
+    pub block: &'static Stored,
+    pub how: u8,
+    pub source: Option<&'static str>,
+    pub reason: Option<&'static str>,
+}
+
+/// Version 7's past blocks, each its id's entry 0 (ended when the log was written): the
+/// removed [`EARLIER`] and the announced [`ANNOUNCED`].
+pub static PAST: [PastLayout; 2] = [
+    PastLayout {
+        block: &EARLIER,
+        how: REMOVED,
+        source: Some(EARLIER_REMOVED_BY),
+        reason: Some(EARLIER_REASON),
+    },
+    PastLayout {
+        block: &ANNOUNCED,
+        how: EXPIRED,
+        source: None,
+        reason: None,
+    },
+];
+
+/// The format-3 block of a fixture item in version 7 (without the format byte).
+pub fn v7_block_of(s: &Stored) -> Vec<u8> {
+    v7_block(&v6_block_of(s), &provenance(7, s))
+}
+
+/// The `history` entry of a version-7 past block that ended at `at`.
+pub fn past_value(p: &PastLayout, at: i64) -> Vec<u8> {
+    v7_past(&v7_block_of(p.block), p.how, at, p.source, p.reason)
+}
 
 /// Registered on n1 and not blocked itself, so n1's block reaches it through membership.
 pub const MEMBER: (&str, &str) = ("tm-3", "n1");
@@ -161,7 +339,7 @@ pub static DEFAULT_POLICY: PolicyLayout = PolicyLayout {
     permanent_blocks_allowed: true,
 };
 
-/// A policy as `GET /policy` returns it, and as its event carries it.
+/// A policy as version 6 returned it and its events carry it (without an escalation).
 pub fn policy_json(p: &PolicyLayout) -> Value {
     let kind = |of: &KindPolicyLayout| {
         json!({"maxBlockedPercent": of.max_blocked_percent,
@@ -172,6 +350,21 @@ pub fn policy_json(p: &PolicyLayout) -> Value {
     json!({"nodes": kind(&p.nodes), "taskManagers": kind(&p.task_managers),
         "minRegistered": p.min_registered, "maxBlockDurationSecs": p.max_block_duration_secs,
         "permanentBlocksAllowed": p.permanent_blocks_allowed})
+}
+
+/// A policy as `GET /policy` returns it since version 7, and as its events carry it: with
+/// its escalation (`null` when off).
+pub fn policy_json_v7(p: &PolicyLayout, escalation: Option<(u32, u64, u64)>) -> Value {
+    let mut policy = policy_json(p);
+    policy["escalation"] = json!(escalation.map(
+        |(factor, max, window)| json!({"factor": factor, "maxSecs": max, "windowSecs": window})
+    ));
+    policy
+}
+
+/// The escalation version 7 stores in its policy.
+pub fn escalation(version: u32) -> Option<(u32, u64, u64)> {
+    (version >= 7).then_some(ESCALATION)
 }
 
 /// What an event records.
@@ -194,6 +387,10 @@ pub fn history(version: u32) -> Vec<Vec<(u8, Change)>> {
         vec![(ADDED, Item(&ACTIVE[2])), (ADDED, Item(&ACTIVE[3]))],
         vec![(REGISTERED, Registration(MEMBER.0, MEMBER.1))],
     ];
+    if version >= 7 {
+        log.push(vec![(ADDED, Item(&EARLIER))]);
+        log.push(vec![(REMOVED, Item(&EARLIER))]);
+    }
     if version >= 5 {
         log.push(vec![(ADDED, Item(&ANNOUNCED)), (ADDED, Item(&DUE))]);
         log.push(vec![(EXPIRED, Item(&ANNOUNCED))]);
@@ -201,7 +398,12 @@ pub fn history(version: u32) -> Vec<Vec<(u8, Change)>> {
         log.push(vec![(ADDED, Item(&DUE))]);
     }
     if version >= 6 {
-        log.push(vec![(POLICY_CHANGED, Json(policy_json(&POLICY)))]);
+        let policy = if version < 7 {
+            policy_json(&POLICY)
+        } else {
+            policy_json_v7(&POLICY, escalation(version))
+        };
+        log.push(vec![(POLICY_CHANGED, Json(policy))]);
         log.push(
             ALLOWED
                 .iter()
@@ -210,6 +412,9 @@ pub fn history(version: u32) -> Vec<Vec<(u8, Change)>> {
                 .collect(),
         );
         log.push(vec![(ADDED, Item(&FORCED))]);
+    }
+    if version >= 7 {
+        log.push(vec![(UPDATED, Item(&ACTIVE[1]))]);
     }
     log
 }
@@ -280,6 +485,15 @@ fn v6_change(change: &Change) -> Vec<u8> {
     }
 }
 
+/// A change as format 5 stores it: items as format-3 blocks. (Each event of an item carries
+/// it as finally stored: a log need not tell a consistent story for its format to be read.)
+fn v7_change(change: &Change) -> Vec<u8> {
+    match change {
+        Change::Item(s) => v3_item_change(s.kind, s.id, &v7_block_of(s)),
+        other => v6_change(other),
+    }
+}
+
 /// The format-2 block of a fixture item (without the format byte).
 fn v6_block_of(s: &Stored) -> Vec<u8> {
     v6_block(s.action, START, s.end, s.cause, forced_of(s))
@@ -318,17 +532,21 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
                 }
             }
             // One chunk per transaction (each well under 4 KiB), under its first revision:
-            // format 3 in versions 4 and 5, format 4 in version 6.
+            // format 3 in versions 4 and 5, format 4 in version 6, format 5 in version 7.
             _ => {
-                let encode = if version < 6 { v3_change } else { v6_change };
+                let encode = match version {
+                    ..=5 => v3_change,
+                    6 => v6_change,
+                    _ => v7_change,
+                };
                 let chunk: Vec<(u8, Vec<u8>)> = transaction
                     .iter()
                     .map(|(event, change)| (*event, encode(change)))
                     .collect();
-                let value = if version < 6 {
-                    v4_chunk(at, &chunk)
-                } else {
-                    v6_chunk(at, &chunk)
+                let value = match version {
+                    ..=5 => v4_chunk(at, &chunk),
+                    6 => v6_chunk(at, &chunk),
+                    _ => v7_chunk(at, &chunk),
                 };
                 events.insert(v2_event_key(first), value).unwrap();
             }
@@ -347,7 +565,12 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
         meta.insert("unreclaimed", &v5_unreclaimed(1)).unwrap();
     }
     if version >= 6 {
-        meta.insert("policy", v6_policy(&POLICY)).unwrap();
+        let policy = if version < 7 {
+            v6_policy(&POLICY)
+        } else {
+            v7_policy(&POLICY, escalation(version))
+        };
+        meta.insert("policy", policy).unwrap();
         let allowlist = db.open_tree("allowlist").unwrap();
         let expiry = db.open_tree("expiry").unwrap();
         for a in ALLOWED.iter().chain([&ALLOW_DUE]) {
@@ -360,6 +583,35 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
             }
         }
     }
+    if version >= 7 {
+        write_provenance(db, at);
+    }
+}
+
+/// Version 7's `reports` (each stored item's kept reports) and `history` (each past block,
+/// its id's counter, its `history_ends` key); the blocks ended at `at`.
+fn write_provenance(db: &sled::Db, at: i64) {
+    let reports = db.open_tree("reports").unwrap();
+    for s in stored(7) {
+        for n in kept_reports(7, s) {
+            reports
+                .insert(v7_numbered_key(s.kind, s.id, n), report_value(7, s, n))
+                .unwrap();
+        }
+    }
+    let history = db.open_tree("history").unwrap();
+    let ends = db.open_tree("history_ends").unwrap();
+    for p in &PAST {
+        let (kind, id) = (p.block.kind, p.block.id);
+        history
+            .insert(v7_numbered_key(kind, id, 0), past_value(p, at))
+            .unwrap();
+        history
+            .insert(v1_item_key(kind, id), v7_history_count(0, 1))
+            .unwrap();
+        ends.insert(v7_history_end_key(at, kind, id, 0), &[])
+            .unwrap();
+    }
 }
 
 /// Writes the items in the item format of `version`, with their expiry entries, and (with
@@ -369,10 +621,10 @@ pub fn write_items(db: &sled::Db, version: u32, items: &[&Stored], members: bool
     let tree = db.open_tree("items").unwrap();
     let expiry = db.open_tree("expiry").unwrap();
     for s in items {
-        let value = if version < 6 {
-            v1_item(s.action, START, s.end, s.cause)
-        } else {
-            v6_item(s.action, START, s.end, s.cause, forced_of(s))
+        let value = match version {
+            ..=5 => v1_item(s.action, START, s.end, s.cause),
+            6 => v6_item(s.action, START, s.end, s.cause, forced_of(s)),
+            _ => v7_item(&v6_block_of(s), &provenance(version, s)),
         };
         tree.insert(v1_item_key(s.kind, s.id), value).unwrap();
         if s.end != PERMANENT {

@@ -282,3 +282,128 @@ pub fn v6_allow(
 pub fn v6_allow_expiry_key(end: i64, kind: u8, id: &str) -> Vec<u8> {
     v1_expiry_key(end, kind.to_ascii_lowercase(), id)
 }
+
+// ---- version 7 (migrations/0007-provenance.md) ----
+
+/// Event codes added by version 7 (after `allowlist-expired` = 9), and `removed`, which a
+/// past block records as how it ended.
+pub const REMOVED: u8 = 2;
+pub const UPDATED: u8 = 10;
+
+/// Report operations.
+pub const OP_ADD: u8 = 0;
+pub const OP_UPDATE: u8 = 1;
+
+/// An item's provenance as format 3 stores it after format 2's fields.
+pub struct ProvenanceLayout {
+    pub source: String,
+    pub reports: u64,
+    pub first_report: i64,
+    pub last_report: i64,
+    pub revision: u64,
+    /// `(requested_timeout, timeout, past_blocks)`.
+    pub escalated: Option<(i64, i64, u32)>,
+}
+
+/// A format-3 block without its format byte: [`v6_block`], then `source: String`,
+/// `reports: u64`, `first_report: i64`, `last_report: i64`, `revision: u64`,
+/// `escalated: Option<{requested_timeout: i64, timeout: i64, past_blocks: u32}>`. The body of
+/// an `items` value, the `block` of a format-5 item change and of a past block.
+pub fn v7_block(v6_block: &[u8], p: &ProvenanceLayout) -> Vec<u8> {
+    [
+        v6_block.to_vec(),
+        string(&p.source),
+        varint(p.reports),
+        signed(p.first_report),
+        signed(p.last_report),
+        varint(p.revision),
+        option(p.escalated.map(|(requested, timeout, past)| {
+            [signed(requested), signed(timeout), varint(past.into())].concat()
+        })),
+    ]
+    .concat()
+}
+
+/// `items` value, format `0x03`.
+pub fn v7_item(v6_block: &[u8], p: &ProvenanceLayout) -> Vec<u8> {
+    [vec![0x03], v7_block(v6_block, p)].concat()
+}
+
+/// A numbered key of `reports` and `history`: kind tag ++ id ++ `0x00` ++ n (8 bytes
+/// big-endian).
+pub fn v7_numbered_key(kind: u8, id: &str, n: u64) -> Vec<u8> {
+    [&[kind][..], id.as_bytes(), &[0], &n.to_be_bytes()].concat()
+}
+
+/// `reports` value, format `0x01`: `at: i64`, `source: String`, `operation: u8`,
+/// `action: u8`, `end: i64`, `cause: String`.
+pub fn v7_report(
+    at: i64,
+    source: &str,
+    operation: u8,
+    action: u8,
+    end: i64,
+    cause: &str,
+) -> Vec<u8> {
+    [
+        vec![0x01],
+        signed(at),
+        string(source),
+        vec![operation, action],
+        signed(end),
+        string(cause),
+    ]
+    .concat()
+}
+
+/// `history` counter (key: kind tag ++ id), format `0x01`: `(first, next)` as two u64.
+pub fn v7_history_count(first: u64, next: u64) -> Vec<u8> {
+    [vec![0x01], varint(first), varint(next)].concat()
+}
+
+/// `history` entry, format `0x01`: the block ([`v7_block`]), `how: u8` (the event code of
+/// `removed` or `expired`), `at: i64`, `source: Option<String>`, `reason: Option<String>`.
+pub fn v7_past(
+    block: &[u8],
+    how: u8,
+    at: i64,
+    source: Option<&str>,
+    reason: Option<&str>,
+) -> Vec<u8> {
+    [
+        vec![0x01],
+        block.to_vec(),
+        vec![how],
+        signed(at),
+        option(source.map(string)),
+        option(reason.map(string)),
+    ]
+    .concat()
+}
+
+/// `history_ends` key: ended (8 bytes big-endian) ++ the entry's key; the value is empty.
+pub fn v7_history_end_key(ended: i64, kind: u8, id: &str, n: u64) -> Vec<u8> {
+    [
+        (ended as u64).to_be_bytes().to_vec(),
+        v7_numbered_key(kind, id, n),
+    ]
+    .concat()
+}
+
+/// `events` value, format `0x05`: format 4's chunk, with items as [`v7_block`]s.
+pub fn v7_chunk(at: i64, events: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = v4_chunk(at, events);
+    out[0] = 0x05;
+    out
+}
+
+/// `meta/policy`, format `0x02`: format 1's fields, then
+/// `escalation: Option<(factor: u32, max_secs: u64, window_secs: u64)>`.
+pub fn v7_policy(policy: &PolicyLayout, escalation: Option<(u32, u64, u64)>) -> Vec<u8> {
+    let mut out = v6_policy(policy);
+    out[0] = 0x02;
+    out.extend(option(escalation.map(|(factor, max, window)| {
+        [varint(factor.into()), varint(max), varint(window)].concat()
+    })));
+    out
+}

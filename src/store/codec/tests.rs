@@ -113,7 +113,7 @@ fn format_v2_fixture() {
 }
 
 #[test]
-fn allowlist_and_policy_fixtures() {
+fn allowlist_and_policy_format_fixtures() {
     let entry = crate::allowlist::Entry {
         kind: Kind::Node,
         id: "db-".into(),
@@ -128,28 +128,27 @@ fn allowlist_and_policy_fixtures() {
     assert_eq!(encode_allow(&entry), bytes);
     assert_eq!(decode_allow(Kind::Node, "db-", &bytes), Ok(entry));
     let policy = Policy::default();
-    // format; nodes: 50 %, 20 %, no count, no rate; task managers: 50 %, none, none,
-    // none; min_registered 10; no duration; permanent allowed.
+    // format 1 (schema 6, still decoded); nodes: 50 %, 20 %, no count, no rate; task
+    // managers: 50 %, none, none, none; min_registered 10; no duration; permanent allowed.
     let bytes = [1, 1, 50, 1, 20, 0, 0, 1, 50, 0, 0, 0, 10, 0, 1];
     assert_eq!(decode_policy(&bytes), Ok(policy.clone()));
-    // Format 2, which the daemon writes: format 1's fields, then the escalation.
+    // Format 2 (schema 7), which the daemon writes: format 1's fields, then the escalation
+    // (none, or factor 2, max 3600 s as a u16 varint, window 86400 s as a u32 one).
     let mut v2 = bytes.to_vec();
     v2[0] = 2;
-    v2.push(0); // no escalation
+    v2.push(0);
     assert_eq!(encode_policy(&policy), v2);
     assert_eq!(decode_policy(&v2), Ok(policy.clone()));
-    let escalating = Policy {
-        escalation: Some(crate::policy::Escalation {
-            factor: 2,
-            max_secs: 3,
-            window_secs: 4,
-        }),
-        ..policy
-    };
-    v2.pop();
-    v2.extend_from_slice(&[1, 2, 3, 4]); // some: factor, max_secs, window_secs
-    assert_eq!(encode_policy(&escalating), v2);
-    assert_eq!(decode_policy(&v2), Ok(escalating));
+    let mut escalating = policy;
+    escalating.escalation = Some(crate::policy::Escalation {
+        factor: 2,
+        max_secs: 3_600,
+        window_secs: 86_400,
+    });
+    let mut bytes = v2[..v2.len() - 1].to_vec();
+    bytes.extend_from_slice(&[1, 2, 251, 0x10, 0x0e, 252, 0x80, 0x51, 0x01, 0x00]);
+    assert_eq!(encode_policy(&escalating), bytes);
+    assert_eq!(decode_policy(&bytes), Ok(escalating));
     let mut rated = Policy::OFF;
     rated.nodes.evacuations = Some(Rate {
         per_minute: 6,

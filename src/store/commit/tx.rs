@@ -398,8 +398,13 @@ impl Tx<'_> {
         block.revision = self.revision() + 1;
         self.write(kind, id, old, block)?;
         self.emit_item(event, kind, id, block);
-        // An end that came (the request was validated before it) and that the watermark
-        // has already passed: the sweeper will never announce it, so this write does.
+        self.announce_if_passed(kind, id, block)
+    }
+
+    /// Announces `(kind, id)`'s `block`, just written, expired if its end came (the request
+    /// was validated before it) and the watermark has already passed it: the sweeper will
+    /// never announce it, so the write does.
+    pub(super) fn announce_if_passed(&self, kind: Kind, id: &str, block: &Block) -> TxResult<()> {
         if self.is_announced(kind, id, block) {
             self.count(kind, block, -1);
             self.level_changed(kind, id, Level::of(Some(block.action)), Level::Free)?;

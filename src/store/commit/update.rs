@@ -115,6 +115,8 @@ impl Command for Update {
         new.revision = tx.revision() + 1;
         tx.write(kind, id, Some(&old), &new)?;
         tx.emit_item(EventType::Updated, kind, id, &new);
+        // A shortened end may have come, and been passed by the sweeper, since the request.
+        tx.announce_if_passed(kind, id, &new)?;
         let report = Report {
             timestamp: self.now,
             source: self.source.clone(),
