@@ -25,7 +25,7 @@ use crate::model::{
 };
 use crate::policy::Policy;
 use crate::progress::{Progress, Unit};
-use crate::provenance::{PastBlock, Report, MAX_REPORTS};
+use crate::provenance::{Ending, PastBlock, Report, MAX_REPORTS};
 use crate::store::{self, Store};
 
 /// One line of an export.
@@ -40,11 +40,14 @@ pub enum Record {
         #[serde(flatten)]
         item: Item,
     },
-    /// A past block of an id.
+    /// A past block of an id: the item as it was, and how it ended (a [`PastBlock`]'s
+    /// fields, flattened here as the item's are above: serde refuses unknown fields of a
+    /// flattened struct only one level down).
     Past {
         kind: Kind,
+        ended: Ending,
         #[serde(flatten)]
-        past: PastBlock,
+        item: Item,
     },
     Registration {
         id: String,
@@ -182,7 +185,8 @@ fn item_line(store: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store:
 }
 
 fn past_line(kind: Kind, past: PastBlock, out: &mut Vec<u8>) {
-    write_record(out, &Record::Past { kind, past });
+    let PastBlock { item, ended } = past;
+    write_record(out, &Record::Past { kind, ended, item });
 }
 
 fn registration_line(id: &str, node: &str, out: &mut Vec<u8>) {
@@ -261,9 +265,9 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
                     items.insert((kind, item.id.clone()), item);
                 }
             },
-            Ok(Record::Past { kind, past: block }) => match item_problem(&block.item, &[]) {
+            Ok(Record::Past { kind, ended, item }) => match item_problem(&item, &[]) {
                 Some(e) => errors.push(format!("line {n}: {e}")),
-                None => past.push((kind, block)),
+                None => past.push((kind, PastBlock { item, ended })),
             },
             Ok(Record::Policy { policy: p }) => {
                 let problems = p.problems();
