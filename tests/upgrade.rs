@@ -550,7 +550,7 @@ fn assert_provenance_stored(dir: &Path, version: u32, at: i64) {
         .iter()
         .flat_map(|s| {
             fixtures::kept_reports(version, s).map(|n| {
-                let key = v7_numbered_key(s.kind, s.id, n);
+                let key = v7_report_key(s.kind, s.id, n);
                 (key, fixtures::report_value(version, s, n))
             })
         })

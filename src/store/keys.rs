@@ -14,14 +14,18 @@
 //! events  key: revision (8, big-endian u64)           value: codec event (schema 2)
 //! tm_node   key: task manager id                      value: codec registration (its node)
 //! node_tms  key: node id ++ 0x00 ++ task manager id   value: empty
-//! reports   key: kind(1) ++ id ++ 0x00 ++ n(8)        value: codec report (schema 7)
+//! reports   key: kind(1) ++ id ++ 0x00 ++ slot(8)     value: codec report (schema 7)
 //! history   key: kind(1) ++ id                        value: codec history counter (schema 7)
 //!           key: kind(1) ++ id ++ 0x00 ++ n(8)        value: codec past block (schema 7)
 //! history_ends key: ended(8) ++ kind(1) ++ id ++ 0x00 ++ n(8)   value: empty (schema 7)
 //! ```
 //!
-//! `n` is a big-endian u64: a report's number counts an item's reports from 0, a past
-//! block's counts an id's past blocks from 0, so byte order is arrival order within an id.
+//! `n` and `slot` are big-endian u64s. A past block's `n` counts an id's past blocks from
+//! 0, so byte order is arrival order within an id. A report's slot is its number (counting
+//! the item's reports from 0) modulo [`MAX_REPORTS`]: an item's reports are a ring of fixed
+//! keys, each new one overwriting the oldest, so a detector re-reporting a hot id rewrites
+//! one key instead of adding one and deleting another (which, at the two ends of the id's
+//! range, would split and merge the tree's leaves all the time).
 //!
 //! `node_tms` is the node → task managers index. The 0x00 separator is unambiguous because
 //! ids never hold control characters, so the prefix `node ++ 0x00` matches exactly the
@@ -35,6 +39,7 @@
 #![allow(clippy::big_endian_bytes)]
 
 use crate::model::Kind;
+use crate::provenance::MAX_REPORTS;
 
 /// Tag byte of a kind, the first byte of an item key and the ninth of an expiry key.
 pub fn kind_tag(kind: Kind) -> u8 {
@@ -203,9 +208,10 @@ pub fn numbered_prefix(kind: Kind, id: &str) -> Vec<u8> {
     key
 }
 
-/// `reports` key of report `n` of `(kind, id)`.
+/// `reports` key of report `n` of `(kind, id)`: its slot in the ring, `n` mod
+/// [`MAX_REPORTS`].
 pub fn report_key(kind: Kind, id: &str, n: u64) -> Vec<u8> {
-    numbered_key(kind, id, n)
+    numbered_key(kind, id, n % MAX_REPORTS)
 }
 
 /// `history` key of past block `n` of `(kind, id)`.

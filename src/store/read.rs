@@ -10,7 +10,7 @@ use super::{keys, Result, Seen, Store, StoreError, Watched, POLICY_KEY};
 use crate::allowlist::Entry;
 use crate::model::{Block, Item, Kind};
 use crate::policy::Policy;
-use crate::provenance::{PastBlock, Report};
+use crate::provenance::{PastBlock, Report, MAX_REPORTS};
 
 impl Store {
     /// The active item `(kind, id)` at `now`; `seen` records what the answer depends on.
@@ -29,23 +29,43 @@ impl Store {
     /// the answer depends on (scanned before the item's stamp is taken: a report is written
     /// with its item, so the stamp covers every report the scan saw).
     pub fn reports(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<Report>> {
+        let trees = &self.handles()?.trees;
+        let key = keys::item_key(kind, id);
+        // The item's (count, revision): the count orders the ring (its newest report is
+        // number count - 1), the revision tells whether a write came between the reads.
+        let state = || -> Result<(u64, u64)> {
+            Ok(match trees.items.get(&key)? {
+                Some(bytes) => {
+                    let block = decode(&key, &bytes)?;
+                    (block.provenance.reports, block.revision)
+                }
+                None => (0, 0),
+            })
+        };
         let prefix = keys::numbered_prefix(kind, id);
-        let mut out = Vec::new();
-        for entry in self.handles()?.trees.reports.scan_prefix(&prefix).rev() {
-            let (key, bytes) = entry?;
-            out.push(
-                codec::decode_report(&bytes).map_err(|source| StoreError::Corrupt {
-                    key: format!(
-                        "reports/{}/{id}/{}",
-                        kind.plural(),
-                        keys::parse_number(&key).unwrap_or(0)
-                    ),
-                    source,
-                })?,
-            );
-        }
+        let (count, slots) = loop {
+            let before = state()?;
+            let mut slots = std::collections::HashMap::new();
+            for entry in trees.reports.scan_prefix(&prefix) {
+                let (slot_key, bytes) = entry?;
+                let slot = keys::parse_number(&slot_key).unwrap_or(0);
+                let report =
+                    codec::decode_report(&bytes).map_err(|source| StoreError::Corrupt {
+                        key: format!("reports/{}/{id}/{slot}", kind.plural()),
+                        source,
+                    })?;
+                slots.insert(slot, report);
+            }
+            if state()? == before {
+                break (before.0, slots);
+            }
+        };
         self.saw(seen, Watched::Item(kind, id));
-        Ok(out)
+        let mut slots = slots;
+        Ok((count.saturating_sub(MAX_REPORTS)..count)
+            .rev()
+            .filter_map(|n| slots.remove(&(n % MAX_REPORTS)))
+            .collect())
     }
 
     /// The past blocks of `(kind, id)`, newest first; `seen` as for [`Store::reports`].

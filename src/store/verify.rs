@@ -301,7 +301,8 @@ fn verify_provenance(trees: &super::Trees, problems: &mut Vec<String>) -> Result
             .items
             .get(keys::item_key(kind, id))?
             .and_then(|b| codec::decode_block(&b).ok())
-            .map(|b| b.provenance.reports.saturating_sub(MAX_REPORTS)..b.provenance.reports);
+            .map(|b| 0..b.provenance.reports.min(MAX_REPORTS));
+        // `n` is a slot of the item's ring: it keeps one per report, up to MAX_REPORTS.
         if !kept.is_some_and(|kept| kept.contains(&n)) {
             problems.push(format!(
                 "reports: {} {id:?} #{n} is not a report its item keeps",

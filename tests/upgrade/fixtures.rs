@@ -595,7 +595,7 @@ fn write_provenance(db: &sled::Db, at: i64) {
     for s in stored(7) {
         for n in kept_reports(7, s) {
             reports
-                .insert(v7_numbered_key(s.kind, s.id, n), report_value(7, s, n))
+                .insert(v7_report_key(s.kind, s.id, n), report_value(7, s, n))
                 .unwrap();
         }
     }

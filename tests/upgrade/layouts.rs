@@ -329,6 +329,12 @@ pub fn v7_item(v6_block: &[u8], p: &ProvenanceLayout) -> Vec<u8> {
     [vec![0x03], v7_block(v6_block, p)].concat()
 }
 
+/// The `reports` key of report `n`: a numbered key of its slot, `n` mod 32 (the ring of
+/// an item's kept reports).
+pub fn v7_report_key(kind: u8, id: &str, n: u64) -> Vec<u8> {
+    v7_numbered_key(kind, id, n % 32)
+}
+
 /// A numbered key of `reports` and `history`: kind tag ++ id ++ `0x00` ++ n (8 bytes
 /// big-endian).
 pub fn v7_numbered_key(kind: u8, id: &str, n: u64) -> Vec<u8> {

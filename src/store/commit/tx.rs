@@ -439,8 +439,8 @@ impl Tx<'_> {
     }
 
     /// Stores the reports `new` of `(kind, id)`, whose block now counts `total` reports (the
-    /// new ones its last), and drops those that fall out of the most recent
-    /// [`MAX_REPORTS`].
+    /// new ones its last): each overwrites the report [`MAX_REPORTS`] older in its slot of
+    /// the ring ([`keys::report_key`]), so only the most recent are kept.
     pub(super) fn add_reports(
         &self,
         kind: Kind,
@@ -448,11 +448,8 @@ impl Tx<'_> {
         total: u64,
         new: &[Report],
     ) -> TxResult<()> {
-        let before = total - new.len() as u64;
+        let before = total.saturating_sub(new.len() as u64);
         let kept_from = total.saturating_sub(MAX_REPORTS);
-        for n in before.saturating_sub(MAX_REPORTS)..kept_from.min(before) {
-            self.reports.remove(keys::report_key(kind, id, n))?;
-        }
         for (n, report) in (before..total).zip(new) {
             if n >= kept_from {
                 self.reports
