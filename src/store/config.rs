@@ -24,6 +24,8 @@ pub struct StoreConfig {
     pub max_commit_batch: usize,
     /// How much of the change log to keep.
     pub retention: Retention,
+    /// How long an `Idempotency-Key` record is kept, in ms from its write's commit.
+    pub idempotency_retention_ms: i64,
     /// The live feed's ring of recent events; a subscriber that misses some of it catches up
     /// from the log.
     pub feed_buffer: usize,
@@ -47,6 +49,7 @@ impl StoreConfig {
                 count: 100_000,
                 max_age_ms: 24 * 3600 * 1000,
             },
+            idempotency_retention_ms: 24 * 3600 * 1000,
             feed_buffer: 1024,
             metrics: Arc::default(),
             new_policy: Policy::default(),

@@ -1,7 +1,7 @@
 //! Removing one item: the active one is gone for everyone (`removed`); an expired one the
 //! sweeper has not reached is deleted too, as the sweeper would have (`expired`).
 
-use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::allowlist::{Entry, HOLD_OFF_COMMENT};
 use crate::model::{EventType, Item, Kind};
 use crate::store::{Result, Store, Watched};
@@ -124,7 +124,7 @@ pub(super) fn remove(tx: &Tx<'_>, kind: Kind, id: &str) -> TxResult<Result<Optio
         .then(|| Item::new(id.to_owned(), old))))
 }
 
-impl Writer<'_> {
+impl<K: Keying<Option<Removed>>> Writer<'_, K> {
     /// Removes the active item `(kind, id)`, with a hold-off when one is given; `None` when
     /// there is none.
     pub async fn remove_holding_off(

@@ -82,6 +82,7 @@ impl Committer {
         // announced expired must stay expired (readers go by the same time).
         let now = self.sweep.now();
         let revision_before = self.revision;
+        let requests = batch.len();
         // Dry runs are decided after the batch's transaction, against everything committed
         // up to it, and answered with its group: once all they were decided against is
         // durable. They stamp no key, since they change none.
@@ -126,6 +127,8 @@ impl Committer {
                 // are synced at once rather than left to the next commit (there may be none
                 // for a while).
                 self.prune(now, MAX_PRUNE + (revision - revision_before));
+                // As many records as requests (each keeps at most one), and the catching up.
+                self.prune_records(now, requests);
                 if self.sync_blobs().is_err() {
                     self.broken = true;
                 }

@@ -66,12 +66,16 @@ impl Committer {
             &t.events,
             &t.meta,
             &t.allowlist,
+            &t.idempotency,
         );
         trees
             .transaction(
-                |(items, expiry, tm_node, node_tms, events, meta, allowlist)| {
+                |(items, expiry, tm_node, node_tms, events, meta, allowlist, idempotency)| {
                     // Built afresh on every run of the closure: sled may re-run it.
-                    let tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
+                    let tx = self.tx(
+                        [items, expiry, tm_node, node_tms, allowlist, idempotency],
+                        now,
+                    );
                     for (op, due) in batch.iter().zip(due) {
                         op.apply(&tx, due)?;
                     }
@@ -128,13 +132,26 @@ impl Committer {
     /// nothing is written, and the revision, counts and watermark stay the committer's.
     pub(super) fn rehearse(&self, op: &Op, due: &[Vec<u8>], now: i64) -> Result<(), StoreError> {
         let t = &self.handles().trees;
-        let trees = (&t.items, &t.expiry, &t.tm_node, &t.node_tms, &t.allowlist);
-        let rolled_back = trees.transaction(|(items, expiry, tm_node, node_tms, allowlist)| {
-            let mut tx = self.tx([items, expiry, tm_node, node_tms, allowlist], now);
-            tx.rehearsal = true;
-            op.apply(&tx, due)?;
-            Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
-        });
+        let trees = (
+            &t.items,
+            &t.expiry,
+            &t.tm_node,
+            &t.node_tms,
+            &t.allowlist,
+            // Never read by a dry run (it neither looks keys up nor keeps them); `Tx` has it.
+            &t.idempotency,
+        );
+        let rolled_back = trees.transaction(
+            |(items, expiry, tm_node, node_tms, allowlist, idempotency)| {
+                let mut tx = self.tx(
+                    [items, expiry, tm_node, node_tms, allowlist, idempotency],
+                    now,
+                );
+                tx.rehearsal = true;
+                op.apply(&tx, due)?;
+                Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
+            },
+        );
         match rolled_back {
             Ok(never) => match never {},
             Err(TransactionError::Abort(StoreError::RolledBack)) => Ok(()),
@@ -147,7 +164,7 @@ impl Committer {
     /// last committed transaction left.
     fn tx<'a>(
         &'a self,
-        [items, expiry, tm_node, node_tms, allowlist]: [&'a TransactionalTree; 5],
+        [items, expiry, tm_node, node_tms, allowlist, idempotency]: [&'a TransactionalTree; 6],
         now: i64,
     ) -> Tx<'a> {
         Tx {
@@ -156,6 +173,8 @@ impl Committer {
             tm_node,
             node_tms,
             allowlist,
+            idempotency,
+            records_expired_at: now.saturating_sub(self.config.idempotency_retention_ms),
             now,
             policy: RefCell::new(self.policy.clone()),
             policy_changed: Cell::new(false),
@@ -185,6 +204,10 @@ pub(crate) struct Tx<'a> {
     pub(super) tm_node: &'a TransactionalTree,
     pub(super) node_tms: &'a TransactionalTree,
     pub(super) allowlist: &'a TransactionalTree,
+    /// `Idempotency-Key` records ([`super::idempotency`]), and the commit time at or before
+    /// which a record is past retention.
+    pub(super) idempotency: &'a TransactionalTree,
+    pub(super) records_expired_at: i64,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
     /// The guardrails, and the evacuation buckets, as this transaction goes.
