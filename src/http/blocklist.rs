@@ -14,13 +14,14 @@ use super::error::{
     ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
     Unauthorized, Unavailable, UnsupportedMediaType,
 };
-use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath, JsonBody};
+use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath};
+use super::idempotency::{Key, KeyedBody};
 use super::state::AppState;
 use crate::allowlist::Entry;
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::policy::{Guard, Refusal};
-use crate::store::{self, AddOutcome, Force, HoldOff, Seen, Store};
+use crate::store::{self, AddOutcome, Force, HoldOff, Removed, Seen, Store};
 use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
@@ -216,7 +217,7 @@ async fn add(
     caller: &Caller,
     dry: DryRun,
     force: ForceParam,
-    JsonBody(body): JsonBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Result<Response> {
     let force = if force.is_set() {
         caller.require(Role::Admin, "forcing a write past the guardrails")?;
@@ -228,15 +229,14 @@ async fn add(
     };
     let now = state.store.now();
     let items = validate::add_batch(&body, now, state.limits.max_batch)?;
-    let writer = state.store.with_mode(dry.mode());
+    let key = key.render(dry, move |outcome: &AddOutcome, revision| match outcome {
+        AddOutcome::Written { merged } => Some(added(dry, merged, revision)),
+        AddOutcome::Refused(_) | AddOutcome::Conflict(_) => None,
+    });
+    let writer = state.store.with_mode(dry.mode()).keyed(key);
     let (outcome, revision) = writer.add_forced(kind, items, now, force).await?;
     match outcome {
-        AddOutcome::Written { merged } if merged.is_empty() => {
-            Ok(dry.written(revision, StatusCode::CREATED))
-        }
-        AddOutcome::Written { merged } => {
-            Ok(dry.written(revision, (StatusCode::ACCEPTED, Json(merged))))
-        }
+        AddOutcome::Written { merged } => Ok(added(dry, &merged, revision)),
         AddOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
@@ -250,6 +250,15 @@ async fn add(
                 })
                 .collect(),
         )),
+    }
+}
+
+/// The answer to a written add: 201, or 202 with the items that merged.
+fn added(dry: DryRun, merged: &[Item], revision: u64) -> Response {
+    if merged.is_empty() {
+        dry.written(revision, StatusCode::CREATED)
+    } else {
+        dry.written(revision, (StatusCode::ACCEPTED, Json(merged)))
     }
 }
 
@@ -270,6 +279,7 @@ async fn remove(
     IdPath(id): IdPath,
     dry: DryRun,
     hold_off: HoldOffParam,
+    key: Key,
 ) -> Result<Response> {
     let hold_off = match hold_off.ms() {
         Some(ms) => {
@@ -281,20 +291,27 @@ async fn remove(
         }
         None => None,
     };
+    let key = key.render(dry, move |removed: &Option<Removed>, revision| {
+        removed
+            .as_ref()
+            .map(|removed| unblocked(dry, removed, revision))
+    });
     match state
         .store
         .with_mode(dry.mode())
+        .keyed(key)
         .remove_holding_off(kind, id.clone(), hold_off)
         .await?
     {
-        (Some(removed), revision) => Ok(dry.written(
-            revision,
-            Json(Removal {
-                hold_off: removed.hold_off,
-            }),
-        )),
+        (Some(removed), revision) => Ok(unblocked(dry, &removed, revision)),
         (None, _) => Err(not_blocked(kind, &id)),
     }
+}
+
+/// The answer to an unblock that removed an item.
+fn unblocked(dry: DryRun, removed: &Removed, revision: u64) -> Response {
+    let hold_off = removed.hold_off.clone();
+    dry.written(revision, Json(Removal { hold_off }))
 }
 
 /// How many expiry entries a refused add looks through for the next end of its kind.
@@ -425,7 +442,7 @@ macro_rules! kind_handlers {
             caller: Caller,
             dry: DryRun,
             force: ForceParam,
-            body: JsonBody,
+            body: KeyedBody,
         ) -> Response {
             dry.answer(add(state, $kind, &caller, dry, force, body).await)
         }
@@ -474,8 +491,9 @@ macro_rules! kind_handlers {
             id: IdPath,
             dry: DryRun,
             hold_off: HoldOffParam,
+            key: Key,
         ) -> Response {
-            dry.answer(remove(state, $kind, &caller, id, dry, hold_off).await)
+            dry.answer(remove(state, $kind, &caller, id, dry, hold_off, key).await)
         }
     };
 }
