@@ -2,6 +2,8 @@
 //! (status, body, revision) with `Idempotent-Replayed: true` and applies nothing again, also
 //! after `kill -9`; with another request it is refused (422) and writes nothing; two at once
 //! apply once; a refusal is not kept; a key past `--idempotency-retention` is forgotten.
+//! Every write takes one: adds, unblocks (one item, or by selector), `PATCH`, the
+//! allowlist, the policy and registrations.
 
 mod common;
 
@@ -19,6 +21,7 @@ struct Answer {
     body: Vec<u8>,
     revision: Option<String>,
     content_type: Option<String>,
+    etag: Option<String>,
     replayed: Option<String>,
 }
 
@@ -28,12 +31,13 @@ impl Answer {
     }
 
     /// The answer without the replay mark: what a replay must repeat exactly.
-    fn first(&self) -> (StatusCode, &[u8], Option<&str>, Option<&str>) {
+    fn first(&self) -> (StatusCode, &[u8], Option<&str>, Option<&str>, Option<&str>) {
         (
             self.status,
             &self.body,
             self.revision.as_deref(),
             self.content_type.as_deref(),
+            self.etag.as_deref(),
         )
     }
 
@@ -49,7 +53,22 @@ async fn send(
     key: Option<&str>,
     body: Option<&Value>,
 ) -> Answer {
+    send_with(d, method, path, key, &[], body).await
+}
+
+/// [`send`] with more headers (`If-Match`, `Blocklist-Source`).
+async fn send_with(
+    d: &Daemon,
+    method: Method,
+    path: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Answer {
     let mut request = d.client.request(method, d.url(path));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
     if let Some(key) = key {
         request = request.header("Idempotency-Key", key);
     }
@@ -63,15 +82,17 @@ async fn send(
             .get(name)
             .map(|v| v.to_str().unwrap().to_owned())
     };
-    let (revision, content_type, replayed) = (
+    let (revision, content_type, etag, replayed) = (
         header("x-blocklist-revision"),
         header("content-type"),
+        header("etag"),
         header("idempotent-replayed"),
     );
     Answer {
         status: response.status(),
         revision,
         content_type,
+        etag,
         replayed,
         body: response.bytes().await.unwrap().to_vec(),
     }
@@ -370,6 +391,141 @@ async fn a_delete_replays_and_deletes_nothing_again() {
     .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert!(!missing.is_replay());
+}
+
+/// A `PATCH` conditional on the item's `ETag`, acknowledged, then the daemon killed: the
+/// retry with its key gets the first 200 (body, `ETag`, revision) back rather than the 412
+/// its stale `If-Match` would now earn, and the update is applied once.
+#[tokio::test]
+async fn an_acknowledged_patch_replays_after_kill_9_and_applies_once() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let add = json!([item("n1", "MARK_BLOCKED", "disk")]);
+    assert_eq!(d.post("/blocklist/nodes", add).await.0, StatusCode::CREATED);
+    let read = send(&d, Method::GET, "/blocklist/nodes/n1", None, None).await;
+    let tag = read.etag.clone().expect("an ETag");
+    let patch = json!({"action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "cause": "smart"});
+    let if_match = [("If-Match", tag.as_str())];
+    let first = send_with(
+        &d,
+        Method::PATCH,
+        "/blocklist/nodes/n1",
+        Some("patch-1"),
+        &if_match,
+        Some(&patch),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::OK, "{first:?}");
+    assert!(!first.is_replay(), "{first:?}");
+    assert_eq!(first.json()["cause"], "disk,smart");
+    assert_ne!(first.etag, read.etag, "a new state: {first:?}");
+    let head = revision(&d).await;
+    d.kill9();
+
+    let d = ws.start(&[]);
+    let again = send_with(
+        &d,
+        Method::PATCH,
+        "/blocklist/nodes/n1",
+        Some("patch-1"),
+        &if_match,
+        Some(&patch),
+    )
+    .await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.first(), first.first(), "{again:?}");
+    assert_eq!(revision(&d).await, head, "nothing applied again");
+    assert_eq!(of(&events(&d).await, "node", "n1"), ["added", "updated"]);
+    let (_, stored) = d.get("/blocklist/nodes/n1").await;
+    assert_eq!(
+        stored["reportCount"], 2,
+        "one report for the add, one for the update"
+    );
+    // Without the key the same request is a new one, decided afresh: its tag is stale.
+    let fresh = send_with(
+        &d,
+        Method::PATCH,
+        "/blocklist/nodes/n1",
+        None,
+        &if_match,
+        Some(&patch),
+    )
+    .await;
+    assert_eq!(fresh.status, StatusCode::PRECONDITION_FAILED, "{fresh:?}");
+    // The key with another update is refused, and writes nothing.
+    let other = json!({"cause": "fans"});
+    let reused = send_with(
+        &d,
+        Method::PATCH,
+        "/blocklist/nodes/n1",
+        Some("patch-1"),
+        &if_match,
+        Some(&other),
+    )
+    .await;
+    assert_eq!(
+        reused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{reused:?}"
+    );
+    assert_eq!(revision(&d).await, head);
+}
+
+/// An unblock by selector that was acknowledged, then the daemon killed: its retry replays
+/// the list it removed, and leaves alone a matching item blocked again since.
+#[tokio::test]
+async fn an_unblock_by_selector_replays_its_list() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let from = |id: &str, source: &str| json!({"id": id, "action": "MARK_BLOCKED", "cause": "disk", "source": source});
+    let add = json!([
+        from("n1", "det-a"),
+        from("n2", "det-a"),
+        from("n3", "det-b")
+    ]);
+    assert_eq!(d.post("/blocklist/nodes", add).await.0, StatusCode::CREATED);
+    let path = "/blocklist/nodes?source=det-a&reason=flaky";
+    let first = send(&d, Method::DELETE, path, Some("sel-1"), None).await;
+    assert_eq!(first.status, StatusCode::OK, "{first:?}");
+    let body = first.json();
+    let removed: Vec<&str> = body["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(removed, ["n1", "n2"]);
+    assert_eq!(body["count"], 2, "{first:?}");
+    d.kill9();
+
+    let d = ws.start(&[]);
+    // Blocked again by the same detector: the retry must not unblock it.
+    let again_add = json!([from("n1", "det-a")]);
+    assert_eq!(
+        d.post("/blocklist/nodes", again_add).await.0,
+        StatusCode::CREATED
+    );
+    let head = revision(&d).await;
+    let again = send(&d, Method::DELETE, path, Some("sel-1"), None).await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.first(), first.first(), "the first list: {again:?}");
+    assert_eq!(revision(&d).await, head, "nothing removed again");
+    assert_eq!(d.get("/blocklist/nodes/n1").await.0, StatusCode::OK);
+    assert_eq!(d.get("/blocklist/nodes/n3").await.0, StatusCode::OK);
+    let events = events(&d).await;
+    assert_eq!(of(&events, "node", "n1"), ["added", "removed", "added"]);
+    assert_eq!(of(&events, "node", "n2"), ["added", "removed"]);
+    // The key on another selector is refused.
+    let other = send(
+        &d,
+        Method::DELETE,
+        "/blocklist/nodes?source=det-b",
+        Some("sel-1"),
+        None,
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY, "{other:?}");
+    assert_eq!(d.get("/blocklist/nodes/n3").await.0, StatusCode::OK);
 }
 
 #[tokio::test]
