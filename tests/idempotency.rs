@@ -468,6 +468,30 @@ async fn an_acknowledged_patch_replays_after_kill_9_and_applies_once() {
         StatusCode::UNPROCESSABLE_ENTITY,
         "{reused:?}"
     );
+    // So is the same update under another condition, or reported by someone else: the
+    // headers a write depends on are part of the request.
+    for headers in [
+        [("If-Match", "*"), ("Accept", "*/*")],
+        [
+            ("If-Match", tag.as_str()),
+            ("Blocklist-Source", "operator:bob"),
+        ],
+    ] {
+        let reused = send_with(
+            &d,
+            Method::PATCH,
+            "/blocklist/nodes/n1",
+            Some("patch-1"),
+            &headers,
+            Some(&patch),
+        )
+        .await;
+        assert_eq!(
+            reused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{headers:?}: {reused:?}"
+        );
+    }
     assert_eq!(revision(&d).await, head);
 }
 

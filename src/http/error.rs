@@ -68,8 +68,8 @@ impl From<StoreError> for ApiError {
             StoreError::Replay(kept) => ApiError::Replayed(kept),
             StoreError::KeyReused(key) => ApiError::Unprocessable(vec![format!(
                 "Idempotency-Key {key:?}: was first used for a different request (another \
-                 method, path, query or body) within the retention; nothing was written. Send \
-                 a new key for a new request"
+                 method, path, query, Blocklist-Source, If-Match or body) within the \
+                 retention; nothing was written. Send a new key for a new request"
             )]),
             e => ApiError::Store(e),
         }

@@ -30,6 +30,7 @@ use utoipa::Modify;
 
 use super::error::ApiError;
 use super::extract::{DryRun, JsonBody};
+use super::provenance::SOURCE_HEADER;
 use super::state::AppState;
 use crate::store::{Idempotency, KeptResponse};
 
@@ -168,8 +169,14 @@ fn parse_key(value: &[u8]) -> Result<String, String> {
     Ok(String::from_utf8(key).expect("ASCII"))
 }
 
-/// The hash of a request's method, path and query (as sent), to be finished with its body.
-/// A NUL ends each: none of them can hold one.
+/// The request headers that change what a write does, and so are part of its fingerprint:
+/// who it reports as (kept in its reports and past blocks), and the state a `PATCH` is
+/// conditional on.
+const FINGERPRINTED_HEADERS: [&str; 2] = [SOURCE_HEADER, "if-match"];
+
+/// The hash of a request's method, path and query (as sent) and its
+/// [`FINGERPRINTED_HEADERS`] (each value as sent, after its name), to be finished with its
+/// body. A NUL ends each part, and one more the headers: none of them can hold one.
 fn request_hash(parts: &Parts) -> Sha256 {
     let mut hash = Sha256::new();
     hash.update(parts.method.as_str());
@@ -177,6 +184,15 @@ fn request_hash(parts: &Parts) -> Sha256 {
     hash.update(parts.uri.path());
     hash.update([0]);
     hash.update(parts.uri.query().unwrap_or(""));
+    hash.update([0]);
+    for name in FINGERPRINTED_HEADERS {
+        for value in &parts.headers.get_all(name) {
+            hash.update(name);
+            hash.update(b":");
+            hash.update(value.as_bytes());
+            hash.update([0]);
+        }
+    }
     hash.update([0]);
     hash
 }
@@ -261,7 +277,8 @@ impl Modify for IdempotencyDoc {
 }
 
 const REUSED: &str = "The Idempotency-Key was first used for a different request (another \
-                      method, path, query or body) within the retention; nothing was written";
+                      method, path, query, Blocklist-Source, If-Match or body) within the \
+                      retention; nothing was written";
 
 fn document(operation: &mut Operation) {
     operation
@@ -408,17 +425,19 @@ mod tests {
     }
 
     #[test]
-    fn fingerprints_tell_method_path_query_and_body_apart() {
-        let parts = |method: &str, uri: &str| {
-            let (parts, ()) = axum::http::Request::builder()
-                .method(method)
-                .uri(uri)
-                .body(())
-                .unwrap()
-                .into_parts();
+    fn fingerprints_tell_method_path_query_headers_and_body_apart() {
+        let parts = |method: &str, uri: &str, headers: &[(&str, &str)]| {
+            let mut request = axum::http::Request::builder().method(method).uri(uri);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let (parts, ()) = request.body(()).unwrap().into_parts();
             parts
         };
-        let of = |method, uri, body: &[u8]| fingerprint(request_hash(&parts(method, uri)), body);
+        let with = |method, uri, headers: &[(&str, &str)], body: &[u8]| {
+            fingerprint(request_hash(&parts(method, uri, headers)), body)
+        };
+        let of = |method, uri, body: &[u8]| with(method, uri, &[], body);
         let base = of("POST", "/blocklist/nodes", b"[1]");
         assert_eq!(base, of("POST", "/blocklist/nodes", b"[1]"));
         assert_eq!(
@@ -432,9 +451,30 @@ mod tests {
             of("POST", "/blocklist/nodes?force=true", b"[1]"),
             of("POST", "/blocklist/nodes", b"[1] "),
             of("POST", "/blocklist/nodes", b""),
+            with(
+                "POST",
+                "/blocklist/nodes",
+                &[("Blocklist-Source", "a")],
+                b"[1]",
+            ),
+            with("POST", "/blocklist/nodes", &[("If-Match", "\"1\"")], b"[1]"),
         ] {
             assert_ne!(base, other);
         }
+        // A header the write does not depend on is not part of it; the name of a counted
+        // one is, so the same value under the other name is another request.
+        assert_eq!(
+            base,
+            with("POST", "/blocklist/nodes", &[("Accept", "*/*")], b"[1]")
+        );
+        let source = with("PATCH", "/n", &[("Blocklist-Source", "\"1\"")], b"{}");
+        let tag = with("PATCH", "/n", &[("If-Match", "\"1\"")], b"{}");
+        assert_ne!(source, tag);
+        assert_eq!(
+            source,
+            with("PATCH", "/n", &[("blocklist-source", "\"1\"")], b"{}"),
+            "names are case-insensitive"
+        );
     }
 
     #[test]

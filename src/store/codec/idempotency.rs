@@ -40,7 +40,8 @@ pub const MAX_VALUE_BYTES: usize = if RESPONSE_CHUNK_BYTES > MAX_HEAD_BYTES {
 pub struct HeadV1 {
     /// When the write committed (unix ms): the record lives for the retention from then.
     pub at: i64,
-    /// SHA-256 of the request (method, path, query, body) the key was first used with.
+    /// SHA-256 of the request (method, path, query, `Blocklist-Source` and `If-Match`,
+    /// body) the key was first used with.
     pub fingerprint: [u8; 32],
     /// The length of the encoded response: its chunks are `len / RESPONSE_CHUNK_BYTES`,
     /// rounded up.

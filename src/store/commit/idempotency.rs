@@ -35,7 +35,8 @@ pub use crate::store::codec::idempotency::KeptResponse;
 pub type Render<O> = Arc<dyn Fn(&O, u64) -> Option<KeptResponse> + Send + Sync>;
 
 /// A request's `Idempotency-Key`: the key, the fingerprint of the request (SHA-256 of its
-/// method, path, query and body), and the render of its response.
+/// method, path, query, `Blocklist-Source` and `If-Match` headers and body), and the render
+/// of its response.
 pub struct Idempotency<O> {
     pub key: String,
     pub fingerprint: [u8; 32],
