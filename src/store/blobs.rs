@@ -43,7 +43,7 @@ use crate::model::{MAX_CAUSE_BYTES, MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
 use super::{codec, keys};
 
 /// sled's segment size for a new data dir: 2 MiB, so the blob threshold is 512 KiB − 52
-/// bytes, above the largest node any tree can hold ([`MAX_NODE_BYTES`], ≈355 KiB: a leaf of
+/// bytes, above the largest node any tree can hold ([`MAX_NODE_BYTES`], ≈363 KiB: a leaf of
 /// the event log). sled's default, 512 KiB, gives a threshold of ≈128 KiB, which 17 items
 /// with long merged causes exceed.
 pub const SEGMENT_BYTES: usize = 2 * 1024 * 1024;
@@ -377,6 +377,9 @@ mod tests {
             18_064
         );
         assert_eq!(codec::provenance::max_report_bytes(MAX_CAUSE_BYTES), 1_191);
+        assert_eq!(codec::idempotency::MAX_VALUE_BYTES, 8_192);
+        assert_eq!(codec::idempotency::MAX_HEAD_BYTES, 51);
+        assert_eq!(keys::MAX_RECORD_KEY_BYTES, 264);
         assert_eq!(blob_threshold(512 * 1024), 131_020);
         assert_eq!(blob_threshold(SEGMENT_BYTES), 524_236);
     }
