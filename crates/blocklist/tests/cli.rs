@@ -538,6 +538,61 @@ fn a_write_that_got_no_answer_is_sent_again_with_its_idempotency_key() {
     assert_ne!(sent_keys[0], keys[0]);
 }
 
+#[test]
+fn a_retried_write_carries_its_headers_with_its_key() {
+    // As above, but an update with `--if-match` and `--source`: the retry is the same
+    // request (the daemon's fingerprint covers those headers), so it must carry them again.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    let recorder = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        for answer in [false, true] {
+            let (mut stream, _) = listener.accept().unwrap();
+            heads.push(read_request(&mut stream));
+            if answer {
+                write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     x-blocklist-revision: 13\r\ncontent-length: 2\r\n\
+                     connection: close\r\n\r\n{{}}"
+                )
+                .unwrap();
+            } else {
+                stream.shutdown(Shutdown::Both).unwrap();
+            }
+        }
+        heads
+    });
+    let args = [
+        "--json",
+        "update",
+        "node",
+        "n1",
+        "--timeout",
+        "30m",
+        "--if-match",
+        "12",
+        "--source",
+        "operator:alice",
+    ];
+    let run = run_cmd(command(&server, &args)).ok();
+    assert_eq!(run.stdout.trim(), "{}", "{run:?}");
+    let heads = recorder.join().unwrap();
+    for name in ["idempotency-key", "if-match", "blocklist-source"] {
+        let values: Vec<Option<&str>> = heads.iter().map(|head| header_of(head, name)).collect();
+        assert!(
+            values[0].is_some(),
+            "{name} on the first attempt: {heads:?}"
+        );
+        assert_eq!(values[0], values[1], "{name} on both attempts");
+    }
+    assert_eq!(header_of(&heads[1], "if-match"), Some("\"12\""));
+    assert_eq!(
+        header_of(&heads[1], "blocklist-source"),
+        Some("operator:alice")
+    );
+}
+
 /// A TCP proxy in front of the daemon whose connections the test can cut, and which
 /// records what clients send.
 struct Proxy {
