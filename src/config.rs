@@ -215,6 +215,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub history_retention_secs: u64,
 
+    /// How long a write's Idempotency-Key and its answer are kept: a retry with the key
+    /// within this is answered as the first time, a later one is a new request. A duration
+    /// such as 30m, 24h or 7d (at least 1s).
+    #[arg(long, env = "BLOCKLISTD_IDEMPOTENCY_RETENTION", default_value = "24h",
+          value_name = "DURATION", value_parser = parse_retention)]
+    pub idempotency_retention: Duration,
+
     /// How many events a watcher may fall behind the newest before it is disconnected (it
     /// resumes with Last-Event-ID). Memory does not grow with it: a lagging watcher reads
     /// from the log on disk.
@@ -276,6 +283,16 @@ pub struct Config {
     pub shutdown_timeout: u64,
 }
 
+/// A retention as people write it (`24h`, `90m`, `7d`, `1h 30m`), at least a second.
+fn parse_retention(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e} (examples: 30m, 24h, 7d)"))?;
+    if duration < Duration::from_secs(1) {
+        return Err("must be at least 1s".into());
+    }
+    Ok(duration)
+}
+
 /// A segment size sled accepts: a power of two from 64 KiB to 16 MiB.
 fn parse_segment_bytes(text: &str) -> Result<usize, String> {
     let bytes: usize = text.parse().map_err(|e| format!("{e}"))?;
@@ -304,6 +321,8 @@ impl Config {
                 max_age_ms: i64::try_from(self.history_retention_secs.saturating_mul(1000))
                     .unwrap_or(i64::MAX),
             },
+            idempotency_retention_ms: i64::try_from(self.idempotency_retention.as_millis())
+                .unwrap_or(i64::MAX),
             feed_buffer: 1024,
             metrics: std::sync::Arc::default(),
             new_policy: crate::policy::Policy::default(),
@@ -511,5 +530,20 @@ impl GuardrailFlags {
             max_block_duration_secs: self.max_block_duration_secs.map(Setting::get),
             permanent_blocks_allowed: self.permanent_blocks.map(|p| p == Permanent::Allowed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retentions_as_people_write_them() {
+        assert_eq!(parse_retention("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_retention(" 1h 30m "), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_retention("1s"), Ok(Duration::from_secs(1)));
+        assert!(parse_retention("500ms").is_err());
+        assert!(parse_retention("0s").is_err());
+        assert!(parse_retention("forever").is_err());
     }
 }

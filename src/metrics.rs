@@ -121,6 +121,8 @@ pub struct Metrics {
     pub changes: Family<ChangeLabels, Counter>,
     /// Add batches refused with 409.
     pub conflicts: Counter,
+    /// Writes answered from an `Idempotency-Key`'s record instead of applied.
+    pub idempotent_replays: Counter,
     /// Add batches a guardrail refused (429 or 422), by guard (a batch that breaks two
     /// counts under each).
     guard_refusals: Family<GuardLabels, Counter>,
@@ -170,6 +172,13 @@ impl Metrics {
             "conflicts",
             "Add batches refused because of a conflict",
             conflicts.clone(),
+        );
+        let idempotent_replays = Counter::default();
+        registry.register(
+            "idempotent_replays",
+            "Writes answered from an Idempotency-Key's record (the same request again) instead \
+             of applied",
+            idempotent_replays.clone(),
         );
         let guard_refusals = Family::<GuardLabels, Counter>::default();
         registry.register(
@@ -280,6 +289,7 @@ impl Metrics {
             registry,
             changes,
             conflicts,
+            idempotent_replays,
             guard_refusals,
             rejected,
             request_seconds,

@@ -162,6 +162,7 @@ async fn metrics_answer_the_prometheus_text_format_when_asked() {
     for expected in [
         "blocklist_changes_total",
         "blocklist_conflicts_total",
+        "blocklist_idempotent_replays_total",
         "blocklist_rejected_requests_total",
         "blocklist_reclaimed_entries_total",
     ] {

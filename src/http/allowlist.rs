@@ -16,7 +16,8 @@ use super::error::{
     ApiError, BadId, ErrorBody, Forbidden, Internal, Result, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::extract::{path_param, DryRun, IdPath, JsonBody};
+use super::extract::{path_param, DryRun, IdPath};
+use super::idempotency::{Key, KeyedBody};
 use super::reply::with_revision;
 use super::state::AppState;
 use crate::allowlist::{Entry, MAX_COMMENT_BYTES, MAX_PREFIX_ENTRIES};
@@ -202,27 +203,34 @@ pub(super) async fn put_entry(
     kind: Result<KindPath>,
     IdPath(id): IdPath,
     dry: DryRun,
-    JsonBody(body): JsonBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Response {
     let result = async {
         let KindPath(kind) = kind?;
         caller.require(Role::Admin, "changing the allowlist")?;
         let now = state.store.now();
         let entry = parse_put(kind, &id, &body, now, caller.name.clone())?;
-        let writer = state.store.with_mode(dry.mode());
+        let kept = entry.clone();
+        let key = key.render(dry, move |outcome: &AllowOutcome, revision| match outcome {
+            AllowOutcome::Put {
+                replaced,
+                unblocked,
+            } => Some(put(
+                dry,
+                kept.clone(),
+                *replaced,
+                unblocked.clone(),
+                revision,
+            )),
+            AllowOutcome::TooManyPrefixes | AllowOutcome::TooManyUnblocked => None,
+        });
+        let writer = state.store.with_mode(dry.mode()).keyed(key);
         let (outcome, revision) = writer.put_allow(entry.clone()).await?;
         match outcome {
             AllowOutcome::Put {
                 replaced,
                 unblocked,
-            } => {
-                let status = if replaced {
-                    StatusCode::OK
-                } else {
-                    StatusCode::CREATED
-                };
-                Ok(dry.written(revision, (status, Json(PutAnswer { entry, unblocked }))))
-            }
+            } => Ok(put(dry, entry, replaced, unblocked, revision)),
             AllowOutcome::TooManyPrefixes => Err(ApiError::Unprocessable(vec![format!(
                 "prefix: the allowlist holds {MAX_PREFIX_ENTRIES} prefix entries already, the \
                  most it may; remove one, or use exact entries"
@@ -235,6 +243,16 @@ pub(super) async fn put_entry(
     }
     .await;
     dry.answer(result)
+}
+
+/// The answer to a put that stored its entry: 201 for a new one, 200 for a replaced one.
+fn put(dry: DryRun, entry: Entry, replaced: bool, unblocked: Vec<Item>, revision: u64) -> Response {
+    let status = if replaced {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    dry.written(revision, (status, Json(PutAnswer { entry, unblocked })))
 }
 
 /// Remove an allowlist entry
@@ -263,11 +281,17 @@ pub(super) async fn remove_entry(
     kind: Result<KindPath>,
     IdPath(id): IdPath,
     dry: DryRun,
+    key: Key,
 ) -> Response {
     let result = async {
         let KindPath(kind) = kind?;
         caller.require(Role::Admin, "changing the allowlist")?;
-        let writer = state.store.with_mode(dry.mode());
+        let key = key.render(dry, move |removed: &Option<Entry>, revision| {
+            removed
+                .as_ref()
+                .map(|entry| dry.written(revision, Json(entry)))
+        });
+        let writer = state.store.with_mode(dry.mode()).keyed(key);
         match writer.remove_allow(kind, id.clone()).await? {
             (Some(entry), revision) => Ok(dry.written(revision, Json(entry))),
             (None, _) => Err(not_allowlisted(kind, &id)),

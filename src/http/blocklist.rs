@@ -14,7 +14,8 @@ use super::error::{
     ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
     Unauthorized, Unavailable, UnsupportedMediaType,
 };
-use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath, JsonBody};
+use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath};
+use super::idempotency::{Key, KeyedBody};
 use super::provenance::{ReasonParam, RequestSource, SourceHeader};
 use super::state::AppState;
 use crate::allowlist::Entry;
@@ -22,7 +23,7 @@ use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::policy::{Guard, Refusal};
 use crate::provenance::{Report, Unblock};
-use crate::store::{self, AddOutcome, Force, HoldOff, Seen, Store};
+use crate::store::{self, AddOutcome, Force, HoldOff, Removed, Seen, Store};
 use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
@@ -250,7 +251,7 @@ async fn add(
     kind: Kind,
     caller: &Caller,
     (dry, force, RequestSource(source)): (DryRun, ForceParam, RequestSource),
-    JsonBody(body): JsonBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Result<Response> {
     let force = if force.is_set() {
         caller.require(Role::Admin, "forcing a write past the guardrails")?;
@@ -262,22 +263,16 @@ async fn add(
     };
     let now = state.store.now();
     let items = validate::add_batch_from(&body, now, state.limits.max_batch, &source)?;
-    let writer = state.store.with_mode(dry.mode());
+    let key = key.render(dry, move |outcome: &AddOutcome, revision| match outcome {
+        AddOutcome::Written { merged, escalated } => {
+            Some(added(dry, merged.clone(), escalated.clone(), revision))
+        }
+        AddOutcome::Refused(_) | AddOutcome::Conflict(_) => None,
+    });
+    let writer = state.store.with_mode(dry.mode()).keyed(key);
     let (outcome, revision) = writer.add_forced(kind, items, now, force).await?;
     match outcome {
-        AddOutcome::Written { merged, escalated } if merged.is_empty() && escalated.is_empty() => {
-            Ok(dry.written(revision, StatusCode::CREATED))
-        }
-        AddOutcome::Written { merged, escalated } if merged.is_empty() => {
-            Ok(dry.written(revision, (StatusCode::CREATED, Json(escalated))))
-        }
-        AddOutcome::Written {
-            mut merged,
-            escalated,
-        } => {
-            merged.extend(escalated);
-            Ok(dry.written(revision, (StatusCode::ACCEPTED, Json(merged))))
-        }
+        AddOutcome::Written { merged, escalated } => Ok(added(dry, merged, escalated, revision)),
         AddOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
@@ -291,6 +286,19 @@ async fn add(
                 })
                 .collect(),
         )),
+    }
+}
+
+/// The answer to a written add: 201 (with the items escalation lengthened, if any), or 202
+/// with the items that merged and those escalation lengthened.
+fn added(dry: DryRun, mut merged: Vec<Item>, escalated: Vec<Item>, revision: u64) -> Response {
+    if merged.is_empty() && escalated.is_empty() {
+        dry.written(revision, StatusCode::CREATED)
+    } else if merged.is_empty() {
+        dry.written(revision, (StatusCode::CREATED, Json(escalated)))
+    } else {
+        merged.extend(escalated);
+        dry.written(revision, (StatusCode::ACCEPTED, Json(merged)))
     }
 }
 
@@ -315,6 +323,7 @@ async fn remove(
         ReasonParam,
         RequestSource,
     ),
+    key: Key,
 ) -> Result<Response> {
     let hold_off = match hold_off.ms() {
         Some(ms) => {
@@ -326,9 +335,15 @@ async fn remove(
         }
         None => None,
     };
+    let key = key.render(dry, move |removed: &Option<Removed>, revision| {
+        removed
+            .as_ref()
+            .map(|removed| unblocked(dry, removed, revision))
+    });
     match state
         .store
         .with_mode(dry.mode())
+        .keyed(key)
         .unblock(
             kind,
             id.clone(),
@@ -340,14 +355,15 @@ async fn remove(
         )
         .await?
     {
-        (Some(removed), revision) => Ok(dry.written(
-            revision,
-            Json(Removal {
-                hold_off: removed.hold_off,
-            }),
-        )),
+        (Some(removed), revision) => Ok(unblocked(dry, &removed, revision)),
         (None, _) => Err(not_blocked(kind, &id)),
     }
+}
+
+/// The answer to an unblock that removed an item.
+fn unblocked(dry: DryRun, removed: &Removed, revision: u64) -> Response {
+    let hold_off = removed.hold_off.clone();
+    dry.written(revision, Json(Removal { hold_off }))
 }
 
 /// How many expiry entries a refused add looks through for the next end of its kind.
@@ -484,7 +500,7 @@ macro_rules! kind_handlers {
             dry: DryRun,
             force: ForceParam,
             source: RequestSource,
-            body: JsonBody,
+            body: KeyedBody,
         ) -> Response {
             dry.answer(add(state, $kind, &caller, (dry, force, source), body).await)
         }
@@ -534,10 +550,12 @@ macro_rules! kind_handlers {
             id: IdPath,
             dry: DryRun,
             hold_off: HoldOffParam,
-            reason: ReasonParam,
-            source: RequestSource,
+            (reason, source): (ReasonParam, RequestSource),
+            key: Key,
         ) -> Response {
-            dry.answer(remove(state, $kind, &caller, id, (dry, hold_off, reason, source)).await)
+            dry.answer(
+                remove(state, $kind, &caller, id, (dry, hold_off, reason, source), key).await,
+            )
         }
     };
 }

@@ -8,7 +8,8 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToResponse;
 
-use crate::store::StoreError;
+use super::reply;
+use crate::store::{KeptResponse, StoreError};
 use crate::validate::Invalid;
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -50,8 +51,29 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("unsupported media type: {0}")]
     UnsupportedMediaType(String),
+    /// Not an error: a write answered before under its `Idempotency-Key`, sent again as it
+    /// was with `Idempotent-Replayed: true` (`http::idempotency`, `reply::replay`). Here because it ends a
+    /// handler where the store is called, as an error does, with an answer it did not build.
+    #[error("replayed ({})", .0.status)]
+    Replayed(Box<KeptResponse>),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+/// A store error as the client is told it: a replay and a reused key have answers of their
+/// own; the rest are the store's failures.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::Replay(kept) => ApiError::Replayed(kept),
+            StoreError::KeyReused(key) => ApiError::Unprocessable(vec![format!(
+                "Idempotency-Key {key:?}: was first used for a different request (another \
+                 method, path, query, Blocklist-Source, If-Match or body) within the \
+                 retention; nothing was written. Send a new key for a new request"
+            )]),
+            e => ApiError::Store(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -74,6 +96,7 @@ impl ApiError {
             ApiError::Gone(_) => StatusCode::GONE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Replayed(kept) => StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -94,13 +117,16 @@ impl ApiError {
             | ApiError::PreconditionFailed(m)
             | ApiError::PayloadTooLarge(m)
             | ApiError::UnsupportedMediaType(m) => vec![m],
+            // Answered by `into_response` with the kept body, never with messages.
+            ApiError::Replayed(_) => Vec::new(),
             // Details of internal failures go to the log, not to the client.
             // A write answered this may still have been applied: its transaction committed
             // and only the flush failed, and the reopen found it on disk.
             ApiError::Store(e) if e.is_unavailable() => vec![
                 "the store is unavailable (storage error); retry later. A write answered this \
-                 was not acknowledged and may or may not have been applied: re-read before \
-                 retrying, or retry an add with allowMerge"
+                 was not acknowledged and may or may not have been applied: retry it with the \
+                 same Idempotency-Key, or re-read before retrying, or retry an add with \
+                 allowMerge"
                     .into(),
             ],
             ApiError::Store(_) => {
@@ -196,7 +222,8 @@ pub struct Internal(ErrorBody);
 
 /// The store is unavailable (disk full, I/O error, reopening after a storage fault, shutting
 /// down). Retry later. A write answered 503 was not acknowledged, and may or may not have
-/// been applied: re-read before retrying, or retry an add with allowMerge.
+/// been applied: retry it with the same Idempotency-Key, or re-read before retrying, or
+/// retry an add with allowMerge.
 #[derive(ToResponse)]
 #[expect(
     dead_code,
@@ -206,6 +233,9 @@ pub struct Unavailable(ErrorBody);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let ApiError::Replayed(kept) = self {
+            return reply::replay(*kept);
+        }
         let status = self.status();
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");

@@ -7,6 +7,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -25,6 +26,15 @@ impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (value, _) = JsonBody::read(req, state).await?;
+        Ok(JsonBody(value))
+    }
+}
+
+impl JsonBody {
+    /// The body as JSON, and its bytes as they arrived (what an `Idempotency-Key`'s
+    /// fingerprint covers).
+    pub async fn read(req: Request, state: &AppState) -> Result<(Value, Bytes), ApiError> {
         let content_type = req
             .headers()
             .get(CONTENT_TYPE)
@@ -59,9 +69,10 @@ impl FromRequest<AppState> for JsonBody {
                 }
             })?
             .to_bytes();
-        serde_json::from_slice::<UniqueKeys>(&bytes)
-            .map(|UniqueKeys(value)| JsonBody(value))
-            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+        let value = serde_json::from_slice::<UniqueKeys>(&bytes)
+            .map(|UniqueKeys(value)| value)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+        Ok((value, bytes))
     }
 }
 
@@ -211,7 +222,7 @@ impl DryRun {
         }
     }
 
-    fn is_set(self) -> bool {
+    pub fn is_set(self) -> bool {
         self.dry_run == Some(true)
     }
 

@@ -10,7 +10,8 @@
 //! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
 //! body), `stream` (streamed listings), `caller` (who sent a request: the `Caller`
 //! extractor, roles, `Caller::require`), `tokens` (the token file), `auth` and `observe`
-//! (the layers).
+//! (the layers), `idempotency` (the `Idempotency-Key` of writes: its extractors, the kept
+//! response, its place in the document).
 
 mod add_request;
 mod allowlist;
@@ -21,6 +22,7 @@ mod check;
 mod error;
 mod events;
 mod extract;
+mod idempotency;
 mod observe;
 mod openapi;
 mod ops;

@@ -4,8 +4,9 @@
 //!
 //! Each handler carries its own `#[utoipa::path]`, and each resource module the schemas of
 //! its requests and responses; the reusable error responses are in [`super::error`], the
-//! `{id}` parameter is [`super::extract::IdPath`]. This module only gathers them into the
-//! document, and serves it.
+//! `{id}` parameter is [`super::extract::IdPath`], the `Idempotency-Key` of every write
+//! is added by [`IdempotencyDoc`]. This module only gathers them into the document, and
+//! serves it.
 
 use std::sync::LazyLock;
 
@@ -21,6 +22,7 @@ use super::error::{
     BadId, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
+use super::idempotency::IdempotencyDoc;
 use super::{
     allowlist, blocklist, check, events, ops, policy, provenance, selector, taskmanagers, update,
 };
@@ -97,7 +99,7 @@ const BEARER: &str = "bearerAuth";
         Internal,
         Unavailable,
     )),
-    modifiers(&BearerScheme, &OpenItem, &AtMostOne),
+    modifiers(&BearerScheme, &OpenItem, &AtMostOne, &IdempotencyDoc),
     tags(
         (name = "blocklist", description = "Blocked task managers and nodes"),
         (name = "check", description = "Is a task manager or node blocked (directly or via its node)?"),
@@ -210,6 +212,38 @@ mod tests {
             "docs vs router: add the route to ROUTES in src/http/mod.rs and a #[utoipa::path] \
              to its handler (listed in ApiDoc)"
         );
+    }
+
+    /// Every write takes `Idempotency-Key`, marks its replayed successes and documents the
+    /// reused key's 422; no read does.
+    #[test]
+    fn every_write_documents_its_idempotency_key() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        for (method, path) in super::super::ROUTES {
+            let operation = &doc["paths"][path][method.to_lowercase()];
+            let takes_key = operation["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["name"] == "Idempotency-Key"));
+            let write = *method != "GET" && *path != "/blocklist/check";
+            assert_eq!(takes_key, write, "{method} {path}");
+            if !write {
+                continue;
+            }
+            let responses = operation["responses"].as_object().unwrap();
+            for (status, response) in responses {
+                if status.starts_with('2') {
+                    assert!(
+                        response["headers"].get("Idempotent-Replayed").is_some(),
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+            let unprocessable = responses["422"]["description"].as_str().unwrap();
+            assert!(
+                unprocessable.contains("Idempotency-Key was first used for a different request"),
+                "{method} {path}: {unprocessable}"
+            );
+        }
     }
 
     /// `NodeEntry` and `BlockedBy` extend `Item` with `allOf`: `Item` must stay open.

@@ -14,7 +14,8 @@ use super::error::{
     ApiError, ErrorBody, Forbidden, Internal, Result, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::extract::{whole_floats_as_integers, DryRun, JsonBody};
+use super::extract::{whole_floats_as_integers, DryRun};
+use super::idempotency::KeyedBody;
 use super::reply::with_revision;
 use super::state::AppState;
 use crate::model::Kind;
@@ -73,7 +74,7 @@ pub(super) async fn put_policy(
     State(state): State<AppState>,
     caller: Caller,
     dry: DryRun,
-    JsonBody(mut body): JsonBody,
+    KeyedBody(key, mut body): KeyedBody,
 ) -> Response {
     let result = async {
         caller.require(Role::Admin, "changing the guardrail policy")?;
@@ -91,9 +92,14 @@ pub(super) async fn put_policy(
         if !problems.is_empty() {
             return Err(ApiError::BadRequest(problems));
         }
+        let kept = policy.clone();
+        let key = key.render(dry, move |_: &bool, revision| {
+            Some(dry.written(revision, (StatusCode::OK, Json(&kept))))
+        });
         let (changed, revision) = state
             .store
             .with_mode(dry.mode())
+            .keyed(key)
             .set_policy(policy.clone())
             .await?;
         if changed {

@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::caller::{Caller, Role};
 use super::error::{ApiError, ErrorBody, Forbidden, Internal, Result, Unauthorized, Unavailable};
 use super::extract::{boolean, query_param, DryRun};
+use super::idempotency::Key;
 use super::provenance::{ReasonParam, RequestSource, SourceHeader};
 use super::state::AppState;
 use crate::model::{validate_source, Item, Kind, MAX_CAUSE_BYTES};
@@ -121,6 +122,7 @@ async fn remove_selected(
         ReasonParam,
         RequestSource,
     ),
+    key: Key,
 ) -> Result<Response> {
     let selector = selector.into_selector()?;
     if selector.all {
@@ -131,19 +133,21 @@ async fn remove_selected(
         source: Some(source),
         reason: reason.into_reason(),
     };
+    let key = key.render(
+        dry,
+        move |outcome: &SelectedOutcome, revision| match outcome {
+            SelectedOutcome::Removed(removed) => Some(selected(dry, removed.clone(), revision)),
+            SelectedOutcome::OverLimit { .. } => None,
+        },
+    );
     let (outcome, revision) = state
         .store
         .with_mode(dry.mode())
+        .keyed(key)
         .remove_selected(kind, selector, unblock, limit)
         .await?;
     match outcome {
-        SelectedOutcome::Removed(removed) => Ok(dry.written(
-            revision,
-            Json(SelectedRemoval {
-                count: removed.len(),
-                removed,
-            }),
-        )),
+        SelectedOutcome::Removed(removed) => Ok(selected(dry, removed, revision)),
         SelectedOutcome::OverLimit { matched } => Err(ApiError::PayloadTooLarge(format!(
             "{matched} {} match; the limit is {limit} per request; narrow the selector \
              (nothing was removed)",
@@ -153,6 +157,12 @@ async fn remove_selected(
             }
         ))),
     }
+}
+
+/// The answer to an unblock by selector within its limit: the items it removed.
+fn selected(dry: DryRun, removed: Vec<Item>, revision: u64) -> Response {
+    let count = removed.len();
+    dry.written(revision, Json(SelectedRemoval { count, removed }))
 }
 
 macro_rules! selector_handler {
@@ -184,8 +194,11 @@ macro_rules! selector_handler {
             selector: SelectorParams,
             reason: ReasonParam,
             source: RequestSource,
+            key: Key,
         ) -> Response {
-            dry.answer(remove_selected(state, $kind, &caller, (dry, selector, reason, source)).await)
+            dry.answer(
+                remove_selected(state, $kind, &caller, (dry, selector, reason, source), key).await,
+            )
         }
     };
 }

@@ -14,7 +14,8 @@ use super::error::{
     ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
     Unauthorized, Unavailable, UnsupportedMediaType,
 };
-use super::extract::{DryRun, IdPath, JsonBody};
+use super::extract::{DryRun, IdPath};
+use super::idempotency::{Key, KeyedBody};
 use super::reply::{with_revision, Empty};
 use super::schema;
 use super::state::AppState;
@@ -140,24 +141,46 @@ pub(super) async fn register(
     State(state): State<AppState>,
     IdPath(id): IdPath,
     dry: DryRun,
-    JsonBody(body): JsonBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Response {
     dry.answer(
         async {
             let node = validate::registration(&body)?;
+            let (kept_id, kept_node) = (id.clone(), node.clone());
+            let key = key.render(dry, move |results: &Vec<Registered>, revision| {
+                Some(registered(
+                    dry,
+                    results,
+                    kept_id.clone(),
+                    kept_node.clone(),
+                    revision,
+                ))
+            });
             let (results, revision) = state
                 .store
                 .with_mode(dry.mode())
+                .keyed(key)
                 .register(vec![(id.clone(), node.clone())])
                 .await?;
-            let status = match results.first() {
-                Some(Registered::Created) => StatusCode::CREATED,
-                _ => StatusCode::OK,
-            };
-            Ok::<_, ApiError>(dry.written(revision, (status, Json(Registration { id, node }))))
+            Ok::<_, ApiError>(registered(dry, &results, id, node, revision))
         }
         .await,
     )
+}
+
+/// The answer to a registration: 201 when it is new, 200 when moved or unchanged.
+fn registered(
+    dry: DryRun,
+    results: &[Registered],
+    id: String,
+    node: String,
+    revision: u64,
+) -> Response {
+    let status = match results.first() {
+        Some(Registered::Created) => StatusCode::CREATED,
+        _ => StatusCode::OK,
+    };
+    dry.written(revision, (status, Json(Registration { id, node })))
 }
 
 /// The body of `PUT /taskmanagers`.
@@ -218,29 +241,38 @@ pub(super) struct Summary {
 pub(super) async fn register_many(
     State(state): State<AppState>,
     dry: DryRun,
-    JsonBody(body): JsonBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Response {
     dry.answer(
         async {
             let pairs = validate::registrations(&body, state.limits.max_batch)?;
-            let mut summary = Summary::default();
-            let (results, revision) = state.store.with_mode(dry.mode()).register(pairs).await?;
-            for result in results {
-                match result {
-                    Registered::Created => summary.created += 1,
-                    Registered::Moved => summary.moved += 1,
-                    Registered::Unchanged => summary.unchanged += 1,
-                }
-            }
-            let status = if summary.created > 0 {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok::<_, ApiError>(dry.written(revision, (status, Json(summary))))
+            let key = key.render(dry, move |results: &Vec<Registered>, revision| {
+                Some(summarized(dry, results, revision))
+            });
+            let writer = state.store.with_mode(dry.mode()).keyed(key);
+            let (results, revision) = writer.register(pairs).await?;
+            Ok::<_, ApiError>(summarized(dry, &results, revision))
         }
         .await,
     )
+}
+
+/// The answer to a batch registration: its counts, 201 when one was new, else 200.
+fn summarized(dry: DryRun, results: &[Registered], revision: u64) -> Response {
+    let mut summary = Summary::default();
+    for result in results {
+        match result {
+            Registered::Created => summary.created += 1,
+            Registered::Moved => summary.moved += 1,
+            Registered::Unchanged => summary.unchanged += 1,
+        }
+    }
+    let status = if summary.created > 0 {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    dry.written(revision, (status, Json(summary)))
 }
 
 /// Unregister a task manager
@@ -265,10 +297,15 @@ pub(super) async fn unregister(
     State(state): State<AppState>,
     IdPath(id): IdPath,
     dry: DryRun,
+    key: Key,
 ) -> Response {
+    let key = key.render(dry, move |node: &Option<String>, revision| {
+        node.as_ref().map(|_| dry.written(revision, Json(Empty {})))
+    });
     let unregistered = state
         .store
         .with_mode(dry.mode())
+        .keyed(key)
         .unregister(id.clone())
         .await;
     dry.answer(match unregistered {

@@ -15,7 +15,8 @@ use super::error::{
     ApiError, ErrorBody, Forbidden, Internal, Result, Unauthorized, Unavailable,
     UnsupportedMediaType,
 };
-use super::extract::{DryRun, ForceParam, IdPath, JsonBody};
+use super::extract::{DryRun, ForceParam, IdPath};
+use super::idempotency::KeyedBody;
 use super::provenance::{RequestSource, SourceHeader};
 use super::state::AppState;
 use crate::model::{Item, Kind};
@@ -72,7 +73,7 @@ async fn update(
     (caller, headers): (&Caller, &HeaderMap),
     IdPath(id): IdPath,
     (dry, force, RequestSource(source)): (DryRun, ForceParam, RequestSource),
-    JsonBody(body): JsonBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Result<Response> {
     let force = if force.is_set() {
         caller.require(Role::Admin, "forcing a write past the guardrails")?;
@@ -84,9 +85,19 @@ async fn update(
     };
     let now = state.store.now();
     let change = validate::item_change(&body, now)?;
+    let key = key.render(
+        dry,
+        move |outcome: &UpdateOutcome, revision| match outcome {
+            UpdateOutcome::Updated(item) => Some(updated(dry, item.clone(), revision)),
+            UpdateOutcome::NotFound
+            | UpdateOutcome::Mismatch { .. }
+            | UpdateOutcome::Refused(_) => None,
+        },
+    );
     let (outcome, revision) = state
         .store
         .with_mode(dry.mode())
+        .keyed(key)
         .update(
             kind,
             id.clone(),
@@ -98,10 +109,7 @@ async fn update(
         )
         .await?;
     match outcome {
-        UpdateOutcome::Updated(item) => {
-            let tag = etag(item.revision);
-            Ok(dry.written(revision, ([(header::ETAG, tag)], Json(item))))
-        }
+        UpdateOutcome::Updated(item) => Ok(updated(dry, item, revision)),
         UpdateOutcome::NotFound => Err(not_blocked(kind, &id)),
         UpdateOutcome::Mismatch { revision } => Err(ApiError::PreconditionFailed(format!(
             "If-Match: {} {id:?} is at {} now, not the state named; nothing was written \
@@ -111,6 +119,12 @@ async fn update(
         ))),
         UpdateOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
     }
+}
+
+/// The answer to an update that found its item: the item as it is now, with its `ETag`.
+fn updated(dry: DryRun, item: Item, revision: u64) -> Response {
+    let tag = etag(item.revision);
+    dry.written(revision, ([(header::ETAG, tag)], Json(item)))
 }
 
 macro_rules! update_handler {
@@ -149,7 +163,7 @@ macro_rules! update_handler {
             headers: HeaderMap,
             id: IdPath,
             (dry, force, source): (DryRun, ForceParam, RequestSource),
-            body: JsonBody,
+            body: KeyedBody,
         ) -> Response {
             dry.answer(
                 update(

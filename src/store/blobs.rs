@@ -40,10 +40,10 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{MAX_CAUSE_BYTES, MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES};
 
-use super::codec;
+use super::{codec, keys};
 
 /// sled's segment size for a new data dir: 2 MiB, so the blob threshold is 512 KiB − 52
-/// bytes, above the largest node any tree can hold ([`MAX_NODE_BYTES`], ≈355 KiB: a leaf of
+/// bytes, above the largest node any tree can hold ([`MAX_NODE_BYTES`], ≈363 KiB: a leaf of
 /// the event log). sled's default, 512 KiB, gives a threshold of ≈128 KiB, which 17 items
 /// with long merged causes exceed.
 pub const SEGMENT_BYTES: usize = 2 * 1024 * 1024;
@@ -79,6 +79,9 @@ const fn node_bytes(entries: usize, key: usize, value: usize) -> usize {
 /// The largest key of any tree: a `node_tms` key, node id ++ 0x00 ++ task manager id.
 const MAX_KEY_BYTES: usize = 2 * MAX_ID_BYTES + 1;
 
+// The `idempotency` tree's keys are shorter: the bound above covers them.
+const _: () = assert!(keys::MAX_RECORD_KEY_BYTES <= MAX_KEY_BYTES);
+
 /// The largest node of any tree; see [`SEGMENT_BYTES`].
 pub const MAX_NODE_BYTES: usize = {
     let items = node_bytes(
@@ -102,6 +105,12 @@ pub const MAX_NODE_BYTES: usize = {
         MAX_KEY_BYTES,
         codec::provenance::max_past_bytes(MAX_MERGED_CAUSE_BYTES),
     );
+    // `Idempotency-Key` records: heads, chunks of at most 8 KiB, empty time entries.
+    let records = node_bytes(
+        MAX_LEAF_ENTRIES,
+        MAX_KEY_BYTES,
+        codec::idempotency::MAX_VALUE_BYTES,
+    );
     // An index node's values are child page ids (a varint each).
     let index = node_bytes(MAX_INDEX_CHILDREN, MAX_KEY_BYTES, VARINT);
     let mut max = items;
@@ -116,6 +125,9 @@ pub const MAX_NODE_BYTES: usize = {
     }
     if history > max {
         max = history;
+    }
+    if records > max {
+        max = records;
     }
     if index > max {
         max = index;
@@ -365,6 +377,9 @@ mod tests {
             18_064
         );
         assert_eq!(codec::provenance::max_report_bytes(MAX_CAUSE_BYTES), 1_191);
+        assert_eq!(codec::idempotency::MAX_VALUE_BYTES, 8_192);
+        assert_eq!(codec::idempotency::MAX_HEAD_BYTES, 51);
+        assert_eq!(keys::MAX_RECORD_KEY_BYTES, 264);
         assert_eq!(blob_threshold(512 * 1024), 131_020);
         assert_eq!(blob_threshold(SEGMENT_BYTES), 524_236);
     }

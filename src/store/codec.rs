@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::keys;
+
+pub mod idempotency;
 use crate::allowlist::Entry;
 use crate::model::{
     Action, Block, Change, Event, EventType, Forced, Item, Kind, Provenance, UNKNOWN_SOURCE,

@@ -26,6 +26,8 @@ pub struct StoreConfig {
     pub retention: Retention,
     /// How much of the history of past blocks to keep.
     pub history: HistoryRetention,
+    /// How long an `Idempotency-Key` record is kept, in ms from its write's commit.
+    pub idempotency_retention_ms: i64,
     /// The live feed's ring of recent events; a subscriber that misses some of it catches up
     /// from the log.
     pub feed_buffer: usize,
@@ -53,6 +55,7 @@ impl StoreConfig {
                 per_id: 20,
                 max_age_ms: 30 * 24 * 3600 * 1000,
             },
+            idempotency_retention_ms: 24 * 3600 * 1000,
             feed_buffer: 1024,
             metrics: Arc::default(),
             new_policy: Policy::default(),

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{codec, datadir, CodecError};
+use super::{codec, datadir, CodecError, KeptResponse};
 use crate::model::Block;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -88,6 +88,16 @@ pub enum StoreError {
     /// that it writes nothing. Never leaves the committer.
     #[error("a dry run's transaction, rolled back on purpose")]
     RolledBack,
+    /// Not a failure: the request's `Idempotency-Key` has a live record of the same
+    /// request, whose response this is, to be sent again; nothing was applied. It takes the
+    /// error path because it ends the request where the store is called, as a refusal would,
+    /// with an answer the handler did not build.
+    #[error("answered before under its Idempotency-Key: replayed")]
+    Replay(Box<KeptResponse>),
+    /// The request's `Idempotency-Key` was first used by a different request (another
+    /// fingerprint), within the retention; nothing was applied. The HTTP layer answers 422.
+    #[error("Idempotency-Key {0:?} was first used for a different request")]
+    KeyReused(String),
 }
 
 impl StoreError {

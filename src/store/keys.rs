@@ -18,6 +18,11 @@
 //! history   key: kind(1) ++ id                        value: codec history counter (schema 7)
 //!           key: kind(1) ++ id ++ 0x00 ++ n(8)        value: codec past block (schema 7)
 //! history_ends key: ended(8) ++ kind(1) ++ id ++ 0x00 ++ n(8)   value: empty (schema 7)
+//! idempotency key: 'k' ++ Idempotency-Key             value: codec record head
+//!             key: 'k' ++ Idempotency-Key ++ 0x00 ++ chunk (4, big-endian u32)
+//!                                                     value: ≤ 8 KiB of the response
+//!             key: 't' ++ committed at (8, big-endian u64) ++ Idempotency-Key
+//!                                                     value: empty
 //! ```
 //!
 //! `n` and `slot` are big-endian u64s. A past block's `n` counts an id's past blocks from
@@ -243,6 +248,103 @@ pub fn parse_past_end_key(key: &[u8]) -> Option<(i64, Kind, &str, u64)> {
     Some((ended, kind_from_tag(tag)?, std::str::from_utf8(id).ok()?, n))
 }
 
+/// The longest `Idempotency-Key`, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// Tag of a record's head and chunks in the `idempotency` tree.
+const RECORD_TAG: u8 = b'k';
+
+/// Tag of the `idempotency` tree's time index.
+const RECORD_TIME_TAG: u8 = b't';
+
+/// The longest key of the `idempotency` tree: a time index entry (a chunk's is 261 bytes).
+pub const MAX_RECORD_KEY_BYTES: usize = 1 + END_LEN + MAX_IDEMPOTENCY_KEY_BYTES;
+
+/// `idempotency` key of the head of `key`'s record.
+pub fn record_key(key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + key.len() + 1 + 4);
+    out.push(RECORD_TAG);
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+/// `idempotency` key of chunk `index` of `key`'s record: right after its head, since keys
+/// are printable ASCII and the separator is 0x00.
+pub fn record_chunk_key(key: &str, index: u32) -> Vec<u8> {
+    let mut out = record_key(key);
+    out.push(SEP);
+    out.extend_from_slice(&index.to_be_bytes());
+    out
+}
+
+/// `idempotency` key of the time index entry of `key`'s record, committed at `at` (unix ms,
+/// non-negative): byte order is time order.
+pub fn record_time_key(at: i64, key: &str) -> Vec<u8> {
+    debug_assert!(at >= 0, "commit times are non-negative");
+    let mut out = Vec::with_capacity(1 + END_LEN + key.len());
+    out.push(RECORD_TIME_TAG);
+    out.extend_from_slice(&(at.max(0) as u64).to_be_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+/// The first key of the time index.
+pub fn record_time_start() -> Vec<u8> {
+    vec![RECORD_TIME_TAG]
+}
+
+/// The smallest time index key of a record committed at or after `at`: the entries below
+/// it are exactly those committed before.
+pub fn record_time_bound(at: i64) -> Vec<u8> {
+    let mut out = record_time_start();
+    out.extend_from_slice(&(at.max(0) as u64).to_be_bytes());
+    out
+}
+
+/// What an `idempotency` key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKey<'a> {
+    /// The head of a record.
+    Head(&'a str),
+    /// A chunk of a record's response.
+    Chunk(&'a str, u32),
+    /// A time index entry: commit time, key.
+    Time(i64, &'a str),
+}
+
+/// Splits an `idempotency` key; `None` for a malformed one.
+pub fn parse_record_key(raw: &[u8]) -> Option<RecordKey<'_>> {
+    fn text(bytes: &[u8]) -> Option<&str> {
+        std::str::from_utf8(bytes)
+            .ok()
+            .filter(|key| !key.is_empty() && key.bytes().all(|b| (b' '..=b'~').contains(&b)))
+    }
+    let (&tag, rest) = raw.split_first()?;
+    match tag {
+        RECORD_TAG => match rest.iter().position(|&b| b == SEP) {
+            None => Some(RecordKey::Head(text(rest)?)),
+            Some(at) => {
+                let index = u32::from_be_bytes(rest[at + 1..].try_into().ok()?);
+                Some(RecordKey::Chunk(text(&rest[..at])?, index))
+            }
+        },
+        RECORD_TIME_TAG if rest.len() > END_LEN => {
+            let (at, key) = rest.split_at(END_LEN);
+            let at = i64::try_from(u64::from_be_bytes(at.try_into().ok()?)).ok()?;
+            Some(RecordKey::Time(at, text(key)?))
+        }
+        _ => None,
+    }
+}
+
+/// Splits a time index key of the `idempotency` tree into commit time and key.
+pub fn parse_record_time_key(raw: &[u8]) -> Option<(i64, &str)> {
+    match parse_record_key(raw)? {
+        RecordKey::Time(at, key) => Some((at, key)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +404,54 @@ mod tests {
         assert_eq!(parse_node_tm_key(&key), Some(("n1", "tm/ü")));
         assert!(key.starts_with(&node_tm_prefix("n1")));
         assert!(!node_tm_key("n10", "tm").starts_with(&node_tm_prefix("n1")));
+    }
+
+    #[test]
+    fn record_keys_round_trip_and_sort_chunks_after_their_head() {
+        assert_eq!(
+            parse_record_key(&record_key("k-1")),
+            Some(RecordKey::Head("k-1"))
+        );
+        assert_eq!(
+            parse_record_key(&record_chunk_key("k-1", 7)),
+            Some(RecordKey::Chunk("k-1", 7))
+        );
+        assert_eq!(
+            parse_record_time_key(&record_time_key(1_700_000_000_000, "a b")),
+            Some((1_700_000_000_000, "a b"))
+        );
+        // A record's chunks come right after its head, before any other record's head.
+        let mut keys = vec![
+            record_key("a!"),
+            record_chunk_key("a", 1),
+            record_key("a"),
+            record_chunk_key("a", 0),
+            record_key("a "),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                record_key("a"),
+                record_chunk_key("a", 0),
+                record_chunk_key("a", 1),
+                record_key("a "),
+                record_key("a!"),
+            ]
+        );
+        // The time bound splits at the commit time; every time key sorts after every head.
+        assert!(record_time_key(99, "~").as_slice() < &record_time_bound(100)[..]);
+        assert!(record_time_key(100, "!").as_slice() >= &record_time_bound(100)[..]);
+        assert!(record_key(&"~".repeat(255)) < record_time_start());
+        let longest = "~".repeat(MAX_IDEMPOTENCY_KEY_BYTES);
+        assert_eq!(
+            record_time_key(i64::MAX, &longest).len(),
+            MAX_RECORD_KEY_BYTES
+        );
+        assert!(record_chunk_key(&longest, u32::MAX).len() < MAX_RECORD_KEY_BYTES);
+        for bad in [&b""[..], b"k", b"t12345678", b"x1", b"k\x01"] {
+            assert_eq!(parse_record_key(bad), None, "{bad:?}");
+        }
     }
 
     proptest! {

@@ -9,7 +9,10 @@
 //!   transaction, cut at ~4 KiB) keyed by the chunk's first revision, big-endian, written in
 //!   the same transaction as the changes;
 //! - `tm_node`: which node each registered task manager runs on, and `node_tms`, its
-//!   inverse index, so "task managers on node n" is a prefix scan, never a full scan.
+//!   inverse index, so "task managers on node n" is a prefix scan, never a full scan;
+//! - `idempotency`: the `Idempotency-Key` records, each written in the transaction of its
+//!   write (`commit/idempotency.rs`). A tree added without a schema version of its own: it
+//!   starts empty on any data dir, and an older binary leaves it alone.
 //!
 //! Invariants, kept by doing every write in one multi-tree transaction:
 //! - an item with a finite `end` has exactly the expiry entry `expiry_key(end, kind, id)`,
@@ -18,6 +21,8 @@
 //! - every change gets the next revision and its event in the transaction that makes it;
 //!   `meta/revision` is the last revision handed out; `events` holds a contiguous range of
 //!   revisions ending there (older ones pruned by retention);
+//! - a write made with an `Idempotency-Key` has its record exactly when it committed (both
+//!   in one transaction), and every record has all its chunks and its time index entry;
 //! - a write is acknowledged, and its events published to subscribers, only after the flush
 //!   (and, by default, the fsync) covering it.
 //!
@@ -75,12 +80,13 @@ use tokio::sync::{broadcast, mpsc, watch};
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{
-    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Mode, Registered, Removed, SelectedOutcome,
-    UpdateOutcome, Writer, MAX_UNBLOCKED,
+    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Idempotency, KeptResponse, Keying, Mode,
+    Registered, Removed, Render, SelectedOutcome, Unkeyed, UpdateOutcome, Writer, MAX_UNBLOCKED,
 };
 pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};
 pub use error::{CommitError, Result, StoreError};
+pub use keys::MAX_IDEMPOTENCY_KEY_BYTES;
 pub use meta::{count_slot, Counts};
 pub use migrate::CURRENT as SCHEMA_VERSION;
 pub use open::sled_config;
@@ -147,6 +153,8 @@ pub(crate) struct Trees {
     pub history: Tree,
     /// Past blocks by when they ended, for retention (schema 7).
     pub history_ends: Tree,
+    /// `Idempotency-Key` records (`commit::idempotency`).
+    pub idempotency: Tree,
 }
 
 /// The tree of items, and of registrations (the names salvage opens too).
@@ -155,6 +163,8 @@ const TM_NODE_TREE: &str = "tm_node";
 const ALLOWLIST_TREE: &str = "allowlist";
 const REPORTS_TREE: &str = "reports";
 const HISTORY_TREE: &str = "history";
+/// New in schema 7's layout without a migration: an empty tree needs none.
+const IDEMPOTENCY_TREE: &str = "idempotency";
 
 impl Store {
     /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts

@@ -14,8 +14,8 @@ use super::members::{scan_exposure, scan_prefixes, Members};
 use super::meta::{decode_counts, decode_u64, read_watermark, scan_counts};
 use super::{
     blobs, codec, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig,
-    StoreError, Trees, ALLOWLIST_TREE, COUNTS_KEY, HISTORY_TREE, ITEMS_TREE, POLICY_KEY,
-    REPORTS_TREE, REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
+    StoreError, Trees, ALLOWLIST_TREE, COUNTS_KEY, HISTORY_TREE, IDEMPOTENCY_TREE, ITEMS_TREE,
+    POLICY_KEY, REPORTS_TREE, REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
 };
 
 /// What opening a database found, to (re)initialise the counters.
@@ -103,6 +103,8 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         reports: db.open_tree(REPORTS_TREE)?,
         history: db.open_tree(HISTORY_TREE)?,
         history_ends: db.open_tree("history_ends")?,
+        // Created empty on a data dir that had none: no migration needed.
+        idempotency: db.open_tree(IDEMPOTENCY_TREE)?,
     };
     let revision = match trees.meta.get(REVISION_KEY)? {
         Some(bytes) => decode_u64(&bytes).ok_or_else(|| {

@@ -130,6 +130,8 @@ impl Store {
             &t.node_tms,
             &t.events,
             &t.meta,
+            &t.allowlist,
+            &t.idempotency,
         ];
         let mut trees = Vec::with_capacity(all.len());
         for tree in all {

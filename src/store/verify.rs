@@ -1,7 +1,8 @@
 //! `verify`: every invariant of the module header, checked against what the trees hold,
 //! reading each tree once.
 
-use super::keys::Expiring;
+use super::codec::idempotency::{decode_head, decode_response, HeadV1};
+use super::keys::{Expiring, RecordKey};
 use super::meta::{announced, decode_counts, decode_u64, read_watermark};
 use super::{
     codec, count_slot, keys, Result, Store, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY,
@@ -248,6 +249,8 @@ impl Store {
             ));
         }
         drop(ticks);
+        progress.stage("checking Idempotency-Key records", ENTRIES, None);
+        verify_records(&trees.idempotency, &mut Ticks::new(progress), &mut problems)?;
         let stored = trees.meta.get(COUNTS_KEY)?.and_then(|b| decode_counts(&b));
         let stored_unreclaimed = trees
             .meta
@@ -358,5 +361,92 @@ fn verify_provenance(trees: &super::Trees, problems: &mut Vec<String>) -> Result
             ));
         }
     }
+    Ok(())
+}
+
+/// Checks the `idempotency` tree in one pass (a record's chunks follow its head; the time
+/// index comes after every record): every head decodes and has exactly its chunks, which
+/// add up to its length and decode as a response, and its time index entry; every time
+/// entry has a head committed then.
+fn verify_records(
+    tree: &sled::Tree,
+    ticks: &mut Ticks<'_>,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    /// The record whose chunks are being read: key, head, the bytes so far.
+    struct Open {
+        key: String,
+        head: HeadV1,
+        bytes: Vec<u8>,
+        chunks: u64,
+    }
+    fn close(open: Option<Open>, problems: &mut Vec<String>) {
+        let Some(open) = open else { return };
+        let key = &open.key;
+        if open.chunks != open.head.chunks() || open.bytes.len() as u64 != open.head.len {
+            problems.push(format!(
+                "idempotency: record {key:?} has {} of its {} chunks ({} of {} bytes)",
+                open.chunks,
+                open.head.chunks(),
+                open.bytes.len(),
+                open.head.len
+            ));
+        } else if let Err(e) = decode_response(&open.bytes) {
+            problems.push(format!("idempotency: record {key:?}: its response: {e}"));
+        }
+    }
+    let mut open: Option<Open> = None;
+    for entry in tree {
+        let (raw, value) = entry?;
+        ticks.tick();
+        match keys::parse_record_key(&raw) {
+            Some(RecordKey::Head(key)) => {
+                close(open.take(), problems);
+                match decode_head(&value) {
+                    Ok(head) => {
+                        if !tree.contains_key(keys::record_time_key(head.at, key))? {
+                            problems.push(format!(
+                                "idempotency: record {key:?} has no time index entry"
+                            ));
+                        }
+                        open = Some(Open {
+                            key: key.to_owned(),
+                            head,
+                            bytes: Vec::new(),
+                            chunks: 0,
+                        });
+                    }
+                    Err(e) => problems.push(format!("idempotency: record {key:?}: {e}")),
+                }
+            }
+            Some(RecordKey::Chunk(key, index)) => match &mut open {
+                Some(open) if open.key == key && u64::from(index) == open.chunks => {
+                    open.bytes.extend_from_slice(&value);
+                    open.chunks += 1;
+                }
+                _ => problems.push(format!(
+                    "idempotency: chunk {index} of {key:?} does not follow its record's head \
+                     and chunks"
+                )),
+            },
+            Some(RecordKey::Time(at, key)) => {
+                close(open.take(), problems);
+                let head = tree
+                    .get(keys::record_key(key))?
+                    .and_then(|bytes| decode_head(&bytes).ok());
+                if head.is_none_or(|head| head.at != at) {
+                    problems.push(format!(
+                        "idempotency: time index entry of {key:?} at {at} has no record \
+                         committed then"
+                    ));
+                }
+            }
+            None => {
+                close(open.take(), problems);
+                problems.push(format!("idempotency: malformed key {raw:?}"));
+            }
+        }
+    }
+    close(open, problems);
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! `{"errors": [...]}` messages on stderr); no HTTP answer at all — connection refused,
 //! reset, timed out — is "cannot reach" (exit 2), so a script can tell "retrying may help"
 //! from "fix the request". Mistakes caught before sending count as refusals too: retrying
-//! them cannot help.
+//! them cannot help. A write is retried here first, with its `Idempotency-Key`, when it was
+//! sent and got no answer or a 503 (see [`Client::send`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -28,6 +29,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Whole-request limit for ordinary requests. Writes wait for an fsync, which on a busy
 /// disk can take a while, so this is generous. The watch stream has no such limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The waits before each retry of a write that got no answer after it was sent (a timeout,
+/// a dropped connection) or a 503 (not acknowledged: it may or may not have been applied).
+/// Every attempt carries the write's one `Idempotency-Key`, so the daemon applies it once
+/// and answers a retry of an applied write as it answered the first time. A server that
+/// cannot be connected to at all is not retried: nothing was sent.
+const WRITE_RETRIES: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
 
 /// Why a command failed; [`Failure::exit_code`] maps it to the process's exit code.
 #[derive(Debug)]
@@ -121,7 +129,9 @@ impl Client {
         req
     }
 
-    /// Sends a request with an optional JSON body; `Ok` only for a 2xx answer.
+    /// Sends a request with an optional JSON body; `Ok` only for a 2xx answer. A write
+    /// (any method but GET and HEAD) carries a fresh `Idempotency-Key` and is retried with
+    /// it ([`WRITE_RETRIES`]).
     pub async fn send(
         &self,
         method: Method,
@@ -132,7 +142,7 @@ impl Client {
     }
 
     /// [`Client::send`] with more headers (`Blocklist-Source`, `If-Match`), each checked
-    /// before sending.
+    /// before sending; every attempt of a write carries them with its key.
     pub async fn send_with(
         &self,
         method: Method,
@@ -140,32 +150,72 @@ impl Client {
         body: Option<&serde_json::Value>,
         headers: &[(&'static str, &str)],
     ) -> Result<Reply, Failure> {
+        let headers = headers
+            .iter()
+            .map(|(name, value)| {
+                HeaderValue::from_str(value)
+                    .map(|value| (*name, value))
+                    .map_err(|_| {
+                        Failure::refused(format!("{name}: {value:?} cannot be sent in a header"))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = (method != Method::GET && method != Method::HEAD)
+            .then(|| uuid::Uuid::new_v4().to_string());
+        let mut retries = WRITE_RETRIES.iter();
+        loop {
+            let answer = self
+                .attempt(&method, path, body, &headers, key.as_deref())
+                .await;
+            let again = key.is_some()
+                && match &answer {
+                    Ok((status, _)) => *status == StatusCode::SERVICE_UNAVAILABLE,
+                    Err(e) => !e.is_connect() && !e.is_builder(),
+                };
+            if let (true, Some(wait)) = (again, retries.next()) {
+                tokio::time::sleep(*wait).await;
+                continue;
+            }
+            let (status, body) = answer.map_err(|e| self.unreachable(&e))?;
+            return if status.is_success() {
+                Ok(Reply { status, body })
+            } else {
+                Err(refusal(status, &body))
+            };
+        }
+    }
+
+    /// Sends a request once, with `headers` and its key: its status and body, or what kept
+    /// it from an answer.
+    async fn attempt(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        headers: &[(&'static str, HeaderValue)],
+        key: Option<&str>,
+    ) -> Result<(StatusCode, Vec<u8>), reqwest::Error> {
         // What the spinner names while a request is slow.
         let label = || format!("{method} {}{path}", self.base);
         let mut req = self.request(method.clone(), path);
         for (name, value) in headers {
-            let value = HeaderValue::from_str(value).map_err(|_| {
-                Failure::refused(format!("{name}: {value:?} cannot be sent in a header"))
-            })?;
-            req = req.header(*name, value);
+            req = req.header(*name, value.clone());
+        }
+        if let Some(key) = key {
+            req = req.header("Idempotency-Key", key);
         }
         if let Some(body) = body {
             req = req
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string());
         }
-        let (status, body) = crate::status::while_slow(label, async {
-            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+        crate::status::while_slow(label, async {
+            let resp = req.send().await?;
             let status = resp.status();
-            let body = resp.bytes().await.map_err(|e| self.unreachable(&e))?;
-            Ok::<_, Failure>((status, body.to_vec()))
+            let body = resp.bytes().await?;
+            Ok((status, body.to_vec()))
         })
-        .await?;
-        if status.is_success() {
-            Ok(Reply { status, body })
-        } else {
-            Err(refusal(status, &body))
-        }
+        .await
     }
 
     /// Describes a transport error. The token is never part of it: reqwest's messages

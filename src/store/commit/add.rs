@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use super::{earlier, Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
 use crate::model::{Block, Escalated, Forced, Item, Kind, NewItem};
 use crate::policy::{self, Bucket, Exposure, Level, Refusal};
@@ -363,7 +363,7 @@ impl Add {
     }
 }
 
-impl Writer<'_> {
+impl<K: Keying<AddOutcome>> Writer<'_, K> {
     /// Adds (or merges) a validated batch as one atomic unit.
     pub async fn add(
         &self,

@@ -7,7 +7,7 @@
 //! the committer keeps them in memory; exact entries are one point read each.
 
 use super::remove::remove;
-use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::allowlist::{Entry, MAX_PREFIX_ENTRIES};
 use crate::model::{Change, EventType, Item, Kind};
 use crate::provenance::Unblock;
@@ -285,9 +285,12 @@ impl Tx<'_> {
     }
 }
 
-impl Writer<'_> {
+impl<K> Writer<'_, K> {
     /// Puts an allowlist entry, lifting the blocks it covers.
-    pub async fn put_allow(&self, entry: Entry) -> Result<(AllowOutcome, u64)> {
+    pub async fn put_allow(&self, entry: Entry) -> Result<(AllowOutcome, u64)>
+    where
+        K: Keying<AllowOutcome>,
+    {
         self.submit(PutAllow {
             entry: Box::new(entry),
         })
@@ -295,7 +298,10 @@ impl Writer<'_> {
     }
 
     /// Removes the allowlist entry `(kind, id)`.
-    pub async fn remove_allow(&self, kind: Kind, id: String) -> Result<(Option<Entry>, u64)> {
+    pub async fn remove_allow(&self, kind: Kind, id: String) -> Result<(Option<Entry>, u64)>
+    where
+        K: Keying<Option<Entry>>,
+    {
         self.submit(RemoveAllow { kind, id }).await
     }
 }

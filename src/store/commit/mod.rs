@@ -28,7 +28,9 @@
 //!   [`announce`] (where the expiry watermark advances) and [`reclaim`];
 //! - [`recover`]: fault recovery: deciding on a reopen, the storage probe, the reopen and
 //!   its retry;
-//! - [`prune`]: the event log's retention.
+//! - [`prune`]: the event log's retention;
+//! - [`idempotency`]: `Idempotency-Key` records: looked up before a request's command runs
+//!   and kept with its write, in the batch's transaction; their retention.
 
 mod add;
 mod allow;
@@ -36,6 +38,7 @@ mod announce;
 mod clear;
 mod exposure;
 mod history;
+mod idempotency;
 mod import;
 mod policy;
 mod prune;
@@ -74,6 +77,7 @@ use crate::policy::{Bucket, Exposure, Policy};
 pub use add::{AddOutcome, Force};
 pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
+pub use idempotency::{Idempotency, KeptResponse, Keying, Render, Unkeyed};
 pub use register::Registered;
 pub use remove::{HoldOff, Removed};
 pub use select::SelectedOutcome;
@@ -83,6 +87,7 @@ use add::Add;
 use allow::{PutAllow, RemoveAllow};
 use announce::Announce;
 use clear::Clear;
+use idempotency::Found;
 use import::Import;
 pub(crate) use policy::SetPolicy;
 use reclaim::Reclaim;
@@ -248,6 +253,9 @@ pub(crate) struct Request<C: Command> {
     command: C,
     mode: Mode,
     reply: Reply<C::Outcome>,
+    /// Its `Idempotency-Key`, if it has one: looked up before the command runs, and the
+    /// response kept with the write. Never used in [`Mode::DryRun`].
+    key: Option<Idempotency<C::Outcome>>,
     /// What the batch's transaction decided for it, with the revision after it. Set by each
     /// run of the transaction closure (sled may re-run it; the last run is the one that
     /// commits), taken once the transaction committed.
@@ -264,8 +272,15 @@ impl<C: Command> Request<C> {
             command,
             mode,
             reply,
+            key: None,
             decided: Cell::new(None),
         }
+    }
+
+    /// This request with `key` (`None`: without one).
+    fn keyed(mut self, key: Option<Idempotency<C::Outcome>>) -> Request<C> {
+        self.key = key;
+        self
     }
 
     #[expect(clippy::unused_self, reason = "called through the type-erased `Op`")]
@@ -274,6 +289,22 @@ impl<C: Command> Request<C> {
     }
 
     fn apply(&self, tx: &Tx<'_>, due: &[Vec<u8>]) -> TxResult<()> {
+        // A dry run neither looks its key up nor keeps it.
+        let key = self.key.as_ref().filter(|_| self.mode == Mode::Commit);
+        if let Some(key) = key {
+            // Reads this transaction's own writes too: a request earlier in the batch with
+            // the same key is found here.
+            let settled = match tx.recorded(&key.key, &key.fingerprint)? {
+                Ok(Found::Nothing) => None,
+                Ok(Found::Same(response)) => Some(StoreError::Replay(Box::new(response))),
+                Ok(Found::Different) => Some(StoreError::KeyReused(key.key.clone())),
+                Err(e) => Some(e),
+            };
+            if let Some(settled) = settled {
+                self.decided.set(Some(Err(settled)));
+                return Ok(());
+            }
+        }
         let before = tx.revision();
         let decided = self.command.apply(tx, due)?.map(|applied| {
             let revision = match self.mode {
@@ -283,6 +314,12 @@ impl<C: Command> Request<C> {
             };
             (applied, revision)
         });
+        // Kept with the write it answers, when the HTTP layer answers it with a success.
+        if let (Some(key), Ok((applied, revision))) = (key, &decided) {
+            if let Some(response) = (key.render)(&applied.outcome, *revision) {
+                tx.record(&key.key, key.fingerprint, &response)?;
+            }
+        }
         self.decided.set(Some(decided));
         Ok(())
     }
@@ -301,7 +338,12 @@ impl<C: Command> Request<C> {
                 C::record(&applied.outcome, metrics);
                 (Ok((applied.outcome, revision)), applied.earliest_end)
             }
-            Err(e) => (Err(e), None),
+            Err(e) => {
+                if matches!(e, StoreError::Replay(_)) {
+                    metrics.idempotent_replays.inc();
+                }
+                (Err(e), None)
+            }
         };
         let reply = self.reply;
         (Box::new(Decided { reply, answer }), earliest_end)
@@ -380,33 +422,67 @@ impl Committer {
     }
 }
 
-/// The client writes of a [`Store`], made or only decided as its [`Mode`] says. The
-/// `Store`'s own methods of the same names commit.
-pub struct Writer<'a> {
+/// The client writes of a [`Store`], made or only decided as its [`Mode`] says, with the
+/// `Idempotency-Key` `K` attaches ([`Unkeyed`]: none). The `Store`'s own methods of the
+/// same names commit, unkeyed.
+///
+/// A keyed write whose key has a live record of the same request fails with
+/// [`StoreError::Replay`], carrying the response to send again, and applies nothing; one
+/// whose key was first used by a different request fails with [`StoreError::KeyReused`].
+pub struct Writer<'a, K = Unkeyed> {
     store: &'a Store,
     mode: Mode,
+    key: K,
 }
 
-impl Writer<'_> {
-    async fn submit<C: Command>(&self, command: C) -> Result<(C::Outcome, u64)> {
-        self.store.submit(command, self.mode).await
+impl<'a> Writer<'a> {
+    /// These writes with `key` (`None`: as without one), for requests of outcome `O`.
+    pub fn keyed<O>(self, key: Option<Idempotency<O>>) -> Writer<'a, Option<Idempotency<O>>> {
+        Writer {
+            store: self.store,
+            mode: self.mode,
+            key,
+        }
+    }
+}
+
+impl<K> Writer<'_, K> {
+    async fn submit<C: Command>(&self, command: C) -> Result<(C::Outcome, u64)>
+    where
+        K: Keying<C::Outcome>,
+    {
+        let key = self.key.idempotency();
+        self.store.submit_keyed(command, self.mode, key).await
     }
 }
 
 impl Store {
     /// This store's client writes in `mode`.
     pub fn with_mode(&self, mode: Mode) -> Writer<'_> {
-        Writer { store: self, mode }
+        Writer {
+            store: self,
+            mode,
+            key: Unkeyed,
+        }
     }
 
     /// Sends `command` to the committer and waits for its answer, given once durable.
     async fn submit<C: Command>(&self, command: C, mode: Mode) -> Result<(C::Outcome, u64)> {
+        self.submit_keyed(command, mode, None).await
+    }
+
+    /// [`Store::submit`] with an `Idempotency-Key`.
+    async fn submit_keyed<C: Command>(
+        &self,
+        command: C,
+        mode: Mode,
+        key: Option<Idempotency<C::Outcome>>,
+    ) -> Result<(C::Outcome, u64)> {
         let (reply, answer) = oneshot::channel();
+        let request = Request::new(command, mode, reply).keyed(key);
         self.shared
             .commits
-            .send(Message::Write(Box::new(C::op(Request::new(
-                command, mode, reply,
-            )))))
+            .send(Message::Write(Box::new(C::op(request))))
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?

@@ -2,7 +2,7 @@
 //! a `policy` event when it changed, and in force for every later operation of the same
 //! transaction.
 
-use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::model::{Change, EventType};
 use crate::policy::Policy;
 use crate::store::{Result, Store, Watched};
@@ -38,7 +38,7 @@ impl Command for SetPolicy {
     }
 }
 
-impl Writer<'_> {
+impl<K: Keying<bool>> Writer<'_, K> {
     /// Replaces the policy; true when it changed.
     pub async fn set_policy(&self, policy: Policy) -> Result<(bool, u64)> {
         self.submit(SetPolicy {

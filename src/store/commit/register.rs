@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::model::{Change, EventType};
 use crate::store::{Result, Store, Watched};
 
@@ -113,17 +113,23 @@ fn registration_change(tm: &str, node: &str) -> Change {
     }
 }
 
-impl Writer<'_> {
+impl<K> Writer<'_, K> {
     /// Registers (or moves) task managers on nodes, atomically; one result per pair.
     pub async fn register(
         &self,
         registrations: Vec<(String, String)>,
-    ) -> Result<(Vec<Registered>, u64)> {
+    ) -> Result<(Vec<Registered>, u64)>
+    where
+        K: Keying<Vec<Registered>>,
+    {
         self.submit(Register { registrations }).await
     }
 
     /// Removes a task manager's registration; the node it was on, or `None`.
-    pub async fn unregister(&self, tm: String) -> Result<(Option<String>, u64)> {
+    pub async fn unregister(&self, tm: String) -> Result<(Option<String>, u64)>
+    where
+        K: Keying<Option<String>>,
+    {
         self.submit(Unregister { tm }).await
     }
 }

@@ -1,7 +1,7 @@
 //! Removing one item: the active one is gone for everyone (`removed`); an expired one the
 //! sweeper has not reached is deleted too, as the sweeper would have (`expired`).
 
-use super::{Applied, Command, Mode, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::allowlist::{Entry, HOLD_OFF_COMMENT};
 use crate::model::{Item, Kind};
 use crate::provenance::{Ended, Unblock};
@@ -130,7 +130,7 @@ pub(super) fn remove(
         .then(|| Item::new(id.to_owned(), old))))
 }
 
-impl Writer<'_> {
+impl<K: Keying<Option<Removed>>> Writer<'_, K> {
     /// Removes the active item `(kind, id)`, saying who and why (`unblock`), with a
     /// hold-off when one is given; `None` when there is none.
     pub async fn unblock(

@@ -83,6 +83,7 @@ impl Committer {
         // announced expired must stay expired (readers go by the same time).
         let now = self.sweep.now();
         let revision_before = self.revision;
+        let requests = batch.len();
         // Dry runs are decided after the batch's transaction, against everything committed
         // up to it, and answered with its group: once all they were decided against is
         // durable. They stamp no key, since they change none.
@@ -128,6 +129,8 @@ impl Committer {
                 // for a while).
                 self.prune(now, MAX_PRUNE + (revision - revision_before));
                 self.prune_history(now, MAX_HISTORY_PRUNE);
+                // As many records as requests (each keeps at most one), and the catching up.
+                self.prune_records(now, requests);
                 if self.sync_blobs().is_err() {
                     self.broken = true;
                 }

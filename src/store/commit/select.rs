@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use super::remove::remove;
-use super::{Applied, Command, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Op, Request, Tx, TxResult, Writer};
 use crate::model::{Item, Kind};
 use crate::provenance::{Selector, Unblock};
 use crate::store::{codec, keys, Result, Watched};
@@ -141,7 +141,7 @@ pub(super) fn scan_selected(
     Ok(kept)
 }
 
-impl Writer<'_> {
+impl<K: Keying<SelectedOutcome>> Writer<'_, K> {
     /// Removes every active item of `kind` that `selector` picks, saying who and why
     /// (`unblock`), if they are at most `limit`; none otherwise.
     pub async fn remove_selected(

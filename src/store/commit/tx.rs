@@ -70,6 +70,7 @@ impl Committer {
             &t.reports,
             &t.history,
             &t.history_ends,
+            &t.idempotency,
         );
         trees
             .transaction(
@@ -84,6 +85,7 @@ impl Committer {
                     reports,
                     history,
                     history_ends,
+                    idempotency,
                 )| {
                     // Built afresh on every run of the closure: sled may re-run it.
                     let tx = self.tx(
@@ -96,6 +98,7 @@ impl Committer {
                             reports,
                             history,
                             history_ends,
+                            idempotency,
                         ],
                         now,
                     );
@@ -164,9 +167,11 @@ impl Committer {
             &t.reports,
             &t.history,
             &t.history_ends,
+            // Never read by a dry run (it neither looks keys up nor keeps them); `Tx` has it.
+            &t.idempotency,
         );
-        let rolled_back = trees.transaction(|(a, b, c, d, e, f, g, h)| {
-            let mut tx = self.tx([a, b, c, d, e, f, g, h], now);
+        let rolled_back = trees.transaction(|(a, b, c, d, e, f, g, h, i)| {
+            let mut tx = self.tx([a, b, c, d, e, f, g, h, i], now);
             tx.rehearsal = true;
             op.apply(&tx, due)?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
@@ -183,8 +188,8 @@ impl Committer {
     /// last committed transaction left.
     fn tx<'a>(
         &'a self,
-        [items, expiry, tm_node, node_tms, allowlist, reports, history, history_ends]: [&'a TransactionalTree;
-            8],
+        [items, expiry, tm_node, node_tms, allowlist, reports, history, history_ends, idempotency]: [&'a TransactionalTree;
+            9],
         now: i64,
     ) -> Tx<'a> {
         Tx {
@@ -197,6 +202,8 @@ impl Committer {
             history,
             history_ends,
             history_retention: self.history,
+            idempotency,
+            records_expired_at: now.saturating_sub(self.config.idempotency_retention_ms),
             now,
             policy: RefCell::new(self.policy.clone()),
             policy_changed: Cell::new(false),
@@ -231,6 +238,10 @@ pub(crate) struct Tx<'a> {
     pub(super) history_ends: &'a TransactionalTree,
     /// How many past blocks an id keeps ([`super::history`]).
     pub(super) history_retention: HistoryRetention,
+    /// `Idempotency-Key` records ([`super::idempotency`]), and the commit time at or before
+    /// which a record is past retention.
+    pub(super) idempotency: &'a TransactionalTree,
+    pub(super) records_expired_at: i64,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
     /// The guardrails, and the evacuation buckets, as this transaction goes.

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::add::{Add, Force};
-use super::{Applied, Command, Op, Request, Tx, TxResult, Writer};
+use super::{Applied, Command, Keying, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
 use crate::model::{merge_causes, EventType, Item, ItemChange, Kind, NewItem};
 use crate::policy::Refusal;
@@ -140,7 +140,7 @@ impl Command for Update {
     }
 }
 
-impl Writer<'_> {
+impl<K: Keying<UpdateOutcome>> Writer<'_, K> {
     /// Updates the active item `(kind, id)` in place, if it is at one of the revisions
     /// `if_match` when that is given; `source` reports it. `force` passes the caps and the rate as for an
     /// add.
