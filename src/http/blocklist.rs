@@ -23,7 +23,7 @@ use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::policy::{Guard, Refusal};
 use crate::provenance::{Report, Unblock};
-use crate::store::{self, AddOutcome, Force, HoldOff, Removed, Seen, Store};
+use crate::store::{self, AddOutcome, HoldOff, Removed, Seen, Store};
 use crate::{backup, validate};
 
 pub fn router() -> Router<AppState> {
@@ -253,14 +253,7 @@ async fn add(
     (dry, force, RequestSource(source)): (DryRun, ForceParam, RequestSource),
     KeyedBody(key, body): KeyedBody,
 ) -> Result<Response> {
-    let force = if force.is_set() {
-        caller.require(Role::Admin, "forcing a write past the guardrails")?;
-        Some(Force {
-            by: caller.name.clone(),
-        })
-    } else {
-        None
-    };
+    let force = force.by(caller)?;
     let now = state.store.now();
     let items = validate::add_batch_from(&body, now, state.limits.max_batch, &source)?;
     let key = key.render(dry, move |outcome: &AddOutcome, revision| match outcome {

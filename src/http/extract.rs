@@ -13,11 +13,12 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use utoipa::IntoParams;
 
+use super::caller::{Caller, Role};
 use super::error::ApiError;
 use super::reply::{with_revision, DRY_RUN_HEADER};
 use super::state::AppState;
 use crate::model::{validate_id, Id};
-use crate::store::Mode;
+use crate::store::{Force, Mode};
 
 /// A request body that must be JSON (`application/json` or `application/*+json`).
 pub struct JsonBody(pub Value);
@@ -316,6 +317,17 @@ pub struct ForceParam {
 impl ForceParam {
     pub fn is_set(self) -> bool {
         self.force == Some(true)
+    }
+
+    /// The store's force of `caller`, when the write asks for one: admin tokens only.
+    pub fn by(self, caller: &Caller) -> Result<Option<Force>, ApiError> {
+        if !self.is_set() {
+            return Ok(None);
+        }
+        caller.require(Role::Admin, "forcing a write past the guardrails")?;
+        Ok(Some(Force {
+            by: caller.name.clone(),
+        }))
     }
 }
 

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use utoipa::IntoParams;
 
 use super::blocklist::{etag, not_blocked, refused};
-use super::caller::{Caller, Role};
+use super::caller::Caller;
 use super::error::{
     ApiError, ErrorBody, Forbidden, Internal, Result, Unauthorized, Unavailable,
     UnsupportedMediaType,
@@ -20,7 +20,7 @@ use super::idempotency::KeyedBody;
 use super::provenance::{RequestSource, SourceHeader};
 use super::state::AppState;
 use crate::model::{Item, Kind};
-use crate::store::{Force, UpdateOutcome};
+use crate::store::UpdateOutcome;
 use crate::validate;
 
 pub fn router() -> Router<AppState> {
@@ -75,14 +75,7 @@ async fn update(
     (dry, force, RequestSource(source)): (DryRun, ForceParam, RequestSource),
     KeyedBody(key, body): KeyedBody,
 ) -> Result<Response> {
-    let force = if force.is_set() {
-        caller.require(Role::Admin, "forcing a write past the guardrails")?;
-        Some(Force {
-            by: caller.name.clone(),
-        })
-    } else {
-        None
-    };
+    let force = force.by(caller)?;
     let now = state.store.now();
     let change = validate::item_change(&body, now)?;
     let key = key.render(

@@ -320,12 +320,16 @@ fn block_from_v2(value: BlockV2) -> Result<Block, CodecError> {
         end: value.end,
         cause: value.cause,
     })?;
-    block.forced = value.forced.map(|f| Forced {
+    block.forced = value.forced.map(forced_from_v1);
+    Ok(block)
+}
+
+fn forced_from_v1(f: ForcedV1) -> Forced {
+    Forced {
         guards: f.guards,
         by: f.by,
         at: f.at,
-    });
-    Ok(block)
+    }
 }
 
 fn action_code(action: Action) -> u8 {

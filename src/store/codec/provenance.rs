@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    action_code, block_from_v1, decode_framed, encode_framed, event_code, event_type, BlockV1,
-    CodecError, ForcedV1, VARINT,
+    action_code, block_from_v1, decode_framed, encode_framed, event_code, event_type,
+    forced_from_v1, BlockV1, CodecError, ForcedV1, VARINT,
 };
-use crate::model::{Block, Escalated, EventType, Forced, Provenance, MAX_SOURCE_BYTES};
+use crate::model::{Block, Escalated, EventType, Provenance, MAX_SOURCE_BYTES};
 use crate::provenance::{Ended, Ending, Operation, Report, MAX_REASON_BYTES};
 
 /// Format byte of [`ReportV1`], a `reports` value (schema 7).
@@ -121,11 +121,7 @@ pub(super) fn block_from_v3(value: BlockV3) -> Result<Block, CodecError> {
         end: value.end,
         cause: value.cause,
     })?;
-    block.forced = value.forced.map(|f| Forced {
-        guards: f.guards,
-        by: f.by,
-        at: f.at,
-    });
+    block.forced = value.forced.map(forced_from_v1);
     block.provenance = Provenance {
         source: value.source,
         reports: value.reports,
