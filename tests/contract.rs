@@ -314,6 +314,66 @@ async fn add_bodies_are_as_strict_in_the_document_as_in_the_server() {
 }
 
 #[tokio::test]
+async fn update_bodies_are_as_strict_in_the_document_as_in_the_server() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let c = Contract::of(&d).await;
+    let (status, _) = d
+        .post("/blocklist/nodes", json!([item("n1", "MARK_BLOCKED", "c")]))
+        .await;
+    assert_eq!(status, CREATED);
+    let mut found = Vec::new();
+    let later = now_ms() + 3_600_000;
+    let ok = StatusCode::OK;
+    // Every accepted update leaves n1 blocked, for the next case.
+    let cases: Vec<(Value, StatusCode)> = vec![
+        (json!([]), BAD),
+        (json!({}), BAD),
+        (json!({"cause": null, "action": null}), BAD),
+        (json!({"other": 1, "cause": "x"}), BAD),
+        (json!({"permanent": false}), BAD),
+        (json!({"permanent": "false", "cause": "x"}), BAD),
+        (json!({"permanent": "yes"}), BAD),
+        (json!({"permanent": true, "timeout": 60_000}), BAD),
+        (json!({"permanent": "true", "endTimestamp": later}), BAD),
+        (json!({"timeout": 60_000, "endTimestamp": later}), BAD),
+        (json!({"timeout": 0}), BAD),
+        (json!({"timeout": 1_000_000_000_000_000_001_i64}), BAD),
+        (json!({"timeout": "x"}), BAD),
+        (json!({"action": "SOMETHING"}), BAD),
+        (json!({"cause": ""}), BAD),
+        (json!({"cause": ",,"}), BAD),
+        (json!({"cause": 5}), BAD),
+        (json!({"timeout": "600000"}), ok),
+        (json!({"timeout": 600_000, "endTimestamp": null}), ok),
+        (json!({"permanent": false, "timeout": 600_000}), ok),
+        (json!({"permanent": "false", "endTimestamp": later}), ok),
+        (json!({"endTimestamp": later.to_string()}), ok),
+        (json!({"permanent": true, "timeout": null}), ok),
+        (json!({"permanent": "true"}), ok),
+        (json!({"action": "MARK_BLOCKED_AND_EVACUATE_TASKS"}), ok),
+        (json!({"cause": "more", "permanent": null}), ok),
+    ];
+    for (body, want) in cases {
+        found.extend(
+            body_case(
+                &d,
+                &c,
+                (
+                    Method::PATCH,
+                    "/blocklist/nodes/{id}",
+                    "/blocklist/nodes/n1",
+                ),
+                body,
+                want,
+            )
+            .await,
+        );
+    }
+    assert_none(&found);
+}
+
+#[tokio::test]
 async fn registration_and_check_bodies_are_as_strict_in_the_document_as_in_the_server() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);

@@ -1,19 +1,23 @@
 """Schemathesis hooks: keep generated requests clear of the rules JSON Schema cannot state.
 
-docs/api.md ("What the OpenAPI document cannot say") lists three rules of the API that the
+docs/api.md ("What the OpenAPI document cannot say") lists four rules of the API that the
 OpenAPI document can only approximate:
 
-- ids are limited to 256 bytes of UTF-8 and causes to 1 KiB, where `maxLength` counts
-  characters;
+- ids are limited to 256 bytes of UTF-8, sources to 128, and causes and reasons to 1 KiB,
+  where `maxLength` counts characters;
 - an `endTimestamp` must be in the future, which depends on when the request arrives;
+- an unblock by selector needs at least one of `source`, `cause` and `all=true`, each of
+  them optional on its own;
 - a whole number written as floating point is taken only up to 2^53, where a double is
   still exact, while JSON Schema counts any whole number as an integer.
 
 A request that breaks only these is schema-valid and rightly refused with 400, which would
 read as a finding. Just before each request is sent, this hook moves its values inside
-them: a string that fits `maxLength` but not the byte limit is cut at a character boundary,
-a past `endTimestamp` (integer or decimal string) is moved an hour ahead, and a whole float
-beyond 2^53 is written as the integer it is. Nothing else is touched.
+them: a string (in a body, a path id or a query) that fits `maxLength` but not the byte
+limit is cut at a character boundary, a past `endTimestamp` (integer or decimal string) is
+moved an hour ahead, an unblock by selector without a selector gets `cause=` a text no item
+has (it removes nothing), and a whole float beyond 2^53 is written as the integer it is.
+Nothing else is touched.
 
 One more request is changed, for a check rather than a rule: a DELETE with `dryRun=true`
 is sent with `dryRun=false`. A dry-run delete answers 200 and deletes nothing, by design
@@ -60,6 +64,12 @@ lambda_sources.lambda_description = _lambda_description
 
 ID_BYTES = 256
 CAUSE_BYTES = 1024
+SOURCE_BYTES = 128
+# The byte limits of query parameters: an unblock's reason, a selector's cause and source.
+QUERY_BYTES = {"reason": 1024, "cause": CAUSE_BYTES, "source": SOURCE_BYTES}
+# The unblock by selector, and what it is given when generated without a selector.
+SELECTOR_PATH = re.compile(r"^/blocklist/(taskmanagers|nodes)$")
+NO_ITEM_CAUSE = "contract check: no selector was generated"
 ID_FIELDS = {"id", "node"}
 ID_LIST_FIELDS = {"taskManagers", "nodes"}
 TIME_FIELDS = {"timeout", "endTimestamp"}
@@ -117,6 +127,8 @@ def _adjust(node, now_ms):
             node[field] = _fit(value, ID_BYTES)
         elif field == "cause":
             node[field] = _fit(value, CAUSE_BYTES)
+        elif field == "source":
+            node[field] = _fit(value, SOURCE_BYTES)
         elif field in ID_LIST_FIELDS and isinstance(value, list):
             node[field] = [_fit(id, ID_BYTES) for id in value]
         elif field in TIME_FIELDS:
@@ -140,9 +152,26 @@ def _fresh_key(case):
                 headers[name] = str(uuid.uuid4())
 
 
+def _select(case):
+    """An unblock by selector generated without a selector gets one that matches no item."""
+    query = case.query or {}
+    if all(query.get(name) is None for name in ("source", "cause")) and query.get("all") not in (
+        True,
+        "true",
+    ):
+        query["cause"] = NO_ITEM_CAUSE
+        case.query = query
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs):
     _fresh_key(case)
+    if case.operation.method.upper() == "DELETE" and SELECTOR_PATH.match(case.operation.path):
+        _select(case)
+    if case.query:
+        for name, limit in QUERY_BYTES.items():
+            if name in case.query:
+                case.query[name] = _fit(case.query[name], limit)
     if case.operation.method.upper() == "DELETE" and case.query:
         if case.query.get("dryRun") in (True, "true"):
             case.query["dryRun"] = "false"

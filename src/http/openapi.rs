@@ -23,6 +23,7 @@ use super::error::{
     UnsupportedMediaType,
 };
 use super::idempotency::IdempotencyDoc;
+use super::update::UpdateRules;
 use super::{
     allowlist, blocklist, check, events, ops, policy, provenance, selector, taskmanagers, update,
 };
@@ -99,7 +100,7 @@ const BEARER: &str = "bearerAuth";
         Internal,
         Unavailable,
     )),
-    modifiers(&BearerScheme, &OpenItem, &AtMostOne, &IdempotencyDoc),
+    modifiers(&BearerScheme, &OpenItem, &AtMostOne, &UpdateRules, &IdempotencyDoc),
     tags(
         (name = "blocklist", description = "Blocked task managers and nodes"),
         (name = "check", description = "Is a task manager or node blocked (directly or via its node)?"),

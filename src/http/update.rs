@@ -7,7 +7,11 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use axum::routing::patch;
 use axum::{Json, Router};
-use utoipa::IntoParams;
+use serde_json::{json, Value};
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{IntoParams, Modify};
 
 use super::blocklist::{etag, not_blocked, refused};
 use super::caller::Caller;
@@ -18,6 +22,7 @@ use super::error::{
 use super::extract::{DryRun, ForceParam, IdPath};
 use super::idempotency::KeyedBody;
 use super::provenance::{RequestSource, SourceHeader};
+use super::schema;
 use super::state::AppState;
 use crate::model::{Item, Kind};
 use crate::store::UpdateOutcome;
@@ -186,20 +191,85 @@ update_handler!(
     "Update a blocked node in place"
 );
 
-/// The body of an update, for the `OpenAPI` document (`validate::item_change` parses it).
+/// The body of an update, for the `OpenAPI` document (`validate::item_change` parses it, by
+/// hand: lenient numbers and booleans as for an add, `null` as absent). What the derive
+/// cannot state, [`UpdateRules`] adds.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct ItemUpdate {
-    /// The new end, unix ms in the future (at most one of endTimestamp, timeout and
-    /// permanent).
+    #[schema(schema_with = lenient_end)]
     end_timestamp: Option<i64>,
-    /// The new end as ms from now.
-    #[schema(minimum = 1)]
+    #[schema(schema_with = lenient_timeout)]
     timeout: Option<i64>,
-    /// `true`: the block never ends.
+    #[schema(schema_with = lenient_permanent)]
     permanent: Option<bool>,
     action: Option<crate::model::Action>,
-    /// A cause to append (merged as an add's is).
+    /// A cause to append (merged as an add's is): 1 byte to 1 KiB of UTF-8, not only `,`
+    /// separators.
     #[schema(min_length = 1, max_length = 1024, pattern = "[^,]")]
     cause: Option<String>,
+}
+
+fn lenient_end() -> RefOr<Schema> {
+    schema::lenient_positive(
+        i64::MAX,
+        "The new end, unix ms, which must be in the future (9223372036854775807: permanent). \
+         A JSON integer or a decimal string. At most one of `endTimestamp`, `timeout` and \
+         `permanent: true`.",
+    )
+}
+
+fn lenient_timeout() -> RefOr<Schema> {
+    schema::lenient_positive(
+        validate::MAX_TIMEOUT_MS,
+        "The new end as ms from now: 1 to 10^18. A JSON integer or a decimal string.",
+    )
+}
+
+fn lenient_permanent() -> RefOr<Schema> {
+    schema::lenient_boolean(
+        "`true`: the block never ends. `false` only beside `timeout` or `endTimestamp` (alone \
+         it sets nothing).",
+    )
+}
+
+/// Adds to the `ItemUpdate` schema the rules between its fields (`null` counting as
+/// absent): at most one end (`endTimestamp`, `timeout`, `permanent: true`), `permanent:
+/// false` only with a time, and something to change (`allOf` of a `not` and an `anyOf`).
+pub(super) struct UpdateRules;
+
+impl Modify for UpdateRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let update = openapi
+            .components
+            .as_mut()
+            .and_then(|c| c.schemas.get_mut("ItemUpdate"));
+        if let Some(RefOr::T(Schema::Object(update))) = update {
+            update.extensions = Some(update_rules());
+        }
+    }
+}
+
+fn update_rules() -> Extensions {
+    let given = |field: &str| json!({"required": [field], "properties": {field: {"not": {"type": "null"}}}});
+    let permanent = |value: bool| {
+        json!({"required": ["permanent"],
+               "properties": {"permanent": {"enum": [value, value.to_string()]}}})
+    };
+    let with = |a: Value, b: Value| json!({"allOf": [a, b]});
+    let timed = json!({"anyOf": [given("timeout"), given("endTimestamp")]});
+    let refused = json!({"anyOf": [
+        with(given("timeout"), given("endTimestamp")),
+        with(permanent(true), timed.clone()),
+        with(permanent(false), json!({"not": timed})),
+    ]});
+    let changes = json!([
+        given("endTimestamp"),
+        given("timeout"),
+        permanent(true),
+        given("action"),
+        given("cause"),
+    ]);
+    // One keyword: `Extensions` is a `HashMap`, so two would be written in any order.
+    Extensions::from_iter([("allOf", json!([{"not": refused}, {"anyOf": changes}]))])
 }

@@ -131,6 +131,9 @@ impl Store {
             &t.events,
             &t.meta,
             &t.allowlist,
+            &t.reports,
+            &t.history,
+            &t.history_ends,
             &t.idempotency,
         ];
         let mut trees = Vec::with_capacity(all.len());
