@@ -305,11 +305,7 @@ fn block_v2(block: &Block) -> BlockV2 {
         start: block.start,
         end: block.end,
         cause: block.cause.clone(),
-        forced: block.forced.as_ref().map(|f| ForcedV1 {
-            guards: f.guards.clone(),
-            by: f.by.clone(),
-            at: f.at,
-        }),
+        forced: block.forced.as_ref().map(forced_v1),
     }
 }
 
@@ -322,6 +318,14 @@ fn block_from_v2(value: BlockV2) -> Result<Block, CodecError> {
     })?;
     block.forced = value.forced.map(forced_from_v1);
     Ok(block)
+}
+
+fn forced_v1(f: &Forced) -> ForcedV1 {
+    ForcedV1 {
+        guards: f.guards.clone(),
+        by: f.by.clone(),
+        at: f.at,
+    }
 }
 
 fn forced_from_v1(f: ForcedV1) -> Forced {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     action_code, block_from_v1, decode_framed, encode_framed, event_code, event_type,
-    forced_from_v1, BlockV1, CodecError, ForcedV1, VARINT,
+    forced_from_v1, forced_v1, BlockV1, CodecError, ForcedV1, VARINT,
 };
 use crate::model::{Block, Escalated, EventType, Provenance, MAX_SOURCE_BYTES};
 use crate::provenance::{Ended, Ending, Operation, Report, MAX_REASON_BYTES};
@@ -96,11 +96,7 @@ pub(super) fn block_v3(block: &Block) -> BlockV3 {
         start: block.start,
         end: block.end,
         cause: block.cause.clone(),
-        forced: block.forced.as_ref().map(|f| ForcedV1 {
-            guards: f.guards.clone(),
-            by: f.by.clone(),
-            at: f.at,
-        }),
+        forced: block.forced.as_ref().map(forced_v1),
         source: block.provenance.source.clone(),
         reports: block.provenance.reports,
         first_report: block.provenance.first_report,
