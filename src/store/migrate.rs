@@ -66,8 +66,10 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
             "schema version 0 does not exist".into(),
         ));
     }
-    // Each step rewrites what it must and bumps the stored version in one transaction, so
-    // a crash mid-upgrade leaves the previous version intact; the next open resumes.
+    // Each step rewrites what it must and bumps the stored version last (in one transaction
+    // with its writes, or, for the rewrite of every item to version 7, after resumable
+    // transactions that each leave the data readable), so a crash mid-upgrade leaves the
+    // previous version in place; the next open resumes.
     if version < 2 {
         upgrade_1_to_2(db, &meta)?;
     }

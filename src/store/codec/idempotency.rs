@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{config, decode_framed, encode_framed, CodecError, VARINT};
 
-/// Format byte of [`HeadV1`], a record's head (the `idempotency` tree is new in schema 6's
-/// layout and starts empty: no migration).
+/// Format byte of [`HeadV1`], a record's head (the `idempotency` tree of schema 7 starts
+/// empty: no migration).
 pub const HEAD_V1: u8 = 1;
 
 /// Format byte of [`ResponseV1`]: the first byte of a record's response bytes (the first

@@ -1,13 +1,13 @@
-//! The values of schema 7: items with their provenance, their reports, and past blocks.
+//! The provenance values of schema 7: reports and past blocks (with their counters).
 //! Frozen like every value struct of [`super`].
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    action_code, block_from_v1, decode_framed, encode_framed, event_code, event_type,
-    forced_from_v1, forced_v1, BlockV1, CodecError, ForcedV1, VARINT,
+use super::block::{
+    action_code, block_from_v1, block_from_v3, block_v3, max_block_bytes, BlockV1, BlockV3,
 };
-use crate::model::{Block, Escalated, EventType, Provenance, MAX_SOURCE_BYTES};
+use super::{decode_framed, encode_framed, event_code, event_type, CodecError, VARINT};
+use crate::model::{Block, EventType, MAX_SOURCE_BYTES};
 use crate::provenance::{Ended, Ending, Operation, Report, MAX_REASON_BYTES};
 
 /// Format byte of [`ReportV1`], a `reports` value (schema 7).
@@ -19,10 +19,6 @@ pub const PAST_V1: u8 = 1;
 /// Format byte of a `history` counter: the id's first and next entry numbers.
 pub const HISTORY_COUNT_V1: u8 = 1;
 
-/// What [`BlockV3`] adds to [`super::BlockV2`] at most: the source with its length, the
-/// report count and two times, the revision, and the escalation record with its tag.
-pub const MAX_PROVENANCE_BYTES: usize = VARINT + MAX_SOURCE_BYTES + 4 * VARINT + 1 + 3 * VARINT;
-
 /// The largest `reports` value: the format byte, the time, the source, the operation, the
 /// action, the end and a cause of up to `cause` bytes.
 pub const fn max_report_bytes(cause: usize) -> usize {
@@ -32,7 +28,7 @@ pub const fn max_report_bytes(cause: usize) -> usize {
 /// The largest `history` entry of a block whose merged cause has `cause` bytes: the block
 /// (without its format byte), how and when it ended, the unblock's source and reason.
 pub const fn max_past_bytes(cause: usize) -> usize {
-    super::max_block_bytes(cause)
+    max_block_bytes(cause)
         + 1
         + VARINT
         + 1
@@ -41,30 +37,6 @@ pub const fn max_past_bytes(cause: usize) -> usize {
         + 1
         + VARINT
         + MAX_REASON_BYTES
-}
-
-/// Item value, format 3: format 2, then the provenance summary, the revision of the change
-/// that made the block what it is, and the escalation record.
-#[derive(Serialize, Deserialize)]
-pub(super) struct BlockV3 {
-    action: u8,
-    start: i64,
-    end: i64,
-    cause: String,
-    forced: Option<ForcedV1>,
-    source: String,
-    reports: u64,
-    first_report: i64,
-    last_report: i64,
-    revision: u64,
-    escalated: Option<EscalatedV1>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct EscalatedV1 {
-    requested_timeout: i64,
-    timeout: i64,
-    past_blocks: u32,
 }
 
 /// Report value, format 1 (key: kind tag ++ id ++ 0x00 ++ report number).
@@ -88,49 +60,6 @@ struct PastV1 {
     at: i64,
     source: Option<String>,
     reason: Option<String>,
-}
-
-pub(super) fn block_v3(block: &Block) -> BlockV3 {
-    BlockV3 {
-        action: action_code(block.action),
-        start: block.start,
-        end: block.end,
-        cause: block.cause.clone(),
-        forced: block.forced.as_ref().map(forced_v1),
-        source: block.provenance.source.clone(),
-        reports: block.provenance.reports,
-        first_report: block.provenance.first_report,
-        last_report: block.provenance.last_report,
-        revision: block.revision,
-        escalated: block.escalated.map(|e| EscalatedV1 {
-            requested_timeout: e.requested_timeout,
-            timeout: e.timeout,
-            past_blocks: e.past_blocks,
-        }),
-    }
-}
-
-pub(super) fn block_from_v3(value: BlockV3) -> Result<Block, CodecError> {
-    let mut block = block_from_v1(BlockV1 {
-        action: value.action,
-        start: value.start,
-        end: value.end,
-        cause: value.cause,
-    })?;
-    block.forced = value.forced.map(forced_from_v1);
-    block.provenance = Provenance {
-        source: value.source,
-        reports: value.reports,
-        first_report: value.first_report,
-        last_report: value.last_report,
-    };
-    block.revision = value.revision;
-    block.escalated = value.escalated.map(|e| Escalated {
-        requested_timeout: e.requested_timeout,
-        timeout: e.timeout,
-        past_blocks: e.past_blocks,
-    });
-    Ok(block)
 }
 
 pub fn encode_report(report: &Report) -> Vec<u8> {
@@ -219,6 +148,13 @@ pub fn encode_history_count(first: u64, next: u64) -> Vec<u8> {
     encode_framed(HISTORY_COUNT_V1, &(first, next))
 }
 
+/// The `(first, next)` of a `history` counter; one with `first > next` is corrupt.
 pub fn decode_history_count(bytes: &[u8]) -> Result<(u64, u64), CodecError> {
-    decode_framed(HISTORY_COUNT_V1, bytes)
+    let (first, next): (u64, u64) = decode_framed(HISTORY_COUNT_V1, bytes)?;
+    if first > next {
+        return Err(CodecError::Decode(format!(
+            "history counter's first {first} is past its next {next}"
+        )));
+    }
+    Ok((first, next))
 }

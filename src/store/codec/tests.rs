@@ -1,5 +1,12 @@
+use super::block::*;
+use super::events::*;
+use super::guardrails::*;
 use super::*;
-use crate::model::{Kind, Provenance, PERMANENT, UNKNOWN_SOURCE};
+use crate::model::{
+    Action, Block, Change, Event, EventType, Forced, Item, Kind, Provenance, PERMANENT,
+    UNKNOWN_SOURCE,
+};
+use crate::policy::{Policy, Rate};
 
 fn block() -> Block {
     Block {
@@ -429,8 +436,7 @@ fn the_largest_values_stay_within_their_bounds() {
     let small = |revision| {
         let mut event = item(revision);
         if let Change::Item { item, .. } = &mut event.change {
-            item.cause = "c"
-                .repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1 - provenance::MAX_PROVENANCE_BYTES);
+            item.cause = "c".repeat(CHUNK_BYTES / 2 - 32 - MAX_ID_BYTES - 1 - MAX_PROVENANCE_BYTES);
             item.forced = None;
         }
         event
@@ -443,4 +449,21 @@ fn the_largest_values_stay_within_their_bounds() {
         bytes <= max_chunk_bytes(MAX_ID_BYTES, MAX_MERGED_CAUSE_BYTES),
         "{bytes}"
     );
+}
+
+/// A history counter whose first entry is past its next is corrupt, not a huge range.
+#[test]
+fn a_history_counter_with_first_past_next_does_not_decode() {
+    assert_eq!(
+        decode_history_count(&encode_history_count(3, 7)),
+        Ok((3, 7))
+    );
+    assert_eq!(
+        decode_history_count(&encode_history_count(7, 7)),
+        Ok((7, 7))
+    );
+    assert!(matches!(
+        decode_history_count(&encode_history_count(8, 7)),
+        Err(CodecError::Decode(_))
+    ));
 }
