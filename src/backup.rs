@@ -25,7 +25,7 @@ use crate::model::{
 };
 use crate::policy::Policy;
 use crate::progress::{Progress, Unit};
-use crate::provenance::{Ending, PastBlock, Report, MAX_REPORTS};
+use crate::provenance::{Ending, PastBlock, Report, MAX_REASON_BYTES, MAX_REPORTS};
 use crate::store::{self, Store};
 
 /// One line of an export.
@@ -265,10 +265,12 @@ pub fn parse_reporting(text: &str, progress: &dyn Progress) -> Result<Parsed, Ve
                     items.insert((kind, item.id.clone()), item);
                 }
             },
-            Ok(Record::Past { kind, ended, item }) => match item_problem(&item, &[]) {
-                Some(e) => errors.push(format!("line {n}: {e}")),
-                None => past.push((kind, PastBlock { item, ended })),
-            },
+            Ok(Record::Past { kind, ended, item }) => {
+                match item_problem(&item, &[]).or_else(|| ending_problem(&ended)) {
+                    Some(e) => errors.push(format!("line {n}: {e}")),
+                    None => past.push((kind, PastBlock { item, ended })),
+                }
+            }
             Ok(Record::Policy { policy: p }) => {
                 let problems = p.problems();
                 if problems.is_empty() {
@@ -331,6 +333,23 @@ fn item_problem(item: &Item, reports: &[Report]) -> Option<String> {
         }),
     ];
     checks.into_iter().flatten().next()
+}
+
+/// What makes how a past block ended one the store cannot take: the bounds an unblock's
+/// source and reason have when they arrive over HTTP.
+fn ending_problem(ended: &Ending) -> Option<String> {
+    let source = ended.source.as_deref().and_then(|source| {
+        validate_source(source)
+            .err()
+            .map(|e| format!("ended.source {e}"))
+    });
+    source.or_else(|| {
+        ended
+            .reason
+            .as_ref()
+            .filter(|reason| reason.len() > MAX_REASON_BYTES)
+            .map(|_| format!("ended.reason is longer than {MAX_REASON_BYTES} bytes"))
+    })
 }
 
 /// What an import did.

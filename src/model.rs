@@ -195,7 +195,7 @@ impl Block {
 
     /// Counts one more report, made at `at`.
     pub fn reported(&mut self, at: i64) {
-        self.provenance.reports += 1;
+        self.provenance.reports = self.provenance.reports.saturating_add(1);
         self.provenance.last_report = self.provenance.last_report.max(at);
     }
 }

@@ -148,13 +148,16 @@ impl Command for Add {
                 state[id].clone().expect("written ids have a block"),
             )
         };
-        let merged = merged.iter().map(stored_item).collect();
-        // An id escalated and then merged into by a later element is listed as merged.
+        // An id escalated and then merged into by a later element is listed as merged only:
+        // each id once.
+        let merged_ids: BTreeSet<&str> = merged.iter().copied().collect();
         let escalated = escalated
             .iter()
+            .filter(|id| !merged_ids.contains(**id))
             .filter(|id| state[*id].as_ref().is_some_and(|b| b.escalated.is_some()))
             .map(stored_item)
             .collect();
+        let merged = merged.iter().map(stored_item).collect();
         Ok(Ok(Applied {
             outcome: AddOutcome::Written { merged, escalated },
             earliest_end,

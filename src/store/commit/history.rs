@@ -13,24 +13,32 @@ use sled::Transactional;
 use super::{Committer, Tx, TxResult};
 use crate::model::{Block, Kind};
 use crate::provenance::Ending;
-use crate::store::{codec, keys, StoreError};
+use crate::store::{codec, keys};
 
 /// How many past blocks one prune by age drops at most: pruning catches up by this much
 /// per commit, without stalling the writers on a long backlog.
 pub(super) const MAX_HISTORY_PRUNE: usize = 1_000;
 
 impl Tx<'_> {
-    /// The counter of `(kind, id)`'s past blocks: `(first, next)`, `(0, 0)` for none.
-    fn past_count(&self, kind: Kind, id: &str) -> TxResult<(u64, u64)> {
+    /// The counter of `(kind, id)`'s past blocks: `(first, next)`, `(0, 0)` for none, `None`
+    /// for one that does not decode (logged; `check` reports it). A corrupt counter costs
+    /// that id its history, never the transaction: aborting would fail every group that
+    /// ends the id, the sweeper's announcements included, and so stop all expiry.
+    fn past_count(&self, kind: Kind, id: &str) -> TxResult<Option<(u64, u64)>> {
         let Some(bytes) = self.history.get(keys::item_key(kind, id))? else {
-            return Ok((0, 0));
+            return Ok(Some((0, 0)));
         };
-        codec::decode_history_count(&bytes).map_err(|source| {
-            sled::transaction::ConflictableTransactionError::Abort(StoreError::Corrupt {
-                key: format!("history/{}/{id}", kind.plural()),
-                source,
-            })
-        })
+        match codec::decode_history_count(&bytes) {
+            Ok(count) => Ok(Some(count)),
+            Err(e) => {
+                tracing::error!(
+                    key = %format!("history/{}/{id}", kind.plural()),
+                    error = %e,
+                    "a history counter does not decode; the id's past blocks are not kept"
+                );
+                Ok(None)
+            }
+        }
     }
 
     /// Keeps `block` as the newest past block of `(kind, id)`, with how it ended, and drops
@@ -42,7 +50,9 @@ impl Tx<'_> {
         block: &Block,
         ending: &Ending,
     ) -> TxResult<()> {
-        let (mut first, next) = self.past_count(kind, id)?;
+        let Some((mut first, next)) = self.past_count(kind, id)? else {
+            return Ok(());
+        };
         self.history.insert(
             keys::past_key(kind, id, next),
             codec::encode_past(block, ending),
@@ -74,11 +84,13 @@ impl Tx<'_> {
     /// How many past blocks of `(kind, id)` ended at or after `since` (newest first, so it
     /// reads only those and one more).
     pub(super) fn past_blocks_since(&self, kind: Kind, id: &str, since: i64) -> TxResult<u32> {
-        let (first, next) = self.past_count(kind, id)?;
+        let Some((first, next)) = self.past_count(kind, id)? else {
+            return Ok(0);
+        };
         let mut count = 0;
         for n in (first..next).rev() {
             let Some(bytes) = self.history.get(keys::past_key(kind, id, n))? else {
-                continue; // pruned by age: older ones are too
+                continue; // pruned by age
             };
             match codec::decode_past(&bytes) {
                 Ok((_, ending)) if ending.timestamp >= since => count += 1,
@@ -120,11 +132,20 @@ impl Committer {
                 let Ok((first, next)) = codec::decode_history_count(&bytes) else {
                     continue;
                 };
-                // Entries end in number order, so the newest going means all went.
-                if *n + 1 >= next {
+                // Entries need not end in number order (an import appends older ones; the
+                // clock can step back), so a pruned entry leaves a hole unless it was the
+                // oldest: then `first` moves past it and any holes after it.
+                if *n != first {
+                    continue;
+                }
+                let mut first = first + 1;
+                while first < next && history.get(keys::past_key(*kind, id, first))?.is_none() {
+                    first += 1;
+                }
+                if first >= next {
                     history.remove(counter)?;
-                } else if *n >= first {
-                    history.insert(counter, codec::encode_history_count(n + 1, next))?;
+                } else {
+                    history.insert(counter, codec::encode_history_count(first, next))?;
                 }
             }
             Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())

@@ -5,7 +5,7 @@ use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult};
 use std::collections::BTreeMap;
 
 use crate::model::{Item, Kind};
-use crate::provenance::{PastBlock, Report};
+use crate::provenance::{Operation, PastBlock, Report};
 use crate::store::{Result, Store, Watched};
 
 pub(crate) struct Import {
@@ -62,6 +62,16 @@ impl Command for Import {
                     let mut merged = existing.clone();
                     merged.merge(item.action, item.end_timestamp, &item.cause);
                     merged.reported(tx.now);
+                    // The merge is a report like any other, from the imported item's source.
+                    let report = Report {
+                        timestamp: tx.now,
+                        source: item.source.clone(),
+                        operation: Operation::Add,
+                        action: item.action,
+                        end_timestamp: item.end_timestamp,
+                        cause: item.cause.clone(),
+                    };
+                    tx.add_reports(kind, id, merged.provenance.reports, &[report])?;
                     (merged, None)
                 }
                 _ => {
