@@ -57,6 +57,17 @@ impl Http {
         path: &str,
         json_body: Option<Bytes>,
     ) -> Result<(StatusCode, Bytes), String> {
+        self.send_keyed(method, path, json_body, None).await
+    }
+
+    /// [`Http::send`] with an `Idempotency-Key` header when `idempotency_key` is set.
+    pub async fn send_keyed(
+        &mut self,
+        method: Method,
+        path: &str,
+        json_body: Option<Bytes>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(StatusCode, Bytes), String> {
         let sender = self.ensure_connected().await?;
         let mut request = Request::builder()
             .method(method)
@@ -64,6 +75,9 @@ impl Http {
             .header(HOST, "127.0.0.1");
         if json_body.is_some() {
             request = request.header(CONTENT_TYPE, "application/json");
+        }
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
         }
         let request = request
             .body(Full::new(json_body.unwrap_or_default()))

@@ -45,7 +45,7 @@ use server::DaemonSpec;
 struct Args {
     /// The scenario to run, or `all`.
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
-        ["all", "add", "add-batch", "merge-hot", "check", "list", "expire", "idle", "restart", "footprint"]
+        ["all", "add", "add-keyed", "add-batch", "merge-hot", "check", "list", "expire", "idle", "restart", "footprint"]
     ))]
     scenario: String,
 
@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
 
-    /// Connections of the single-request scenarios (`add`, `merge-hot`, `check`) and their
+    /// Connections of the single-request scenarios (`add`, `add-keyed`, `merge-hot`, `check`) and their
     /// ceilings and peer; `add-batch` uses an eighth of it.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,

@@ -10,7 +10,7 @@
 //!   the measuring helpers every scenario uses;
 //! - `workers`: HTTP load workers (`Req`, `HttpWorker`, `http_workers`, `fresh_adds`) and the
 //!   result of an open-loop phase;
-//! - `write`: `add`, `add-batch`, `merge-hot`;
+//! - `write`: `add`, `add-keyed`, `add-batch`, `merge-hot`;
 //! - `read`: `check`, `list`;
 //! - `expire`: `expire` and the sweeper-lag histogram it reads from `/metrics`;
 //! - `fixture`: the shared 1M-item fixture and the scenarios on it that only observe the
@@ -40,8 +40,9 @@ use reference::References;
 use workers::{fresh_adds, http_workers, Paced};
 
 /// Every scenario, in the order of the printed table.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 10] = [
     "add",
+    "add-keyed",
     "add-batch",
     "merge-hot",
     "check",
@@ -54,8 +55,9 @@ pub const SCENARIOS: [&str; 9] = [
 
 /// The order `all` runs them in: the fixture scenarios back to back so the 1M items are
 /// loaded once (footprint right after loading, restart last because it kills the daemon).
-pub const RUN_ORDER: [&str; 9] = [
+pub const RUN_ORDER: [&str; 10] = [
     "add",
+    "add-keyed",
     "add-batch",
     "merge-hot",
     "list",
@@ -102,6 +104,7 @@ impl Bench {
     pub async fn run(&mut self, scenario: &str) -> Result<Vec<Row>, String> {
         match scenario {
             "add" => self.add().await,
+            "add-keyed" => self.add_keyed().await,
             "add-batch" => self.add_batch().await,
             "merge-hot" => self.merge_hot().await,
             "check" => self.check().await,

@@ -55,6 +55,7 @@ impl Bench {
                         body: None,
                         items: 1,
                         ok: &[StatusCode::OK, StatusCode::NOT_FOUND],
+                        idempotency_key: None,
                     }
                 } else {
                     Req {
@@ -63,6 +64,7 @@ impl Bench {
                         body: None,
                         items: 1,
                         ok: &[StatusCode::OK],
+                        idempotency_key: None,
                     }
                 }
             })
@@ -129,6 +131,7 @@ impl Bench {
                 body: None,
                 items: 1,
                 ok: &[StatusCode::OK],
+                idempotency_key: None,
             }),
         }];
         let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;

@@ -89,6 +89,7 @@ impl Bench {
                 body: None,
                 items: 1,
                 ok: &[StatusCode::OK],
+                idempotency_key: None,
             })
         })
         .await?;

@@ -18,6 +18,8 @@ pub(super) struct Req {
     pub(super) body: Option<Bytes>,
     pub(super) items: u64,
     pub(super) ok: &'static [StatusCode],
+    /// Sent as `Idempotency-Key` when set.
+    pub(super) idempotency_key: Option<String>,
 }
 
 /// A load worker on its own HTTP connection; `next` makes each request.
@@ -30,7 +32,14 @@ impl Worker for HttpWorker {
     async fn call(&mut self) -> Result<u64, String> {
         let req = (self.next)();
         expect_status(
-            self.http.send(req.method, &req.path, req.body).await?,
+            self.http
+                .send_keyed(
+                    req.method,
+                    &req.path,
+                    req.body,
+                    req.idempotency_key.as_deref(),
+                )
+                .await?,
             req.ok,
         )?;
         Ok(req.items)
@@ -75,7 +84,25 @@ pub(super) fn fresh_adds(
                 )),
                 items: 1,
                 ok,
+                idempotency_key: None,
             }
+        })
+    }
+}
+
+/// `make`'s requests, each with a fresh `Idempotency-Key` (`{worker}-{seq}`), as a client
+/// that retries safely sends them.
+pub(super) fn keyed(
+    mut make: impl FnMut(usize) -> Box<dyn FnMut() -> Req + Send>,
+) -> impl FnMut(usize) -> Box<dyn FnMut() -> Req + Send> {
+    move |w| {
+        let mut next = make(w);
+        let mut seq = 0u64;
+        Box::new(move || {
+            seq += 1;
+            let mut req = next();
+            req.idempotency_key = Some(format!("bench-{w}-{seq}"));
+            req
         })
     }
 }

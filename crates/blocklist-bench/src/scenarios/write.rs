@@ -1,15 +1,18 @@
-//! The write scenarios, each on a fresh daemon: `add`, `add-batch` and `merge-hot`.
+//! The write scenarios, each on a fresh daemon: `add`, `add-keyed`, `add-batch` and
+//! `merge-hot`.
 
 use hyper::body::Bytes;
 use hyper::{Method, StatusCode};
 
 use crate::client::{expect_status, Http};
 use crate::dataset;
-use crate::load::Rng;
+use crate::load::{Phase, Rng};
+use crate::procstat::CpuUse;
 use crate::report::{Role, Row};
+use crate::server::Server;
 
 use super::reference::ratio;
-use super::workers::{fresh_adds, http_workers, Req};
+use super::workers::{fresh_adds, http_workers, keyed, Req};
 use super::{Bench, CREATED};
 
 /// Hot ids of `merge-hot`.
@@ -54,6 +57,43 @@ impl Bench {
         ])
     }
 
+    /// `add-keyed`: `add` with a fresh `Idempotency-Key` on every POST, so the ratio to
+    /// `add` is the price of the idempotency record each keyed write also commits.
+    pub(super) async fn add_keyed(&mut self) -> Result<Vec<Row>, String> {
+        let (server, _dir) = self.fresh_daemon("add-keyed")?;
+        let add_rate = self.add_rate(&server).await?;
+        let workers = http_workers(
+            server.addr,
+            self.settings.concurrency,
+            keyed(fresh_adds("keyed", "/blocklist/taskmanagers", CREATED)),
+        )
+        .await?;
+        let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;
+        let note = format!(
+            "{} connections, 1 item per POST, a fresh Idempotency-Key each",
+            self.settings.concurrency
+        );
+        Ok(vec![vs_add_row(
+            "add-keyed",
+            &phase,
+            cpu,
+            add_rate,
+            0.9,
+            &note,
+        )])
+    }
+
+    /// `add`'s rate for a ratio: the one this run measured, or (a scenario run alone)
+    /// `add` measured on `server` now, before the scenario's own phase.
+    async fn add_rate(&mut self, server: &Server) -> Result<f64, String> {
+        if let Some(rate) = self.refs.add_rate {
+            return Ok(rate);
+        }
+        let (phase, _) = self.add_phase(server, self.settings.duration).await?;
+        self.refs.add_rate = Some(phase.ops_per_s());
+        Ok(phase.ops_per_s())
+    }
+
     /// `add-batch`: POSTs of 100 items on C/8 connections, in items/s.
     pub(super) async fn add_batch(&mut self) -> Result<Vec<Row>, String> {
         let (server, _dir) = self.fresh_daemon("add-batch")?;
@@ -80,6 +120,7 @@ impl Bench {
                     body: Some(Bytes::from(body)),
                     items: BATCH_ITEMS,
                     ok: CREATED,
+                    idempotency_key: None,
                 }
             })
         })
@@ -102,14 +143,7 @@ impl Bench {
     /// `merge-hot`: C connections merging (allowMerge) into 16 hot ids.
     pub(super) async fn merge_hot(&mut self) -> Result<Vec<Row>, String> {
         let (server, _dir) = self.fresh_daemon("merge-hot")?;
-        let add_rate = if let Some(rate) = self.refs.add_rate {
-            rate
-        } else {
-            // Run alone: measure `add` on this daemon first, for the ratio.
-            let (phase, _) = self.add_phase(&server, self.settings.duration).await?;
-            self.refs.add_rate = Some(phase.ops_per_s());
-            phase.ops_per_s()
-        };
+        let add_rate = self.add_rate(&server).await?;
         let mut http = Http::connect(server.addr).await?;
         for k in 0..HOT_IDS {
             expect_status(
@@ -138,20 +172,42 @@ impl Bench {
                     body: Some(dataset::one_item(&id, &cause, true)),
                     items: 1,
                     ok: &[StatusCode::ACCEPTED],
+                    idempotency_key: None,
                 }
             })
         })
         .await?;
         let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;
-        let mut ours = Row::from_phase("merge-hot", Role::Ours, &phase, cpu, false);
-        let vs_add = ratio(ours.ops_per_s, Some(add_rate));
-        ours.extra.insert("vs_add".into(), vs_add.unwrap_or(0.0));
-        ours.target("no errors", Some(phase.errors == 0));
-        ours.target("≥0.5× add", vs_add.map(|r| r >= 0.5));
-        ours.add_note(&format!(
-            "{} connections, {HOT_IDS} hot ids, allowMerge; vs_add = ops/s ÷ add's",
+        let note = format!(
+            "{} connections, {HOT_IDS} hot ids, allowMerge",
             self.settings.concurrency
-        ));
-        Ok(vec![ours])
+        );
+        Ok(vec![vs_add_row(
+            "merge-hot",
+            &phase,
+            cpu,
+            add_rate,
+            0.5,
+            &note,
+        )])
     }
+}
+
+/// The row of a scenario judged against `add`'s rate: no errors, and at least `min` × it
+/// (`vs_add`).
+fn vs_add_row(
+    scenario: &str,
+    phase: &Phase,
+    cpu: CpuUse,
+    add_rate: f64,
+    min: f64,
+    note: &str,
+) -> Row {
+    let mut ours = Row::from_phase(scenario, Role::Ours, phase, cpu, false);
+    let vs_add = ratio(ours.ops_per_s, Some(add_rate));
+    ours.extra.insert("vs_add".into(), vs_add.unwrap_or(0.0));
+    ours.target("no errors", Some(phase.errors == 0));
+    ours.target(format!("≥{min}× add"), vs_add.map(|r| r >= min));
+    ours.add_note(&format!("{note}; vs_add = ops/s ÷ add's"));
+    ours
 }
