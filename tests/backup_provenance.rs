@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -39,20 +37,12 @@ async fn an_export_imported_into_a_new_dir_keeps_the_reports_and_the_past_blocks
     assert_eq!(n1_before["reports"].as_array().unwrap().len(), 3);
     assert_eq!(n2_history.as_array().unwrap().len(), 1);
 
-    let exported = d
-        .client
-        .get(d.url("/blocklist/export"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let exported = d.export().await;
     d.terminate();
     let file = ws.tmp.path().join("export.jsonl");
     std::fs::write(&file, &exported).unwrap();
     let fresh = ws.tmp.path().join("restored");
-    import(&fresh, &file);
+    import_into(&fresh, &file);
 
     let restored = Daemon::start(&fresh, &ws.tmp.path().join("restored.log"), &[]);
     let (status, n1_after) = restored.get("/blocklist/nodes/n1").await;
@@ -88,7 +78,7 @@ async fn an_export_imported_into_a_new_dir_keeps_the_reports_and_the_past_blocks
 
     // Imported again, merging into the active n1: the merge is a fourth report, the newest,
     // from the imported item's source.
-    import(&fresh, &file);
+    import_into(&fresh, &file);
     let restored = Daemon::start(&fresh, &ws.tmp.path().join("merged.log"), &[]);
     let (_, n1_merged) = restored.get("/blocklist/nodes/n1").await;
     assert_eq!(n1_merged["reportCount"], 4, "{n1_merged}");
@@ -97,19 +87,4 @@ async fn an_export_imported_into_a_new_dir_keeps_the_reports_and_the_past_blocks
     assert_eq!(reports[0]["source"], "detector-a");
     assert_eq!(reports[0]["timestamp"], n1_merged["lastReportTimestamp"]);
     assert_eq!(reports[1..], n1_before["reports"].as_array().unwrap()[..]);
-}
-
-/// `blocklistd import --data-dir data_dir file`, which must succeed.
-fn import(data_dir: &Path, file: &Path) {
-    let out = blocklistd(&[
-        "import".as_ref(),
-        "--data-dir".as_ref(),
-        data_dir.as_os_str(),
-        file.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

@@ -42,14 +42,7 @@ async fn send(d: &Daemon, method: &Method, path: &str, body: Option<&Value>) -> 
 
 /// Everything the daemon holds, as `GET /blocklist/export` writes it, and its revision.
 async fn snapshot(d: &Daemon) -> (String, u64) {
-    let response = d
-        .client
-        .get(d.url("/blocklist/export"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let export = response.text().await.unwrap();
+    let export = d.export().await;
     let revision = d.listing().await["revision"].as_u64().unwrap();
     (export, revision)
 }

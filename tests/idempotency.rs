@@ -98,14 +98,9 @@ async fn send_with(
     }
 }
 
-/// The revision of the last change.
-async fn revision(d: &Daemon) -> u64 {
-    d.listing().await["revision"].as_u64().unwrap()
-}
-
 /// Every event in the log, oldest first (the log keeps them all in these tests).
 async fn events(d: &Daemon) -> Vec<FeedEvent> {
-    let head = revision(d).await;
+    let head = d.revision().await;
     let mut watch = Watch::open(d, Some(0), None).await.expect("a watch");
     watch.take(usize::try_from(head).unwrap()).await
 }
@@ -194,7 +189,7 @@ async fn the_same_key_with_another_request_is_refused_and_writes_nothing() {
     let add = json!([item("n1", "MARK_BLOCKED", "disk")]);
     let first = send(&d, Method::POST, "/blocklist/nodes", Some("k"), Some(&add)).await;
     assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
-    let before = (d.listing().await, revision(&d).await);
+    let before = (d.listing().await, d.revision().await);
     let other_body = json!([item("n2", "MARK_BLOCKED", "disk")]);
     let other_cause = json!([item("n1", "MARK_BLOCKED", "disks")]);
     for (method, path, body) in [
@@ -222,7 +217,7 @@ async fn the_same_key_with_another_request_is_refused_and_writes_nothing() {
         );
         assert!(!answer.is_replay());
     }
-    assert_eq!((d.listing().await, revision(&d).await), before);
+    assert_eq!((d.listing().await, d.revision().await), before);
     // The same request still replays.
     let again = send(&d, Method::POST, "/blocklist/nodes", Some("k"), Some(&add)).await;
     assert!(again.is_replay(), "{again:?}");
@@ -419,7 +414,7 @@ async fn an_acknowledged_patch_replays_after_kill_9_and_applies_once() {
     assert!(!first.is_replay(), "{first:?}");
     assert_eq!(first.json()["cause"], "disk,smart");
     assert_ne!(first.etag, read.etag, "a new state: {first:?}");
-    let head = revision(&d).await;
+    let head = d.revision().await;
     d.kill9();
 
     let d = ws.start(&[]);
@@ -434,7 +429,7 @@ async fn an_acknowledged_patch_replays_after_kill_9_and_applies_once() {
     .await;
     assert!(again.is_replay(), "{again:?}");
     assert_eq!(again.first(), first.first(), "{again:?}");
-    assert_eq!(revision(&d).await, head, "nothing applied again");
+    assert_eq!(d.revision().await, head, "nothing applied again");
     assert_eq!(of(&events(&d).await, "node", "n1"), ["added", "updated"]);
     let (_, stored) = d.get("/blocklist/nodes/n1").await;
     assert_eq!(
@@ -492,7 +487,7 @@ async fn an_acknowledged_patch_replays_after_kill_9_and_applies_once() {
             "{headers:?}: {reused:?}"
         );
     }
-    assert_eq!(revision(&d).await, head);
+    assert_eq!(d.revision().await, head);
 }
 
 /// An unblock by selector that was acknowledged, then the daemon killed: its retry replays
@@ -529,11 +524,11 @@ async fn an_unblock_by_selector_replays_its_list() {
         d.post("/blocklist/nodes", again_add).await.0,
         StatusCode::CREATED
     );
-    let head = revision(&d).await;
+    let head = d.revision().await;
     let again = send(&d, Method::DELETE, path, Some("sel-1"), None).await;
     assert!(again.is_replay(), "{again:?}");
     assert_eq!(again.first(), first.first(), "the first list: {again:?}");
-    assert_eq!(revision(&d).await, head, "nothing removed again");
+    assert_eq!(d.revision().await, head, "nothing removed again");
     assert_eq!(d.get("/blocklist/nodes/n1").await.0, StatusCode::OK);
     assert_eq!(d.get("/blocklist/nodes/n3").await.0, StatusCode::OK);
     let events = events(&d).await;
@@ -566,7 +561,7 @@ async fn an_allowlist_put_replays() {
     )
     .await;
     assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
-    let head = revision(&d).await;
+    let head = d.revision().await;
     let again = send(
         &d,
         Method::PUT,
@@ -578,7 +573,7 @@ async fn an_allowlist_put_replays() {
     assert!(again.is_replay(), "{again:?}");
     // Byte for byte, `addedAt` included: without the key the put would answer 200 (replaced).
     assert_eq!(again.first(), first.first());
-    assert_eq!(revision(&d).await, head, "nothing applied");
+    assert_eq!(d.revision().await, head, "nothing applied");
 }
 
 #[tokio::test]
@@ -661,7 +656,7 @@ async fn a_malformed_key_is_refused() {
         let message = answer.json()["errors"][0].as_str().unwrap().to_owned();
         assert!(message.starts_with("Idempotency-Key: "), "{message}");
     }
-    assert_eq!(revision(&d).await, 0, "nothing written");
+    assert_eq!(d.revision().await, 0, "nothing written");
     // The draft's form, a quoted string, names the same key as the bare one.
     let first = send(
         &d,

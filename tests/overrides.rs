@@ -153,7 +153,7 @@ async fn an_allowlisted_id_is_refused_inside_a_batch_and_nothing_of_it_is_writte
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 
-    let before = export(&d).await;
+    let before = d.export().await;
     let batch = json!([
         {"id": "web-1", "action": "MARK_BLOCKED", "cause": "c"},
         {"id": "db-7", "action": "MARK_BLOCKED", "cause": "c"},
@@ -167,7 +167,7 @@ async fn an_allowlisted_id_is_refused_inside_a_batch_and_nothing_of_it_is_writte
         error.starts_with("items[1] (id \"db-7\"): allowlist: node \"db-7\" is on the allowlist (the prefix entry \"db-\": \"databases\", added by alice)"),
         "{error}"
     );
-    assert_eq!(export(&d).await, before, "nothing of the batch was written");
+    assert_eq!(d.export().await, before, "nothing of the batch was written");
 
     // Listed, removed, and then the id may be blocked again.
     let listed = d.get("/allowlist").await.1;
@@ -191,17 +191,6 @@ async fn an_allowlisted_id_is_refused_inside_a_batch_and_nothing_of_it_is_writte
         .0,
         StatusCode::CREATED
     );
-}
-
-async fn export(d: &Daemon) -> String {
-    d.client
-        .get(d.url("/blocklist/export"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -378,21 +367,11 @@ async fn the_policy_and_the_allowlist_travel_in_an_export_and_an_import() {
     let policy = d.get("/policy").await.1;
     let entries = d.get("/allowlist").await.1["entries"].clone();
     let file = ws.tmp.path().join("export.jsonl");
-    std::fs::write(&file, export(&d).await).unwrap();
+    std::fs::write(&file, d.export().await).unwrap();
     d.kill9();
 
     let fresh = ws.tmp.path().join("restored");
-    let out = blocklistd(&[
-        "import".as_ref(),
-        "--data-dir".as_ref(),
-        fresh.as_os_str(),
-        file.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_into(&fresh, &file);
     let log = ws.tmp.path().join("restored.log");
     let d = Daemon::start(&fresh, &log, &[]);
     assert_eq!(d.get("/policy").await.1, policy);

@@ -82,11 +82,6 @@ fn timed(id: &str, action: &str, cause: &str, timeout: i64) -> Value {
     json!({"id": id, "action": action, "cause": cause, "timeout": timeout})
 }
 
-/// The revision of the blocklist.
-async fn revision(d: &Daemon) -> u64 {
-    d.listing().await["revision"].as_u64().unwrap()
-}
-
 /// Runs `blocklistd check` on a stopped daemon's data dir and asserts that it passes.
 fn assert_check_passes(dir: &Path) {
     let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
@@ -375,7 +370,7 @@ async fn a_patch_shortens_an_item_and_the_sweeper_honours_the_new_end() {
     )
     .await;
     let (old, _) = get_item(&d, path).await;
-    let mut watch = Watch::open(&d, Some(revision(&d).await), None)
+    let mut watch = Watch::open(&d, Some(d.revision().await), None)
         .await
         .unwrap();
     let before = now_ms();
@@ -432,7 +427,7 @@ async fn a_patch_downgrades_and_extends_in_one_updated_event() {
     )
     .await;
     let (old, old_tag) = get_item(&d, path).await;
-    let from = revision(&d).await;
+    let from = d.revision().await;
     let mut watch = Watch::open(&d, Some(from), None).await.unwrap();
     let before = now_ms();
     let (status, headers, body) = request(
@@ -501,7 +496,7 @@ async fn if_match_refuses_a_stale_tag_and_accepts_the_current_one_or_any() {
     .await;
     let (item, tag) = get_item(&d, path).await;
     assert_eq!(tag, format!("\"{}\"", item["revision"]));
-    let from = revision(&d).await;
+    let from = d.revision().await;
 
     let stale = format!("\"{}\"", item["revision"].as_u64().unwrap() + 100);
     let (status, _, body) = patch(&d, path, Some(&stale), json!({"action": EVAC})).await;
@@ -513,13 +508,13 @@ async fn if_match_refuses_a_stale_tag_and_accepts_the_current_one_or_any() {
     );
     // Nothing written: the same item and tag, the same revision, no event.
     assert_eq!(get_item(&d, path).await, (item.clone(), tag.clone()));
-    assert_eq!(revision(&d).await, from);
+    assert_eq!(d.revision().await, from);
     // A tag of another form or a weak one matches nothing either.
     for other in ["W/\"1\"", "1", "\"x\""] {
         let (status, _, _) = patch(&d, path, Some(other), json!({"action": EVAC})).await;
         assert_eq!(status, StatusCode::PRECONDITION_FAILED, "{other}");
     }
-    assert_eq!(revision(&d).await, from);
+    assert_eq!(d.revision().await, from);
 
     let mut watch = Watch::open(&d, Some(from), None).await.unwrap();
     let listed = format!("{stale}, {tag}");
@@ -542,7 +537,7 @@ async fn if_match_refuses_a_stale_tag_and_accepts_the_current_one_or_any() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["cause"], "c,any");
     assert_eq!(etag(&headers), format!("\"{}\"", from + 2));
-    assert_eq!(revision(&d).await, from + 2);
+    assert_eq!(d.revision().await, from + 2);
     // Nothing to match: a PATCH of an id not blocked is 404.
     let (status, _, _) = patch(
         &d,
@@ -717,7 +712,7 @@ async fn sources_come_from_the_element_the_header_or_the_token_name() {
     );
 
     // Invalid headers: 400 naming the header (and what is wrong), nothing written.
-    let from = revision(&d).await;
+    let from = d.revision().await;
     let long = "x".repeat(200);
     for (bad, what) in [(long.as_str(), "200 bytes"), ("tab\there", "control")] {
         let headers = [auth, ("Blocklist-Source", bad)];
@@ -752,7 +747,7 @@ async fn sources_come_from_the_element_the_header_or_the_token_name() {
         StatusCode::NOT_FOUND
     );
     assert_eq!(get_item(&d, "/blocklist/nodes/by-header").await.0, stored);
-    assert_eq!(revision(&d).await, from);
+    assert_eq!(d.revision().await, from);
     // An invalid element source is a 400 naming the element's field.
     let (status, _, body) = request(
         &d,
@@ -770,7 +765,7 @@ async fn sources_come_from_the_element_the_header_or_the_token_name() {
             .contains(".source: is 200 bytes"),
         "{body}"
     );
-    assert_eq!(revision(&d).await, from);
+    assert_eq!(d.revision().await, from);
 
     // Without a token file nor a header: `unknown`.
     let mut ws = Workspace::new();

@@ -44,11 +44,6 @@ async fn delete_as(d: &Daemon, path: &str, caller: &str) -> (StatusCode, Value, 
     (status, body, revision, dry)
 }
 
-/// The revision the daemon is at.
-async fn revision(d: &Daemon) -> u64 {
-    d.listing().await["revision"].as_u64().unwrap()
-}
-
 /// Every event up to revision `upto`, from the feed's start.
 async fn events_upto(d: &Daemon, upto: u64) -> Vec<FeedEvent> {
     let mut watch = Watch::open(d, Some(0), None).await.unwrap();
@@ -100,7 +95,7 @@ async fn a_selector_delete_removes_exactly_the_matching_items() {
     again["allowMerge"] = json!(true);
     add(&d, "taskmanagers", vec![again]).await;
     add(&d, "nodes", vec![from("n1", "det-a", "disk full")]).await;
-    let before = revision(&d).await;
+    let before = d.revision().await;
 
     let (status, body, rev, dry) = delete_as(
         &d,
@@ -148,7 +143,7 @@ async fn a_selector_delete_removes_exactly_the_matching_items() {
     let (status, body, _, _) = delete_as(&d, "/blocklist/nodes?cause=full", "op").await;
     assert_eq!((status, body["count"].clone()), (StatusCode::OK, json!(1)));
     assert_eq!(ids(&body["removed"]), ["n1"]);
-    let at = revision(&d).await;
+    let at = d.revision().await;
     let (status, body, rev, _) = delete_as(&d, "/blocklist/nodes?source=nobody", "op").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, json!({"count": 0, "removed": []}));
@@ -369,7 +364,7 @@ async fn concurrent_adds_never_leave_a_matching_item_half_removed() {
     assert!(count >= 300, "at least the pre-added det-a items: {count}");
     let removed: BTreeSet<String> = ids(&body["removed"]).into_iter().collect();
 
-    let last = revision(&d).await;
+    let last = d.revision().await;
     let events = events_upto(&d, last).await;
     let by_source = |state: &BTreeMap<String, Value>, source: &str| -> BTreeSet<String> {
         state

@@ -6,6 +6,18 @@ use serde_json::Value;
 use super::Daemon;
 
 impl Daemon {
+    /// The body of `GET /blocklist/export`, which must answer 200: the store as JSON lines.
+    pub async fn export(&self) -> String {
+        let response = self
+            .client
+            .get(self.url("/blocklist/export"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "GET /blocklist/export");
+        response.text().await.unwrap()
+    }
+
     /// Sends a request with an optional JSON body; returns status and parsed body
     /// (`Value::Null` when empty).
     pub async fn call(
@@ -61,6 +73,11 @@ impl Daemon {
         let (status, body) = self.get("/blocklist").await;
         assert_eq!(status, StatusCode::OK, "{body}");
         body
+    }
+
+    /// The revision `GET /blocklist` reports: every change committed before it.
+    pub async fn revision(&self) -> u64 {
+        self.listing().await["revision"].as_u64().unwrap()
     }
 }
 

@@ -182,6 +182,21 @@ pub fn blocklistd(args: &[&std::ffi::OsStr]) -> std::process::Output {
         .expect("run blocklistd")
 }
 
+/// `blocklistd import --data-dir data_dir file` (merging), which must succeed.
+pub fn import_into(data_dir: &Path, file: &Path) {
+    let out = blocklistd(&[
+        "import".as_ref(),
+        "--data-dir".as_ref(),
+        data_dir.as_os_str(),
+        file.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs the binary to completion with these arguments; returns status and stderr.
 pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
     let mut child = Command::new(&*BIN)

@@ -3,7 +3,8 @@
 //! the bearer token, and `watch` — including its resume after a dropped connection. The
 //! guardrail commands (policy, allowlist, hold-off, force) are in `cli/guardrails.rs`; who
 //! reported what and the unblock by selector (`get`'s reports and past blocks, `history`,
-//! `update`, `remove --by-source`) in `cli/provenance.rs`.
+//! `update`, `remove --by-source`) in `cli/provenance.rs`; a write sent again after a lost
+//! answer, with its `Idempotency-Key`, in `cli/retry.rs` (against `cli/stand_in.rs`).
 
 // The daemon's own test harness, shared rather than copied: it starts the real daemon binary
 // and speaks HTTP to it.
@@ -28,7 +29,14 @@ mod guardrails;
 #[path = "cli/provenance.rs"]
 mod provenance;
 
+#[path = "cli/retry.rs"]
+mod retry;
+
+#[path = "cli/stand_in.rs"]
+mod stand_in;
+
 use run::*;
+use stand_in::{stand_in, Answer};
 
 #[test]
 fn add_list_get_remove_in_human_and_json_form() {
@@ -309,26 +317,12 @@ fn unreachable_server_exits_2() {
 #[test]
 fn token_is_sent_as_bearer_and_never_printed() {
     // A stand-in server that records the request and refuses it, as an auth check would.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let server = format!("http://{}", listener.local_addr().unwrap());
-    let recorder = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            stream.read_exact(&mut byte).unwrap();
-            head.push(byte[0]);
-        }
-        let body = r#"{"errors":["token rejected"]}"#;
-        write!(
-            stream,
-            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        String::from_utf8(head).unwrap()
-    });
+    let body = r#"{"errors":["token rejected"]}"#;
+    let (server, recorder) = stand_in(vec![Answer::Reply(format!(
+        "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))]);
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret-token-xyz\n").unwrap();
@@ -337,7 +331,7 @@ fn token_is_sent_as_bearer_and_never_printed() {
         &server,
         &["--token-file", token_file.to_str().unwrap(), "list"],
     ));
-    let head = recorder.join().unwrap().to_ascii_lowercase();
+    let head = &recorder.join().unwrap()[0];
     assert!(
         head.contains("\r\nauthorization: bearer s3cret-token-xyz\r\n"),
         "{head}"
@@ -458,139 +452,6 @@ fn watch_refused_exits_1() {
     // A revision ahead of the daemon's: 410 Gone, with the daemon's advice.
     let run = cli(&d, &["watch", "--since", "999"]);
     assert_refused(&run, &["410 Gone", "list again"]);
-}
-
-/// Reads one HTTP request (head and `content-length` body) from `stream`; its head, lower
-/// case.
-fn read_request(stream: &mut TcpStream) -> String {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
-    let length = head
-        .lines()
-        .find_map(|line| line.strip_prefix("content-length: "))
-        .map_or(0, |n| n.trim().parse().unwrap());
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).unwrap();
-    head
-}
-
-/// The value of `name` in a request head.
-fn header_of<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name}: ")))
-        .map(str::trim)
-}
-
-#[test]
-fn a_write_that_got_no_answer_is_sent_again_with_its_idempotency_key() {
-    // A stand-in server: the first attempt is read and its connection dropped unanswered
-    // (as a daemon killed after the write, or a lost answer); the second is answered.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let server = format!("http://{}", listener.local_addr().unwrap());
-    let recorder = std::thread::spawn(move || {
-        let mut heads = Vec::new();
-        for answer in [false, true] {
-            let (mut stream, _) = listener.accept().unwrap();
-            heads.push(read_request(&mut stream));
-            if answer {
-                write!(
-                    stream,
-                    "HTTP/1.1 201 Created\r\nx-blocklist-revision: 1\r\n\
-                     content-length: 0\r\nconnection: close\r\n\r\n"
-                )
-                .unwrap();
-            } else {
-                stream.shutdown(Shutdown::Both).unwrap();
-            }
-        }
-        heads
-    });
-    let run = run_cmd(command(&server, &["add", "node", "n1", "--cause", "disk"])).ok();
-    assert!(run.stdout.starts_with("blocked node n1"), "{run:?}");
-    let heads = recorder.join().unwrap();
-    let keys: Vec<&str> = heads
-        .iter()
-        .map(|head| header_of(head, "idempotency-key").expect("a key on every attempt"))
-        .collect();
-    assert_eq!(keys[0], keys[1], "one key for the write and its retry");
-    assert_eq!(keys[0].len(), 36, "a UUID: {keys:?}");
-    // Another write gets another key; a read gets none.
-    let d = {
-        let mut ws = Workspace::new();
-        let d = ws.start(&[]);
-        (ws, d)
-    };
-    let proxy = Proxy::start(d.1.addr);
-    let through = format!("http://{}", proxy.addr);
-    run_cmd(command(&through, &["add", "node", "n2", "--cause", "disk"])).ok();
-    run_cmd(command(&through, &["list"])).ok();
-    let sent = proxy.sent_text();
-    let sent_keys: Vec<&str> = sent
-        .split("\r\n\r\n")
-        .filter_map(|head| header_of(head, "idempotency-key"))
-        .collect();
-    assert_eq!(sent_keys.len(), 1, "{sent}");
-    assert_ne!(sent_keys[0], keys[0]);
-}
-
-#[test]
-fn a_retried_write_carries_its_headers_with_its_key() {
-    // As above, but an update with `--if-match` and `--source`: the retry is the same
-    // request (the daemon's fingerprint covers those headers), so it must carry them again.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let server = format!("http://{}", listener.local_addr().unwrap());
-    let recorder = std::thread::spawn(move || {
-        let mut heads = Vec::new();
-        for answer in [false, true] {
-            let (mut stream, _) = listener.accept().unwrap();
-            heads.push(read_request(&mut stream));
-            if answer {
-                write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                     x-blocklist-revision: 13\r\ncontent-length: 2\r\n\
-                     connection: close\r\n\r\n{{}}"
-                )
-                .unwrap();
-            } else {
-                stream.shutdown(Shutdown::Both).unwrap();
-            }
-        }
-        heads
-    });
-    let args = [
-        "--json",
-        "update",
-        "node",
-        "n1",
-        "--timeout",
-        "30m",
-        "--if-match",
-        "12",
-        "--source",
-        "operator:alice",
-    ];
-    let run = run_cmd(command(&server, &args)).ok();
-    assert_eq!(run.stdout.trim(), "{}", "{run:?}");
-    let heads = recorder.join().unwrap();
-    for name in ["idempotency-key", "if-match", "blocklist-source"] {
-        let values: Vec<Option<&str>> = heads.iter().map(|head| header_of(head, name)).collect();
-        assert!(
-            values[0].is_some(),
-            "{name} on the first attempt: {heads:?}"
-        );
-        assert_eq!(values[0], values[1], "{name} on both attempts");
-    }
-    assert_eq!(header_of(&heads[1], "if-match"), Some("\"12\""));
-    assert_eq!(
-        header_of(&heads[1], "blocklist-source"),
-        Some("operator:alice")
-    );
 }
 
 /// A TCP proxy in front of the daemon whose connections the test can cut, and which
