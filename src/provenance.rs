@@ -44,6 +44,43 @@ pub struct Report {
     pub cause: String,
 }
 
+impl Block {
+    /// The report that created the block, as the block itself tells it: its first report's
+    /// time and source, its action, cause and end (the end asked for, before escalation
+    /// lengthened it). While the block has that one report, and the report is exactly this,
+    /// the store keeps no copy of it: a fresh add writes the item alone, and the report is
+    /// stored at the block's next report ([`Block::implies_first`]).
+    pub fn first_report(&self) -> Report {
+        Report {
+            timestamp: self.provenance.first_report,
+            source: self.provenance.source.clone(),
+            operation: Operation::Add,
+            action: self.action,
+            end_timestamp: self.requested_end(),
+            cause: self.cause.clone(),
+        }
+    }
+
+    /// Whether `report`, the only one the block has, is its [`Block::first_report`].
+    pub fn implies_first(&self, report: &Report) -> bool {
+        self.provenance.reports == 1
+            && report.timestamp == self.provenance.first_report
+            && report.source == self.provenance.source
+            && report.operation == Operation::Add
+            && report.action == self.action
+            && report.end_timestamp == self.requested_end()
+            && report.cause == self.cause
+    }
+
+    /// The end the block's creating add asked for.
+    fn requested_end(&self) -> i64 {
+        match self.escalated {
+            Some(e) => self.start.saturating_add(e.requested_timeout),
+            None => self.end,
+        }
+    }
+}
+
 /// What made a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]

@@ -414,8 +414,8 @@ pub fn entry_end(map: &Map<String, Value>, now: i64) -> Result<Option<i64>, Vec<
     }
 }
 
-/// The absolute end time: `now + timeout`, the given `endTimestamp`, or permanent.
-/// The end an element asks for, and its timeout when it gave one.
+/// The end an element asks for (`now + timeout`, the given `endTimestamp`, or permanent),
+/// and its timeout when it gave one.
 fn resolve_end(
     map: &Map<String, Value>,
     now: i64,

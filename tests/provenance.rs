@@ -798,5 +798,7 @@ async fn a_permanent_block_removed_keeps_its_end_in_the_history() {
     assert_eq!(get_item(&d, path).await.0["cause"], "again");
 }
 
+#[path = "provenance/first_report.rs"]
+mod first_report;
 #[path = "provenance/invariants.rs"]
 mod invariants;

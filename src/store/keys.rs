@@ -30,7 +30,8 @@
 //! the item's reports from 0) modulo [`MAX_REPORTS`]: an item's reports are a ring of fixed
 //! keys, each new one overwriting the oldest, so a detector re-reporting a hot id rewrites
 //! one key instead of adding one and deleting another (which, at the two ends of the id's
-//! range, would split and merge the tree's leaves all the time).
+//! range, would split and merge the tree's leaves all the time). Slot 0 may be absent while
+//! the item's one report is the one the item implies (`commit::Tx::add_reports`).
 //!
 //! `node_tms` is the node → task managers index. The 0x00 separator is unambiguous because
 //! ids never hold control characters, so the prefix `node ++ 0x00` matches exactly the

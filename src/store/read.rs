@@ -27,24 +27,25 @@ impl Store {
 
     /// The kept reports of `(kind, id)`'s stored block, newest first; `seen` records what
     /// the answer depends on (scanned before the item's stamp is taken: a report is written
-    /// with its item, so the stamp covers every report the scan saw).
+    /// with its item, so the stamp covers every report the scan saw). A block's only report
+    /// may be implied by the block rather than stored ([`Block::first_report`]).
     pub fn reports(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<Report>> {
         let trees = &self.handles()?.trees;
         let key = keys::item_key(kind, id);
-        // The item's (count, revision): the count orders the ring (its newest report is
-        // number count - 1), the revision tells whether a write came between the reads.
-        let state = || -> Result<(u64, u64)> {
-            Ok(match trees.items.get(&key)? {
-                Some(bytes) => {
-                    let block = decode(&key, &bytes)?;
-                    (block.provenance.reports, block.revision)
-                }
-                None => (0, 0),
-            })
+        let block = || -> Result<Option<Block>> {
+            trees
+                .items
+                .get(&key)?
+                .map(|bytes| decode(&key, &bytes))
+                .transpose()
         };
+        // The block's report count orders the ring (its newest report is number count - 1);
+        // its revision tells whether a write came between the reads.
+        let state =
+            |block: &Option<Block>| block.as_ref().map(|b| (b.provenance.reports, b.revision));
         let prefix = keys::numbered_prefix(kind, id);
-        let (count, slots) = loop {
-            let before = state()?;
+        let (block, mut slots) = loop {
+            let before = block()?;
             let mut slots = std::collections::HashMap::new();
             for entry in trees.reports.scan_prefix(&prefix) {
                 let (slot_key, bytes) = entry?;
@@ -56,12 +57,18 @@ impl Store {
                     })?;
                 slots.insert(slot, report);
             }
-            if state()? == before {
-                break (before.0, slots);
+            if state(&block()?) == state(&before) {
+                break (before, slots);
             }
         };
         self.saw(seen, Watched::Item(kind, id));
-        let mut slots = slots;
+        let Some(block) = block else {
+            return Ok(Vec::new());
+        };
+        let count = block.provenance.reports;
+        if count == 1 && !slots.contains_key(&0) {
+            slots.insert(0, block.first_report());
+        }
         Ok((count.saturating_sub(MAX_REPORTS)..count)
             .rev()
             .filter_map(|n| slots.remove(&(n % MAX_REPORTS)))

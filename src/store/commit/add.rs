@@ -137,7 +137,7 @@ impl Command for Add {
                 .and_then(Option::as_mut)
                 .expect("every touched id ends with a block");
             tx.store(kind, id, stored[id].as_ref(), block)?;
-            tx.add_reports(kind, id, block.provenance.reports, &reports[id])?;
+            tx.add_reports(kind, id, stored[id].as_ref(), block, &reports[id])?;
             if !block.is_permanent() {
                 earliest_end = earlier(earliest_end, Some(block.end));
             }

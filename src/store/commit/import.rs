@@ -71,7 +71,7 @@ impl Command for Import {
                         end_timestamp: item.end_timestamp,
                         cause: item.cause.clone(),
                     };
-                    tx.add_reports(kind, id, merged.provenance.reports, &[report])?;
+                    tx.add_reports(kind, id, Some(existing), &merged, &[report])?;
                     (merged, None)
                 }
                 _ => {
@@ -86,7 +86,7 @@ impl Command for Import {
             // Kept newest first; stored numbered oldest first, ending at the count.
             if let Some(reports) = reports {
                 let oldest_first: Vec<Report> = reports.iter().rev().cloned().collect();
-                tx.add_reports(kind, id, block.provenance.reports, &oldest_first)?;
+                tx.add_reports(kind, id, None, &block, &oldest_first)?;
             }
             if !block.is_permanent() {
                 earliest_end = earlier(earliest_end, Some(block.end));

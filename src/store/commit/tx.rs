@@ -449,20 +449,34 @@ impl Tx<'_> {
         self.keep_past(kind, id, block, &ending)
     }
 
-    /// Stores the reports `new` of `(kind, id)`, whose block now counts `total` reports (the
-    /// new ones its last): each overwrites the report [`MAX_REPORTS`] older in its slot of
-    /// the ring ([`keys::report_key`]), so only the most recent are kept.
+    /// Stores the reports `new` of `(kind, id)`, whose block was `before` (when they merge
+    /// into or update a stored block) and is now `after` (the new ones its last reports):
+    /// each overwrites the report [`MAX_REPORTS`] older in its slot of the ring
+    /// ([`keys::report_key`]), so only the most recent are kept.
+    ///
+    /// Invariant: report 0 is absent only while the block has that one report and it is the
+    /// block's [`Block::first_report`] (readers rebuild it). So the ring of a fresh add stays
+    /// empty, and the block's second report first stores the one `before` implied.
     pub(super) fn add_reports(
         &self,
         kind: Kind,
         id: &str,
-        total: u64,
+        before: Option<&Block>,
+        after: &Block,
         new: &[Report],
     ) -> TxResult<()> {
-        let before = total.saturating_sub(new.len() as u64);
+        let total = after.provenance.reports;
+        let first_new = total.saturating_sub(new.len() as u64);
+        if let Some(before) = before.filter(|_| first_new == 1) {
+            let key = keys::report_key(kind, id, 0);
+            if self.reports.get(&key)?.is_none() {
+                self.reports
+                    .insert(key, codec::encode_report(&before.first_report()))?;
+            }
+        }
         let kept_from = total.saturating_sub(MAX_REPORTS);
-        for (n, report) in (before..total).zip(new) {
-            if n >= kept_from {
+        for (n, report) in (first_new..total).zip(new) {
+            if n >= kept_from && !(n == 0 && after.implies_first(report)) {
                 self.reports
                     .insert(keys::report_key(kind, id, n), codec::encode_report(report))?;
             }

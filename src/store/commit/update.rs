@@ -125,7 +125,7 @@ impl Command for Update {
             end_timestamp: new.end,
             cause: self.change.cause.clone().unwrap_or_default(),
         };
-        tx.add_reports(kind, id, new.provenance.reports, &[report])?;
+        tx.add_reports(kind, id, Some(&old), &new, &[report])?;
         let earliest_end = (!new.is_permanent()).then_some(new.end);
         Ok(Ok(Applied {
             outcome: UpdateOutcome::Updated(Item::new(id.to_owned(), new)),
