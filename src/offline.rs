@@ -228,10 +228,16 @@ fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>, output: Output) -> Re
             expired += 1;
             continue;
         }
-        // Salvage reads items only: their provenance summary, not their kept reports.
+        // Salvage reads items only: their provenance summary, not their kept reports, but
+        // an item's only report is the one the item itself implies, as the export shows it.
+        let reports = if item.report_count == 1 {
+            vec![item.block().first_report()]
+        } else {
+            Vec::new()
+        };
         let record = backup::Record::Item {
             kind,
-            reports: Vec::new(),
+            reports,
             item,
         };
         backup::write_record(&mut text, &record);
