@@ -252,6 +252,13 @@ pub struct Config {
     #[arg(long, env = "BLOCKLISTD_AUTH_READS", default_value_t = false, action = ArgAction::Set)]
     pub auth_reads: bool,
 
+    /// Lets pages served from ORIGIN (`scheme://host[:port]`, exactly as the browser sends
+    /// it) call the API and follow the feed from a browser (CORS). Repeatable; without it,
+    /// no page of another origin may. The console at /ui needs none.
+    #[arg(long = "cors-origin", env = "BLOCKLISTD_CORS_ORIGINS", value_delimiter = ',',
+          value_parser = parse_origin)]
+    pub cors_origins: Vec<String>,
+
     /// Allow listening on a non-loopback address without --token-file.
     #[arg(long, env = "BLOCKLISTD_ALLOW_UNAUTHENTICATED")]
     pub allow_unauthenticated: bool,
@@ -281,6 +288,30 @@ pub struct Config {
     /// How long shutdown waits for in-flight requests before exiting anyway, in seconds.
     #[arg(long, env = "BLOCKLISTD_SHUTDOWN_TIMEOUT", default_value_t = 10)]
     pub shutdown_timeout: u64,
+}
+
+/// An origin as a browser sends it in `Origin`: `http` or `https`, a host, an optional
+/// port, nothing else (no path, no wildcard).
+fn parse_origin(text: &str) -> Result<String, String> {
+    let example = "an origin such as https://console.example.com or http://127.0.0.1:8080";
+    let uri: axum::http::Uri = text.parse().map_err(|e| format!("{e}: give {example}"))?;
+    let scheme = uri.scheme_str().filter(|s| matches!(*s, "http" | "https"));
+    let (Some(scheme), Some(authority)) = (scheme, uri.authority()) else {
+        return Err(format!("{text:?} is not {example}"));
+    };
+    if authority.as_str().contains('@')
+        || uri.path() != "/"
+        || uri.query().is_some()
+        || text.ends_with('/')
+    {
+        return Err(format!(
+            "{text:?} is not {example} (no path, user or trailing slash)"
+        ));
+    }
+    Ok(format!(
+        "{scheme}://{}",
+        authority.as_str().to_ascii_lowercase()
+    ))
 }
 
 /// A retention as people write it (`24h`, `90m`, `7d`, `1h 30m`), at least a second.
@@ -545,5 +576,29 @@ mod tests {
         assert!(parse_retention("500ms").is_err());
         assert!(parse_retention("0s").is_err());
         assert!(parse_retention("forever").is_err());
+    }
+
+    #[test]
+    fn origins_as_browsers_send_them() {
+        assert_eq!(
+            parse_origin("https://Console.Example.com"),
+            Ok("https://console.example.com".into())
+        );
+        assert_eq!(
+            parse_origin("http://127.0.0.1:8080"),
+            Ok("http://127.0.0.1:8080".into())
+        );
+        for bad in [
+            "*",
+            "null",
+            "console.example.com",
+            "ftp://example.com",
+            "https://example.com/",
+            "https://example.com/ui",
+            "https://user@example.com",
+            "https://example.com?x=1",
+        ] {
+            assert!(parse_origin(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -129,6 +129,7 @@ pub async fn run(
         metrics,
         sweeper.abort_handle(),
         config.check_cache_mb.saturating_mul(1024 * 1024),
+        config.cors_origins.clone(),
     );
     let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
     tracing::info!("shutting down");

@@ -74,6 +74,10 @@ impl Auth {
         if matches!(path, "/healthz" | "/readyz" | "/metrics") {
             return None;
         }
+        // The console's page and scripts hold no data: the page asks for the token.
+        if super::console::is_console(path) {
+            return None;
+        }
         let read = matches!(*method, Method::GET | Method::HEAD)
             || (*method == Method::POST && path == "/blocklist/check");
         if !read {

@@ -10,7 +10,8 @@
 //! `extract` (the body and `{id}` extractors), `reply` (the revision header, the empty
 //! body), `stream` (streamed listings), `caller` (who sent a request: the `Caller`
 //! extractor, roles, `Caller::require`), `tokens` (the token file), `auth` and `observe`
-//! (the layers), `idempotency` (the `Idempotency-Key` of writes: its extractors, the kept
+//! (the layers), `cors` (the opt-in CORS layer), `console` (the operator console page,
+//! outside the API), `idempotency` (the `Idempotency-Key` of writes: its extractors, the kept
 //! response, its place in the document).
 
 mod add_request;
@@ -19,6 +20,8 @@ mod auth;
 mod blocklist;
 mod caller;
 mod check;
+mod console;
+mod cors;
 mod error;
 mod events;
 mod extract;
@@ -119,6 +122,7 @@ pub fn router(state: AppState) -> Router {
         .merge(allowlist::router())
         .merge(taskmanagers::router())
         .merge(ops::router())
+        .merge(console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     // Without a token there is nothing to check: no layer, rather than one that passes
@@ -128,6 +132,11 @@ pub fn router(state: AppState) -> Router {
             auth.clone(),
             auth::require_token,
         ));
+    }
+    // Outside the token check: a browser's preflight carries no token, and is answered
+    // here. Only with --cors-origin: without it no CORS header is ever sent.
+    if let Some(cors) = cors::layer(&state.cors_origins) {
+        app = app.layer(cors);
     }
     app.layer(observe::ObserveLayer::new(state.metrics.clone()))
         .with_state(state)

@@ -53,6 +53,9 @@ pub struct Shared {
     /// Bearer-token checking; `None` when no `--token-file` was given.
     pub auth: Option<Arc<Auth>>,
     pub metrics: Arc<Metrics>,
+    /// The origins (`--cors-origin`) whose pages may call the API from a browser; empty:
+    /// no CORS.
+    pub cors_origins: Vec<String>,
     /// The sweeper task, for the readiness probe.
     pub(super) sweeper: AbortHandle,
     /// Set to true when the server stops: long-lived responses (watch streams) end on it,
@@ -80,6 +83,7 @@ impl AppState {
         metrics: Arc<Metrics>,
         sweeper: AbortHandle,
         check_cache_bytes: u64,
+        cors_origins: Vec<String>,
     ) -> AppState {
         AppState(Arc::new(Shared {
             checker: Checker::new(store.clone(), check_cache_bytes),
@@ -87,6 +91,7 @@ impl AppState {
             limits,
             auth: auth.map(Arc::new),
             metrics,
+            cors_origins,
             sweeper,
             stop: Arc::new(watch::Sender::new(false)),
         }))

@@ -1,0 +1,167 @@
+// The live table: every item by "kind/id", shown through the filters and the sort, and only
+// the rows in view are in the document (100,000 items stay usable). Changes mark the view
+// stale; it is rebuilt at most once a frame (and at most every 250 ms when large), never
+// per event.
+
+const ROW_HEIGHT = 30;
+const PERMANENT = 9223372036854775807;
+
+export const items = new Map();
+
+const grid = document.getElementById("grid");
+const spacer = document.getElementById("grid-spacer");
+const rows = document.getElementById("grid-rows");
+const count = document.getElementById("count");
+
+let view = [];
+let stale = true;
+let scheduled = false;
+let lastBuild = 0;
+let selectHandler = () => {};
+
+export function onSelect(handler) {
+  selectHandler = handler;
+}
+
+export function key(kind, id) {
+  return kind + "/" + id;
+}
+
+export function put(item) {
+  items.set(key(item.kind, item.id), item);
+  changed();
+}
+
+export function remove(kind, id) {
+  if (items.delete(key(kind, id))) changed();
+}
+
+export function replaceAll(list) {
+  items.clear();
+  for (const item of list) items.set(key(item.kind, item.id), item);
+  changed();
+}
+
+export function changed() {
+  stale = true;
+  schedule();
+}
+
+function schedule() {
+  if (scheduled) return;
+  scheduled = true;
+  requestAnimationFrame(() => {
+    scheduled = false;
+    const wait = items.size > 20000 ? 250 - (performance.now() - lastBuild) : 0;
+    if (stale && wait > 0) {
+      setTimeout(schedule, wait);
+      return;
+    }
+    if (stale) build();
+    paint();
+  });
+}
+
+function filters() {
+  const value = (id) => document.getElementById(id).value;
+  return {
+    kind: value("f-kind"),
+    action: value("f-action"),
+    source: value("f-source").trim(),
+    text: value("f-text").trim().toLowerCase(),
+    sort: value("f-sort"),
+  };
+}
+
+function build() {
+  const f = filters();
+  view = [];
+  for (const item of items.values()) {
+    if (f.kind && item.kind !== f.kind) continue;
+    if (f.action && item.action !== f.action) continue;
+    if (f.source && item.source !== f.source) continue;
+    if (f.text && !item.id.toLowerCase().includes(f.text) && !item.cause.toLowerCase().includes(f.text)) continue;
+    view.push(item);
+  }
+  const byId = (a, b) => (a.kind < b.kind ? -1 : a.kind > b.kind ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+  view.sort(f.sort === "id" ? byId : (a, b) => a.endTimestamp - b.endTimestamp || byId(a, b));
+  stale = false;
+  lastBuild = performance.now();
+  count.textContent = `(${view.length}${view.length === items.size ? "" : " of " + items.size})`;
+  spacer.style.height = view.length * ROW_HEIGHT + "px";
+}
+
+export function ends(end) {
+  if (end >= PERMANENT) return "permanent";
+  const left = end - Date.now();
+  return `${duration(left)} · ${new Date(end).toLocaleString()}`;
+}
+
+export function duration(ms) {
+  if (ms <= 0) return "ending";
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s left`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s left`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m left`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h left`;
+}
+
+function cell(text, cls) {
+  const span = document.createElement("span");
+  span.setAttribute("role", "cell");
+  if (cls) span.className = cls;
+  span.textContent = text;
+  return span;
+}
+
+function paint() {
+  const first = Math.max(0, Math.floor(grid.scrollTop / ROW_HEIGHT) - 5);
+  const shown = Math.ceil(grid.clientHeight / ROW_HEIGHT) + 10;
+  const fragment = document.createDocumentFragment();
+  for (let i = first; i < Math.min(view.length, first + shown); i++) {
+    const item = view[i];
+    const row = document.createElement("div");
+    row.className = "row";
+    row.setAttribute("role", "row");
+    row.tabIndex = 0;
+    row.dataset.key = key(item.kind, item.id);
+    row.style.top = i * ROW_HEIGHT + "px";
+    const evacuate = item.action === "MARK_BLOCKED_AND_EVACUATE_TASKS";
+    row.append(
+      cell(item.kind === "node" ? "node" : "task manager"),
+      cell(item.id, "id"),
+      cell(evacuate ? "EVACUATE" : "BLOCKED", evacuate ? "evacuate" : "blocked"),
+      cell(ends(item.endTimestamp)),
+      cell(item.cause),
+      cell(`${item.source} (${item.reportCount})`),
+      cell((item.taskManagers || []).join(", ")),
+    );
+    fragment.append(row);
+  }
+  rows.replaceChildren(fragment);
+}
+
+grid.addEventListener("scroll", () => schedule(), { passive: true });
+window.addEventListener("resize", () => schedule());
+for (const id of ["f-kind", "f-action", "f-source", "f-text", "f-sort"]) {
+  document.getElementById(id).addEventListener("input", changed);
+}
+document.getElementById("filters").addEventListener("submit", (e) => e.preventDefault());
+rows.addEventListener("click", (e) => {
+  const row = e.target.closest(".row");
+  if (row) selectHandler(items.get(row.dataset.key));
+});
+rows.addEventListener("keydown", (e) => {
+  const row = e.target.closest(".row");
+  if (!row) return;
+  if (e.key === "Enter" || e.key === " ") {
+    e.preventDefault();
+    selectHandler(items.get(row.dataset.key));
+  } else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+    e.preventDefault();
+    const next = e.key === "ArrowDown" ? row.nextElementSibling : row.previousElementSibling;
+    if (next) next.focus();
+  }
+});
+// The countdowns: the rows in view only.
+setInterval(() => schedule(), 1000);

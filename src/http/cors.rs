@@ -1,0 +1,53 @@
+//! CORS, opt-in with `--cors-origin`: pages of exactly those origins may call the API and
+//! follow the feed from a browser. No wildcard and no credentials: the API's credential is
+//! a bearer token the page sends itself, which CORS treats as an ordinary header.
+
+use std::time::Duration;
+
+use axum::http::header::{
+    AUTHORIZATION, CONTENT_TYPE, ETAG, IF_MATCH, RETRY_AFTER, WWW_AUTHENTICATE,
+};
+use axum::http::{HeaderName, HeaderValue, Method};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use super::reply::REVISION_HEADER;
+
+/// The layer for `origins`, or `None` when there are none (no CORS header is sent).
+pub fn layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let origins: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
+    let header = HeaderName::from_static;
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([
+                Method::GET,
+                Method::HEAD,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ])
+            .allow_headers([
+                AUTHORIZATION,
+                CONTENT_TYPE,
+                IF_MATCH,
+                header("last-event-id"),
+                header("idempotency-key"),
+                header("blocklist-source"),
+            ])
+            .expose_headers([
+                ETAG,
+                RETRY_AFTER,
+                WWW_AUTHENTICATE,
+                header(REVISION_HEADER),
+                header("dry-run"),
+            ])
+            .max_age(Duration::from_secs(600)),
+    )
+}

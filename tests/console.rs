@@ -1,0 +1,508 @@
+//! The operator console (`GET /ui`) in a real headless Chromium against the real daemon:
+//! it shows what is stored, follows the feed live (adds, removals and expiries by other
+//! clients within a second, a kill -9 and restart with no row lost or repeated), tries
+//! writes as dry runs first, asks for the token when reads need one, and CORS lets a page
+//! of another origin in only with `--cors-origin`.
+
+#[path = "console/browser.rs"]
+mod browser;
+mod common;
+
+use std::time::Duration;
+
+use browser::{have_chromium, Browser};
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const MB: &str = "MARK_BLOCKED";
+const EVAC: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
+/// The rows' texts, joined by `|`.
+const ROW_TEXTS: &str =
+    "return [...document.querySelectorAll('#grid-rows .row')].map(r => r.textContent).join('|')";
+/// How soon a change by another client must show in the page.
+const LIVE: Duration = Duration::from_secs(1);
+
+/// The keys (`kind/id`) of the stored items, in the table's order by id.
+async fn stored_keys(d: &Daemon) -> Vec<String> {
+    let listing = d.listing().await;
+    let mut keys: Vec<String> = listing["blockedNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| format!("node/{}", i["id"].as_str().unwrap()))
+        .chain(
+            listing["blockedTaskManagers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| format!("taskmanager/{}", i["id"].as_str().unwrap())),
+        )
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Waits until the page shows exactly `expected` (sorted keys), within `within`.
+async fn until_rows(browser: &Browser, what: &str, within: Duration, expected: &[String]) {
+    let expected = json!(expected);
+    browser
+        .until(
+            what,
+            within,
+            "return [...document.querySelectorAll('#grid-rows .row')].map(r => r.dataset.key).sort()",
+            |rows| *rows == expected,
+        )
+        .await;
+}
+
+fn status_is(state: &'static str) -> impl Fn(&Value) -> bool {
+    move |v| v.as_str() == Some(state)
+}
+
+const STATUS: &str = "return document.getElementById('feed-status').dataset.state";
+
+#[tokio::test]
+async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
+    if !have_chromium("the_console_shows_the_store_and_follows_the_feed_through_a_restart") {
+        return;
+    }
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let port = d.addr.port().to_string();
+    d.post(
+        "/blocklist/nodes",
+        json!([item("n1", MB, "disk"), item("n2", MB, "oom")]),
+    )
+    .await;
+    d.post("/blocklist/taskmanagers", json!([item("tm-1", MB, "slow")]))
+        .await;
+
+    // The page and its files carry the headers that keep them to themselves.
+    for path in ["/ui", "/ui/console.js", "/ui/console.css"] {
+        let resp = d.client.get(d.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        let headers = resp.headers();
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+            "{csp}"
+        );
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["referrer-policy"], "no-referrer");
+    }
+
+    let browser = Browser::start(1280, 900).await;
+    browser.client.goto(&d.url("/ui")).await.unwrap();
+    browser
+        .until("the feed is live", DEADLINE, STATUS, status_is("live"))
+        .await;
+    until_rows(
+        &browser,
+        "the stored items",
+        DEADLINE,
+        &stored_keys(&d).await,
+    )
+    .await;
+    assert_eq!(browser.console_errors().await, Vec::<String>::new());
+
+    // Another client's add, removal and expiry show within a second, without a reload.
+    d.post("/blocklist/nodes", json!([item("n3", MB, "fan")]))
+        .await;
+    until_rows(&browser, "an add", LIVE, &stored_keys(&d).await).await;
+    assert_eq!(d.delete("/blocklist/nodes/n2").await.0, StatusCode::OK);
+    until_rows(&browser, "a removal", LIVE, &stored_keys(&d).await).await;
+    let expiring = json!([{"id": "tm-2", "action": MB, "cause": "brief", "timeout": 1500}]);
+    d.post("/blocklist/taskmanagers", expiring).await;
+    until_rows(&browser, "a short block", LIVE, &stored_keys(&d).await).await;
+    let before_expiry = stored_keys(&d).await;
+    let after_expiry: Vec<String> = before_expiry
+        .iter()
+        .filter(|k| *k != "taskmanager/tm-2")
+        .cloned()
+        .collect();
+    until_rows(
+        &browser,
+        "an expiry",
+        Duration::from_millis(1500) + LIVE,
+        &after_expiry,
+    )
+    .await;
+
+    // A registration moves a node's task managers column; an evacuation shows as one.
+    let (status, body) = d
+        .call(
+            reqwest::Method::PUT,
+            "/taskmanagers/tm-9",
+            Some(json!({"node": "n1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    browser
+        .until("the node's task managers", LIVE, ROW_TEXTS, |t| {
+            t.as_str().is_some_and(|t| t.contains("tm-9"))
+        })
+        .await;
+    let evacuate = json!([{"id": "n5", "action": EVAC, "cause": "nic flapping",
+        "timeout": 3_600_000, "source": "detector-x"}]);
+    d.post("/blocklist/nodes", evacuate).await;
+    browser
+        .until("an evacuation", LIVE, ROW_TEXTS, |t| {
+            t.as_str()
+                .is_some_and(|t| t.contains("EVACUATE") && t.contains("detector-x (1)"))
+        })
+        .await;
+    let desktop = browser.screenshot("console-desktop.png").await;
+    eprintln!("screenshot: {}", desktop.display());
+
+    // kill -9: the page says it is reconnecting; a restart on the same port resumes it
+    // from the revision it had, with every row once.
+    d.kill9();
+    browser
+        .until("reconnecting", DEADLINE, STATUS, status_is("reconnecting"))
+        .await;
+    let d = ws.start(&["--listen", &format!("127.0.0.1:{port}")]);
+    browser
+        .until("live again", DEADLINE, STATUS, status_is("live"))
+        .await;
+    d.post("/blocklist/nodes", json!([item("n4", MB, "psu")]))
+        .await;
+    until_rows(
+        &browser,
+        "an add after the restart",
+        LIVE,
+        &stored_keys(&d).await,
+    )
+    .await;
+    let revision = d.revision().await;
+    browser
+        .until(
+            "the revision shown",
+            LIVE,
+            "return document.getElementById('feed-status').textContent",
+            |t| {
+                t.as_str()
+                    .is_some_and(|t| t.ends_with(&format!("revision {revision}")))
+            },
+        )
+        .await;
+    // Fetch errors while the daemon was down are the browser's network log, not the page's.
+    let errors: Vec<String> = browser
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| !e.contains("net::ERR_"))
+        .collect();
+    assert_eq!(errors, Vec::<String>::new());
+
+    // Narrow: the same page in one column.
+    browser.client.set_window_size(400, 900).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let narrow = browser.screenshot("console-narrow.png").await;
+    eprintln!("screenshot: {}", narrow.display());
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_lands() {
+    if !have_chromium("a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_lands") {
+        return;
+    }
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    d.post("/blocklist/nodes", json!([item("n1", MB, "disk")]))
+        .await;
+    let browser = Browser::start(1280, 900).await;
+    browser.client.goto(&d.url("/ui")).await.unwrap();
+    browser
+        .until("live", DEADLINE, STATUS, status_is("live"))
+        .await;
+
+    browser.fill("#a-ids", "n1").await;
+    browser.fill("#a-cause", "oom").await;
+    let before = (d.listing().await, d.revision().await);
+    browser.click("#add-form button[name=dry]").await;
+    let result = browser
+        .until(
+            "the dry run's answer",
+            DEADLINE,
+            "return document.getElementById('add-result').textContent",
+            |t| t.as_str().is_some_and(|t| t.contains("Dry run")),
+        )
+        .await;
+    let result = result.as_str().unwrap();
+    assert!(result.contains("would answer 202"), "{result}");
+    assert!(result.contains("disk,oom"), "the merged cause: {result}");
+    assert_eq!(
+        (d.listing().await, d.revision().await),
+        before,
+        "a dry run writes nothing"
+    );
+
+    browser.click("#add-form button[name=real]").await;
+    browser
+        .until("the merged row", LIVE, ROW_TEXTS, |t| {
+            t.as_str().is_some_and(|t| t.contains("disk,oom"))
+        })
+        .await;
+    assert_eq!(d.get("/blocklist/nodes/n1").await.1["cause"], "disk,oom");
+
+    // A refused add: the error is shown beside the field it names, and nothing is written.
+    browser.fill("#a-ids", "n2").await;
+    browser.fill("#a-minutes", "-5").await;
+    let before = d.revision().await;
+    browser.click("#add-form button[name=real]").await;
+    let error = browser
+        .until(
+            "the error beside the timeout",
+            DEADLINE,
+            "return document.querySelector('#add-form [data-for=timeout]').textContent",
+            |t| t.as_str().is_some_and(|t| t.contains("timeout")),
+        )
+        .await;
+    assert!(error.as_str().unwrap().contains("positive"), "{error}");
+    assert_eq!(d.revision().await, before);
+    assert_eq!(d.get("/blocklist/nodes/n2").await.0, StatusCode::NOT_FOUND);
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn with_auth_reads_the_page_asks_for_the_token_and_then_works() {
+    if !have_chromium("with_auth_reads_the_page_asks_for_the_token_and_then_works") {
+        return;
+    }
+    let mut ws = Workspace::new();
+    let tokens = ws.tmp.path().join("tokens");
+    std::fs::write(&tokens, "s3cret-console-token name=alice role=admin\n").unwrap();
+    let d = ws.start(&[
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--auth-reads",
+        "true",
+    ]);
+    let auth = |req: reqwest::RequestBuilder| req.bearer_auth("s3cret-console-token");
+    let add = |id: &str| json!([item(id, MB, "disk")]);
+    let resp = auth(d.client.post(d.url("/blocklist/nodes")))
+        .json(&add("n1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+
+    let browser = Browser::start(1280, 900).await;
+    browser.client.goto(&d.url("/ui")).await.unwrap();
+    let banner = browser
+        .until(
+            "the token is asked for",
+            DEADLINE,
+            "return document.getElementById('banner').textContent",
+            |t| t.as_str().is_some_and(|t| !t.is_empty()),
+        )
+        .await;
+    assert!(
+        banner.as_str().unwrap().contains("Token missing or wrong"),
+        "{banner}"
+    );
+    assert_eq!(browser.rows().await, Vec::<String>::new());
+
+    browser.fill("#token", "s3cret-console-token").await;
+    browser.click("#token-form button[type=submit]").await;
+    browser
+        .until("live", DEADLINE, STATUS, status_is("live"))
+        .await;
+    until_rows(
+        &browser,
+        "the stored item",
+        DEADLINE,
+        &["node/n1".to_owned()],
+    )
+    .await;
+    let resp = auth(d.client.post(d.url("/blocklist/nodes")))
+        .json(&add("n2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    until_rows(
+        &browser,
+        "an add",
+        LIVE,
+        &["node/n1".to_owned(), "node/n2".to_owned()],
+    )
+    .await;
+    // The token is in the session's storage, never in the address.
+    let url = browser.client.current_url().await.unwrap();
+    assert!(!url.as_str().contains("s3cret"), "{url}");
+    browser.close().await;
+}
+
+/// A page of another origin (another port) that lists the blocklist and adds an item with a
+/// JSON body (a preflighted request) on the daemon at `?d=URL`; its title says how it went.
+const FOREIGN_PAGE: &str = r#"<!doctype html><title>pending</title><script>
+const d = new URLSearchParams(location.search).get("d");
+fetch(d + "/blocklist").then(r => r.json())
+  .then(() => fetch(d + "/blocklist/nodes", {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify([{id: "from-afar", action: "MARK_BLOCKED", cause: "cors"}])}))
+  .then(r => { document.title = "ok " + r.status; }, e => { document.title = "refused"; });
+</script>"#;
+
+/// Serves [`FOREIGN_PAGE`] on a loopback port of its own; its origin.
+async fn foreign_origin() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 8192];
+                let _ = stream.read(&mut buf).await;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{FOREIGN_PAGE}",
+                    FOREIGN_PAGE.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    origin
+}
+
+#[tokio::test]
+async fn a_page_of_another_origin_is_refused_without_cors_origin_and_works_with_it() {
+    if !have_chromium("a_page_of_another_origin_is_refused_without_cors_origin_and_works_with_it") {
+        return;
+    }
+    let origin = foreign_origin().await;
+    let (mut closed_ws, mut open_ws) = (Workspace::new(), Workspace::new());
+    let closed = closed_ws.start(&[]);
+    let open = open_ws.start(&["--cors-origin", &origin]);
+    let browser = Browser::start(1280, 900).await;
+    let title = "return document.title";
+    let settled = |t: &Value| t.as_str().is_some_and(|t| t != "pending");
+
+    browser
+        .client
+        .goto(&format!("{origin}/?d=http://{}", closed.addr))
+        .await
+        .unwrap();
+    let outcome = browser
+        .until("the page's fetch", DEADLINE, title, settled)
+        .await;
+    assert_eq!(outcome, "refused");
+    assert_eq!(
+        closed.get("/blocklist/nodes/from-afar").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    browser
+        .client
+        .goto(&format!("{origin}/?d=http://{}", open.addr))
+        .await
+        .unwrap();
+    let outcome = browser
+        .until("the page's fetch", DEADLINE, title, settled)
+        .await;
+    assert_eq!(outcome, "ok 201");
+    assert_eq!(
+        open.get("/blocklist/nodes/from-afar").await.0,
+        StatusCode::OK
+    );
+
+    // The preflight itself, as the browser sent it: the origin back, and no wildcard.
+    let preflight = open
+        .client
+        .request(reqwest::Method::OPTIONS, open.url("/blocklist/nodes"))
+        .header("Origin", &origin)
+        .header("Access-Control-Request-Method", "PATCH")
+        .header(
+            "Access-Control-Request-Headers",
+            "authorization, content-type, if-match",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        origin.as_str()
+    );
+    let refused = open
+        .client
+        .request(reqwest::Method::OPTIONS, open.url("/blocklist/nodes"))
+        .header("Origin", "http://elsewhere.example")
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(refused
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_items_stay_usable() {
+    if !have_chromium("a_hundred_thousand_items_stay_usable") {
+        return;
+    }
+    const ITEMS: usize = 100_000;
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    for batch in 0..ITEMS / 10_000 {
+        let elements: Vec<Value> = (0..10_000)
+            .map(|i| item(&format!("n{:06}", batch * 10_000 + i), MB, "bulk"))
+            .collect();
+        assert_eq!(
+            d.post("/blocklist/nodes", json!(elements)).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let browser = Browser::start(1280, 900).await;
+    browser.client.goto(&d.url("/ui")).await.unwrap();
+    let count = "return document.getElementById('count').textContent";
+    browser
+        .until("all items listed", DEADLINE, count, |t| t == "(100000)")
+        .await;
+    // Only the rows in view are in the page.
+    let rows = browser.rows().await;
+    assert!(
+        !rows.is_empty() && rows.len() < 100,
+        "{} rows in the page",
+        rows.len()
+    );
+
+    // Live with all of them: an add shows within a second.
+    d.post("/blocklist/nodes", json!([item("n999999", MB, "one more")]))
+        .await;
+    browser
+        .until("one more", LIVE, count, |t| t == "(100001)")
+        .await;
+    // Scrolled to the end (sorted by id), the last ids are in view.
+    browser.pick("#f-sort", "id").await;
+    browser
+        .client
+        .execute(
+            "const g = document.getElementById('grid'); g.scrollTop = g.scrollHeight;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser
+        .until(
+            "the end of the table",
+            LIVE,
+            "return [...document.querySelectorAll('#grid-rows .row')].map(r => r.dataset.key)",
+            |keys| {
+                keys.as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "node/n999999"))
+            },
+        )
+        .await;
+    assert_eq!(browser.console_errors().await, Vec::<String>::new());
+    browser.close().await;
+}
