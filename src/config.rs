@@ -302,16 +302,19 @@ fn parse_origin(text: &str) -> Result<String, String> {
     if authority.as_str().contains('@')
         || uri.path() != "/"
         || uri.query().is_some()
+        || text.contains('#')
         || text.ends_with('/')
     {
         return Err(format!(
-            "{text:?} is not {example} (no path, user or trailing slash)"
+            "{text:?} is not {example} (no path, user, fragment or trailing slash)"
         ));
     }
-    Ok(format!(
-        "{scheme}://{}",
-        authority.as_str().to_ascii_lowercase()
-    ))
+    // A browser's `Origin` leaves the scheme's default port out: so does the one kept.
+    let host = authority.host().to_ascii_lowercase();
+    Ok(match (scheme, authority.port_u16()) {
+        ("http", Some(80)) | ("https", Some(443)) | (_, None) => format!("{scheme}://{host}"),
+        (_, Some(port)) => format!("{scheme}://{host}:{port}"),
+    })
 }
 
 /// A retention as people write it (`24h`, `90m`, `7d`, `1h 30m`), at least a second.
@@ -588,6 +591,11 @@ mod tests {
             parse_origin("http://127.0.0.1:8080"),
             Ok("http://127.0.0.1:8080".into())
         );
+        assert_eq!(
+            parse_origin("https://example.com:443"),
+            Ok("https://example.com".into())
+        );
+        assert_eq!(parse_origin("http://[::1]:80"), Ok("http://[::1]".into()));
         for bad in [
             "*",
             "null",
@@ -597,6 +605,7 @@ mod tests {
             "https://example.com/ui",
             "https://user@example.com",
             "https://example.com?x=1",
+            "https://example.com#top",
         ] {
             assert!(parse_origin(bad).is_err(), "{bad}");
         }

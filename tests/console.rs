@@ -10,8 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use browser::{have_chromium, Browser};
+use browser::{have_chromium, one_at_a_time, Browser};
 use common::*;
+use fantoccini::key::Key;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -23,22 +24,23 @@ const ROW_TEXTS: &str =
 /// How soon a change by another client must show in the page.
 const LIVE: Duration = Duration::from_secs(1);
 
-/// The keys (`kind/id`) of the stored items, in the table's order by id.
+/// The keys (`kind/id`) of the stored items, sorted. Read from the two kinds' listings,
+/// not `GET /blocklist`, so that the page's own listings can be counted.
 async fn stored_keys(d: &Daemon) -> Vec<String> {
-    let listing = d.listing().await;
-    let mut keys: Vec<String> = listing["blockedNodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| format!("node/{}", i["id"].as_str().unwrap()))
-        .chain(
-            listing["blockedTaskManagers"]
-                .as_array()
+    let mut keys = Vec::new();
+    for (path, kind) in [
+        ("/blocklist/nodes", "node"),
+        ("/blocklist/taskmanagers", "taskmanager"),
+    ] {
+        let (status, list) = d.get(path).await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        keys.extend(
+            list.as_array()
                 .unwrap()
                 .iter()
-                .map(|i| format!("taskmanager/{}", i["id"].as_str().unwrap())),
-        )
-        .collect();
+                .map(|i| format!("{kind}/{}", i["id"].as_str().unwrap())),
+        );
+    }
     keys.sort();
     keys
 }
@@ -67,6 +69,7 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
     if !have_chromium("the_console_shows_the_store_and_follows_the_feed_through_a_restart") {
         return;
     }
+    let _turn = one_at_a_time().await;
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     let port = d.addr.port().to_string();
@@ -144,49 +147,74 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
             t.as_str().is_some_and(|t| t.contains("tm-9"))
         })
         .await;
+    // A node blocked after its task manager registered: its row shows it too.
+    let (status, body) = d
+        .call(
+            reqwest::Method::PUT,
+            "/taskmanagers/tm-8",
+            Some(json!({"node": "n5"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
     let evacuate = json!([{"id": "n5", "action": EVAC, "cause": "nic flapping",
         "timeout": 3_600_000, "source": "detector-x"}]);
     d.post("/blocklist/nodes", evacuate).await;
     browser
         .until("an evacuation", LIVE, ROW_TEXTS, |t| {
-            t.as_str()
-                .is_some_and(|t| t.contains("EVACUATE") && t.contains("detector-x (1)"))
+            t.as_str().is_some_and(|t| {
+                t.contains("EVACUATE") && t.contains("detector-x (1)") && t.contains("tm-8")
+            })
         })
         .await;
     let desktop = browser.screenshot("console-desktop.png").await;
     eprintln!("screenshot: {}", desktop.display());
 
-    // kill -9: the page says it is reconnecting; a restart on the same port resumes it
-    // from the revision it had, with every row once.
+    // kill -9: the page says it is reconnecting. Changes made once the daemon is back, while
+    // the page waits to retry, come from the feed it resumes from the revision it had: the
+    // restarted daemon serves it no listing, and every row is there once.
     d.kill9();
     browser
         .until("reconnecting", DEADLINE, STATUS, status_is("reconnecting"))
         .await;
+    // Long enough that the page's next retry is seconds away.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let d = ws.start(&["--listen", &format!("127.0.0.1:{port}")]);
+    d.post("/blocklist/nodes", json!([item("n4", MB, "psu")]))
+        .await;
+    assert_eq!(d.delete("/blocklist/nodes/n3").await.0, StatusCode::OK);
     browser
         .until("live again", DEADLINE, STATUS, status_is("live"))
         .await;
-    d.post("/blocklist/nodes", json!([item("n4", MB, "psu")]))
-        .await;
     until_rows(
         &browser,
-        "an add after the restart",
+        "the changes made while away",
         LIVE,
         &stored_keys(&d).await,
     )
     .await;
-    let revision = d.revision().await;
+    let (_, revision) = revision_of(&d, reqwest::Method::GET, "/blocklist/nodes", None).await;
     browser
         .until(
             "the revision shown",
             LIVE,
-            "return document.getElementById('feed-status').textContent",
-            |t| {
-                t.as_str()
-                    .is_some_and(|t| t.ends_with(&format!("revision {revision}")))
-            },
+            "return document.getElementById('feed-revision').textContent",
+            |t| *t == format!("revision {revision}"),
         )
         .await;
+    let listings: f64 = d
+        .scrape()
+        .await
+        .lines()
+        .filter(|l| {
+            l.starts_with("blocklist_http_request_duration_seconds_count{")
+                && l.contains(r#"method="GET",route="/blocklist","#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        listings, 0.0,
+        "the page resumed from its revision without listing again"
+    );
     // Fetch errors while the daemon was down are the browser's network log, not the page's.
     let errors: Vec<String> = browser
         .console_errors()
@@ -209,6 +237,7 @@ async fn a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_land
     if !have_chromium("a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_lands") {
         return;
     }
+    let _turn = one_at_a_time().await;
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     d.post("/blocklist/nodes", json!([item("n1", MB, "disk")]))
@@ -248,6 +277,28 @@ async fn a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_land
         .await;
     assert_eq!(d.get("/blocklist/nodes/n1").await.1["cause"], "disk,oom");
 
+    // The keyboard: into the table, down to the row, and (after the countdowns' repaints,
+    // which must keep the focus) Enter opens its item.
+    browser
+        .client
+        .execute("document.getElementById('grid').focus()", vec![])
+        .await
+        .unwrap();
+    let active = browser.client.active_element().await.unwrap();
+    active.send_keys(&Key::Down).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let focused = browser
+        .client
+        .execute("return document.activeElement.dataset.key || null", vec![])
+        .await
+        .unwrap();
+    assert_eq!(focused, "node/n1");
+    let active = browser.client.active_element().await.unwrap();
+    active.send_keys(&Key::Enter).await.unwrap();
+    browser
+        .until("the item opened", DEADLINE, "return document.getElementById('detail').hidden ? '' : document.getElementById('detail-title').textContent", |t| t == "Node n1")
+        .await;
+
     // A refused add: the error is shown beside the field it names, and nothing is written.
     browser.fill("#a-ids", "n2").await;
     browser.fill("#a-minutes", "-5").await;
@@ -272,6 +323,7 @@ async fn with_auth_reads_the_page_asks_for_the_token_and_then_works() {
     if !have_chromium("with_auth_reads_the_page_asks_for_the_token_and_then_works") {
         return;
     }
+    let _turn = one_at_a_time().await;
     let mut ws = Workspace::new();
     let tokens = ws.tmp.path().join("tokens");
     std::fs::write(&tokens, "s3cret-console-token name=alice role=admin\n").unwrap();
@@ -337,14 +389,15 @@ async fn with_auth_reads_the_page_asks_for_the_token_and_then_works() {
     browser.close().await;
 }
 
-/// A page of another origin (another port) that lists the blocklist and adds an item with a
-/// JSON body (a preflighted request) on the daemon at `?d=URL`; its title says how it went.
+/// A page of another origin (another port) that adds an item with a JSON body (a request
+/// the browser preflights) on the daemon at `?d=URL`, then lists the blocklist; its title
+/// says how it went.
 const FOREIGN_PAGE: &str = r#"<!doctype html><title>pending</title><script>
 const d = new URLSearchParams(location.search).get("d");
-fetch(d + "/blocklist").then(r => r.json())
-  .then(() => fetch(d + "/blocklist/nodes", {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify([{id: "from-afar", action: "MARK_BLOCKED", cause: "cors"}])}))
-  .then(r => { document.title = "ok " + r.status; }, e => { document.title = "refused"; });
+fetch(d + "/blocklist/nodes", {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify([{id: "from-afar", action: "MARK_BLOCKED", cause: "cors"}])})
+  .then(r => fetch(d + "/blocklist").then(() => r.status))
+  .then(status => { document.title = "ok " + status; }, e => { document.title = "refused"; });
 </script>"#;
 
 /// Serves [`FOREIGN_PAGE`] on a loopback port of its own; its origin.
@@ -376,6 +429,7 @@ async fn a_page_of_another_origin_is_refused_without_cors_origin_and_works_with_
     if !have_chromium("a_page_of_another_origin_is_refused_without_cors_origin_and_works_with_it") {
         return;
     }
+    let _turn = one_at_a_time().await;
     let origin = foreign_origin().await;
     let (mut closed_ws, mut open_ws) = (Workspace::new(), Workspace::new());
     let closed = closed_ws.start(&[]);
@@ -442,7 +496,63 @@ async fn a_page_of_another_origin_is_refused_without_cors_origin_and_works_with_
         .headers()
         .get("access-control-allow-origin")
         .is_none());
+    // Without the flag a preflight is not answered as one.
+    let closed_preflight = closed
+        .client
+        .request(reqwest::Method::OPTIONS, closed.url("/blocklist/nodes"))
+        .header("Origin", &origin)
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed_preflight.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(closed_preflight
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
     browser.close().await;
+
+    // With a token file: a preflight (which never carries the token) is answered before the
+    // token check, and a 401 carries the origin too, so the page can read why.
+    let mut token_ws = Workspace::new();
+    let tokens = token_ws.tmp.path().join("tokens");
+    std::fs::write(&tokens, "cors-test-token name=ops\n").unwrap();
+    let guarded = token_ws.start(&[
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--cors-origin",
+        &origin,
+    ]);
+    let preflight = guarded
+        .client
+        .request(reqwest::Method::OPTIONS, guarded.url("/blocklist/nodes"))
+        .header("Origin", &origin)
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        origin.as_str()
+    );
+    let unauthorized = guarded
+        .client
+        .post(guarded.url("/blocklist/nodes"))
+        .header("Origin", &origin)
+        .json(&json!([item("n1", MB, "x")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        unauthorized.headers()["access-control-allow-origin"],
+        origin.as_str()
+    );
 }
 
 #[tokio::test]
@@ -450,6 +560,7 @@ async fn a_hundred_thousand_items_stay_usable() {
     if !have_chromium("a_hundred_thousand_items_stay_usable") {
         return;
     }
+    let _turn = one_at_a_time().await;
     const ITEMS: usize = 100_000;
     let mut ws = Workspace::new();
     let d = ws.start(&[]);

@@ -10,7 +10,9 @@ use axum::http::header::{
 use axum::http::{HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use super::reply::REVISION_HEADER;
+use super::idempotency::KEY_HEADER;
+use super::provenance::SOURCE_HEADER;
+use super::reply::{DRY_RUN_HEADER, REPLAYED_HEADER, REVISION_HEADER};
 
 /// The layer for `origins`, or `None` when there are none (no CORS header is sent).
 pub fn layer(origins: &[String]) -> Option<CorsLayer> {
@@ -38,15 +40,16 @@ pub fn layer(origins: &[String]) -> Option<CorsLayer> {
                 CONTENT_TYPE,
                 IF_MATCH,
                 header("last-event-id"),
-                header("idempotency-key"),
-                header("blocklist-source"),
+                header(KEY_HEADER),
+                header(SOURCE_HEADER),
             ])
             .expose_headers([
                 ETAG,
                 RETRY_AFTER,
                 WWW_AUTHENTICATE,
                 header(REVISION_HEADER),
-                header("dry-run"),
+                header(DRY_RUN_HEADER),
+                header(REPLAYED_HEADER),
             ])
             .max_age(Duration::from_secs(600)),
     )

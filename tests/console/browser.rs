@@ -1,6 +1,7 @@
 //! A real headless Chromium, driven over `WebDriver` (`fantoccini` and Debian's `chromedriver`):
 //! started per test on a free loopback port with its own profile, killed when dropped.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,8 +28,29 @@ pub fn have_chromium(test: &str) -> bool {
 
 pub struct Browser {
     pub client: Client,
-    driver: Child,
+    /// Held only to be dropped, after the profile's processes are killed (see `Drop`).
+    _driver: Driver,
     profile: tempfile::TempDir,
+}
+
+/// chromedriver, in a process group of its own with the browser it starts: dropping it
+/// kills the group, also when a test panics half-way through starting.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The console tests take turns: each measures "within a second" on a 2-core machine, so
+/// none runs beside another one's 100,000 writes.
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
 }
 
 /// A free loopback port (bound, then released for the child to take).
@@ -41,12 +63,15 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium at `width` × `height`.
     pub async fn start(width: u32, height: u32) -> Browser {
         let port = free_port();
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
+        let driver = Driver(
+            Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start chromedriver"),
+        );
         let profile = tempfile::tempdir().unwrap();
         // The flags keep Chromium off the network it cannot reach here (background
         // updates, sync, QUIC), and let it run as root in a container.
@@ -88,7 +113,7 @@ impl Browser {
         };
         Browser {
             client,
-            driver,
+            _driver: driver,
             profile,
         }
     }
@@ -181,19 +206,17 @@ impl Browser {
         path
     }
 
-    pub async fn close(mut self) {
+    /// Ends the session (chromedriver closes the browser), then drops the rest.
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        // A test that panicked never closed its session: the browser outlives the driver.
+        // A browser that left chromedriver's group (or a session never closed): by profile.
         let _ = Command::new("pkill")
+            .arg("-KILL")
             .arg("-f")
             .arg(self.profile.path())
             .status();

@@ -33,8 +33,15 @@ export async function call(method, path, body, query) {
   }
   const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
   if (body !== undefined) init.body = JSON.stringify(body);
-  const resp = await fetch(url, init);
-  const text = await resp.text();
+  let resp;
+  let text;
+  try {
+    resp = await fetch(url, init);
+    text = await resp.text();
+  } catch {
+    // Down or unreachable: an answer like any other, for the caller to show.
+    return { status: 0, headers: new Headers(), body: { errors: ["the daemon cannot be reached"] } };
+  }
   let parsed = null;
   if (text) {
     try {
@@ -49,48 +56,66 @@ export async function call(method, path, body, query) {
 
 // Follows the feed after revision `since`: calls `onEvent({id, event, data})` for each
 // event in order, `onOpen()` once the stream is answered, and resolves when the stream
-// ends (a daemon stop, a lost connection); rejects with {status, body} on a refusal.
-export async function follow(since, signal, onOpen, onEvent) {
-  const resp = await fetch(new URL("/blocklist/events?since=" + since, location.origin), {
-    headers: headers({ Accept: "text/event-stream", "Last-Event-ID": String(since) }),
-    signal,
-  });
-  if (!resp.ok) {
-    let body = null;
-    try {
-      body = await resp.json();
-    } catch {
-      body = null;
+// ends (a daemon stop, a lost connection, `signal` aborted, or no byte for `silenceMs`:
+// heartbeats keep a healthy stream talking); rejects with {status, body} on a refusal.
+export async function follow(since, signal, silenceMs, onOpen, onEvent) {
+  const watchdog = new AbortController();
+  const both = AbortSignal.any([signal, watchdog.signal]);
+  let timer = setTimeout(() => watchdog.abort("silent"), silenceMs);
+  const heard = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => watchdog.abort("silent"), silenceMs);
+  };
+  let reader = null;
+  try {
+    const resp = await fetch(new URL("/blocklist/events?since=" + since, location.origin), {
+      headers: headers({ Accept: "text/event-stream", "Last-Event-ID": String(since) }),
+      signal: both,
+    });
+    if (!resp.ok) {
+      let body = null;
+      try {
+        body = await resp.json();
+      } catch {
+        body = null;
+      }
+      if (resp.status === 401) for (const l of unauthorized) l(body);
+      throw { status: resp.status, body };
     }
-    if (resp.status === 401) for (const l of unauthorized) l(body);
-    throw { status: resp.status, body };
-  }
-  onOpen();
-  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  let event = { id: null, event: "message", data: [] };
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value;
-    let nl;
-    while ((nl = buffer.indexOf("\n")) >= 0) {
-      const line = buffer.slice(0, nl).replace(/\r$/, "");
-      buffer = buffer.slice(nl + 1);
-      if (line === "") {
-        if (event.data.length) {
-          onEvent({ id: Number(event.id), event: event.event, data: JSON.parse(event.data.join("\n")) });
+    onOpen();
+    reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let event = { id: null, event: "message", data: [] };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      heard();
+      buffer += value;
+      let nl;
+      while ((nl = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, nl).replace(/\r$/, "");
+        buffer = buffer.slice(nl + 1);
+        if (line === "") {
+          if (event.data.length && event.id !== null) {
+            onEvent({ id: Number(event.id), event: event.event, data: JSON.parse(event.data.join("\n")) });
+          }
+          event = { id: null, event: "message", data: [] };
+        } else if (!line.startsWith(":")) {
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          const val = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+          if (field === "id") event.id = val;
+          else if (field === "event") event.event = val;
+          else if (field === "data") event.data.push(val);
         }
-        event = { id: null, event: "message", data: [] };
-      } else if (!line.startsWith(":")) {
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        const val = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-        if (field === "id") event.id = val;
-        else if (field === "event") event.event = val;
-        else if (field === "data") event.data.push(val);
       }
     }
+  } catch (problem) {
+    if (both.aborted) return; // stopped on purpose, or silent: the caller reconnects
+    throw problem;
+  } finally {
+    clearTimeout(timer);
+    if (reader) reader.cancel().catch(() => {});
   }
 }
 

@@ -7,12 +7,18 @@ import { idsOf, show, wire } from "./forms.js";
 import * as table from "./table.js";
 
 const status = document.getElementById("feed-status");
+const revisionShown = document.getElementById("feed-revision");
 const banner = document.getElementById("banner");
 let revision = 0;
 
+// The badge is a live region: it changes with the feed's state only; the revision beside
+// it is not announced.
 function setStatus(state, text) {
-  status.dataset.state = state;
-  status.textContent = text;
+  if (status.dataset.state !== state) {
+    status.dataset.state = state;
+    status.textContent = text;
+  }
+  revisionShown.textContent = `revision ${revision}`;
 }
 
 function say(message) {
@@ -22,72 +28,64 @@ function say(message) {
 
 onUnauthorized(() => {
   say(token() ? "Token missing or wrong: the daemon refused the token given." : "Token missing or wrong: this daemon needs a token; enter it above.");
-  setStatus("refused", "token missing or wrong");
 });
 
 // --- the live table ---------------------------------------------------------------------
 
 async function list() {
-  const answer = await call("GET", "/blocklist");
+  const [answer, registered] = await Promise.all([call("GET", "/blocklist"), call("GET", "/taskmanagers")]);
   if (answer.status !== 200) throw answer;
+  if (registered.status !== 200) throw registered;
   const all = [
     ...answer.body.blockedTaskManagers.map((i) => ({ ...i, kind: "taskmanager" })),
     ...answer.body.blockedNodes.map((i) => ({ ...i, kind: "node" })),
   ];
+  table.registrations(registered.body);
   table.replaceAll(all);
+  // The registrations were listed at or after the blocklist's revision; replaying their
+  // events from it again converges, as the feed's events carry the state after them.
   revision = answer.body.revision;
 }
 
 function apply(e) {
-  revision = e.id;
+  if (Number.isFinite(e.id)) revision = e.id;
   const d = e.data;
   switch (e.event) {
     case "added":
     case "merged":
-    case "updated": {
-      const old = table.items.get(table.key(d.kind, d.id));
-      // A node's task managers come from registrations, which item events do not carry.
-      if (d.kind === "node" && !d.taskManagers && old) d.taskManagers = old.taskManagers;
+    case "updated":
       table.put(d);
       break;
-    }
     case "removed":
     case "expired":
       table.remove(d.kind, d.id);
       break;
     case "registered":
+      table.registered(d.id, d.node);
+      break;
     case "unregistered":
-      registration(e.event, d);
+      table.unregistered(d.id);
       break;
     default:
       break;
   }
   // Every change may move a figure of the guardrails: refreshed at most twice a second.
   guardsChanged();
-  if (selected && e.data && selected.kind === e.data.kind && selected.id === e.data.id) detailChanged();
-  setStatus("live", `live · revision ${revision}`);
+  if (selected && d && selected.kind === d.kind && selected.id === d.id) detailChanged();
+  setStatus("live", "live");
 }
 
-function registration(event, { id, node }) {
-  for (const item of table.items.values()) {
-    if (item.kind !== "node" || !item.taskManagers) continue;
-    const had = item.taskManagers.includes(id);
-    if (item.id !== node && had) item.taskManagers = item.taskManagers.filter((t) => t !== id);
-  }
-  const target = table.items.get(table.key("node", node));
-  if (target) {
-    const tms = new Set(target.taskManagers || []);
-    if (event === "registered") tms.add(id);
-    else tms.delete(id);
-    target.taskManagers = [...tms].sort();
-  }
-  table.changed();
-}
+// No byte for this long (the daemon sends a heartbeat every 15 s by default): the
+// connection is dead even if no one closed it.
+const SILENCE_MS = 45000;
 
 let listed = false;
+let feedAbort = null;
 async function feed() {
   let backoff = 250;
   for (;;) {
+    const controller = new AbortController();
+    feedAbort = controller;
     try {
       if (!listed) {
         await list();
@@ -95,48 +93,59 @@ async function feed() {
       }
       await follow(
         revision,
-        undefined,
+        controller.signal,
+        SILENCE_MS,
         () => {
           backoff = 250;
           say("");
-          setStatus("live", `live · revision ${revision}`);
+          setStatus("live", "live");
         },
         apply,
       );
     } catch (problem) {
       if (problem && problem.status === 410) listed = false; // behind the log: list again
       if (problem && problem.status === 401) {
-        await waitForToken();
+        setStatus("refused", "token missing or wrong");
+        await tokenChanged();
         listed = false;
         continue;
       }
     }
-    setStatus("reconnecting", `reconnecting · revision ${revision}`);
+    if (controller.signal.aborted && controller.signal.reason === "token") {
+      listed = false; // a new token: list again with it, at once
+      continue;
+    }
+    setStatus("reconnecting", "reconnecting");
     await new Promise((r) => setTimeout(r, backoff));
     backoff = Math.min(backoff * 2, 4000);
   }
 }
 
-let tokenGiven = () => {};
-function waitForToken() {
-  return new Promise((resolve) => {
-    tokenGiven = resolve;
-  });
+// Resolves at the next change of the token (entered or forgotten).
+let tokenWaiters = [];
+function tokenChanged() {
+  return new Promise((resolve) => tokenWaiters.push(resolve));
+}
+
+function useToken(value) {
+  setToken(value);
+  say("");
+  table.replaceAll([]);
+  if (feedAbort) feedAbort.abort("token");
+  const waiters = tokenWaiters;
+  tokenWaiters = [];
+  for (const resolve of waiters) resolve();
+  refreshGuards();
 }
 
 document.getElementById("token-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const input = document.getElementById("token");
-  setToken(input.value.trim());
+  const value = input.value.trim();
   input.value = "";
-  say("");
-  tokenGiven();
-  refreshGuards();
+  useToken(value);
 });
-document.getElementById("token-clear").addEventListener("click", () => {
-  setToken("");
-  say("");
-});
+document.getElementById("token-clear").addEventListener("click", () => useToken(""));
 
 // --- an item ----------------------------------------------------------------------------
 
@@ -165,18 +174,24 @@ function when(ms) {
   return new Date(ms).toLocaleString();
 }
 
+// Each refresh of the detail is numbered: only the latest one's answers are shown, for the
+// item selected when it was asked.
+let detailRequest = 0;
 async function detailChanged() {
   if (!selected) return;
-  const path = `/blocklist/${selected.kind === "node" ? "nodes" : "taskmanagers"}/${encodeURIComponent(selected.id)}`;
+  const asked = ++detailRequest;
+  const shown = selected;
+  const path = `/blocklist/${shown.kind === "node" ? "nodes" : "taskmanagers"}/${encodeURIComponent(shown.id)}`;
   const [item, past] = await Promise.all([call("GET", path), call("GET", path + "/history")]);
+  if (asked !== detailRequest || selected !== shown) return;
   const fields = document.getElementById("detail-fields");
   const entries = item.status === 200
     ? [
-        ["kind", selected.kind], ["id", selected.id], ["action", item.body.action],
+        ["kind", shown.kind], ["id", shown.id], ["action", item.body.action],
         ["ends", table.ends(item.body.endTimestamp)], ["started", when(item.body.startTimestamp)],
         ["cause", item.body.cause], ["source", item.body.source], ["reports", item.body.reportCount],
       ]
-    : [["kind", selected.kind], ["id", selected.id], ["state", "not blocked now"]];
+    : [["kind", shown.kind], ["id", shown.id], ["state", "not blocked now"]];
   fields.replaceChildren(
     ...entries.flatMap(([k, v]) => {
       const dt = document.createElement("dt");
@@ -205,8 +220,10 @@ table.onSelect((item) => {
   document.getElementById("detail-close").focus();
 });
 document.getElementById("detail-close").addEventListener("click", () => {
+  const closed = selected;
   selected = null;
   detail.hidden = true;
+  if (closed) table.focusRow(table.key(closed.kind, closed.id));
 });
 
 function itemPath() {
@@ -314,6 +331,8 @@ async function refreshGuards() {
       const button = Object.assign(document.createElement("button"), { type: "button", textContent: "Delete" });
       button.setAttribute("aria-label", `Delete the allowlist entry ${entry.kind} ${entry.id}`);
       button.addEventListener("click", async () => {
+        // Deleting a safety entry lets its ids be blocked again: asked first.
+        if (!window.confirm(`Delete the allowlist entry ${entry.kind} ${entry.id}? Its ids may be blocked again.`)) return;
         const answer = await call("DELETE", `/allowlist/${entry.kind === "node" ? "nodes" : "taskmanagers"}/${encodeURIComponent(entry.id)}`);
         if (answer.status !== 200) say(errorsOf(answer).join("; "));
         refreshGuards();
@@ -324,7 +343,8 @@ async function refreshGuards() {
     }),
   );
   const textarea = document.getElementById("p-json");
-  if (policy.status === 200 && document.activeElement !== textarea) textarea.value = JSON.stringify(policy.body, null, 2);
+  // An edit in progress is never overwritten; a saved one is replaced by what is stored.
+  if (policy.status === 200 && !policyEdited) textarea.value = JSON.stringify(policy.body, null, 2);
 }
 
 let guardTimer = null;
@@ -345,7 +365,14 @@ wire(
   () => refreshGuards(),
 );
 
-wire(document.getElementById("policy-form"), () => {
+let policyEdited = false;
+document.getElementById("p-json").addEventListener("input", () => {
+  policyEdited = true;
+});
+
+wire(
+  document.getElementById("policy-form"),
+  () => {
   let body;
   try {
     body = JSON.parse(document.getElementById("p-json").value);
@@ -353,7 +380,14 @@ wire(document.getElementById("policy-form"), () => {
     throw new Error("policy: not JSON: " + e.message);
   }
   return ["PUT", "/policy", body];
-});
+  },
+  (answer, dry) => {
+    if (!dry && answer.status === 200) {
+      policyEdited = false;
+      refreshGuards();
+    }
+  },
+);
 
 // The evacuation buckets refill with time, not with events.
 setInterval(refreshGuards, 5000);

@@ -6,24 +6,26 @@ import { call, errorsOf } from "./api.js";
 
 const STATUS_TEXT = {
   200: "OK", 201: "Created", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized",
-  403: "Forbidden", 404: "Not Found", 409: "Conflict", 412: "Precondition Failed",
+  0: "(no answer)", 403: "Forbidden", 404: "Not Found", 409: "Conflict", 412: "Precondition Failed",
   413: "Too Large", 422: "Unprocessable", 429: "Too Many Requests", 503: "Unavailable",
 };
 
-// Which field an error names: the form's fields by their data-field names, matched as a
-// path part (".cause:", "[0].cause:") or as the leading word ("cause …").
+// Which field an error names: the form's fields by their data-field names, matched as the
+// path the daemon's validation errors start with (".timeout: …",
+// `items[0] (id "n1").timeout: …`). Anything else (a guard's refusal, a conflict)
+// is shown under the form.
 function fieldOf(form, message) {
-  for (const div of form.querySelectorAll(".field-error")) {
-    const name = div.dataset.for;
-    const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    if (new RegExp(`(^|[.\\]\\s])${escaped}([:\\s]|$)`).test(message)) return div;
-  }
-  return null;
+  const path = /^(?:items\[\d+\](?: \(id "(?:[^"\\]|\\.)*"\))?)?\.?([A-Za-z]+)(?:\/[A-Za-z.]+)?:/.exec(message);
+  if (!path) return null;
+  return form.querySelector(`.field-error[data-for="${path[1]}"]`);
 }
 
 function clear(form) {
   for (const div of form.querySelectorAll(".field-error")) div.textContent = "";
-  for (const input of form.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  for (const input of form.querySelectorAll("[aria-invalid]")) {
+    input.removeAttribute("aria-invalid");
+    input.removeAttribute("aria-describedby");
+  }
   form.querySelector("output").replaceChildren();
 }
 
@@ -44,8 +46,12 @@ export function show(form, answer, dry) {
       const div = fieldOf(form, message);
       if (div) {
         div.textContent = message;
+        div.id = div.id || `${form.id}-${div.dataset.for}-error`;
         const input = form.querySelector(`[data-field="${div.dataset.for}"]`);
-        if (input) input.setAttribute("aria-invalid", "true");
+        if (input) {
+          input.setAttribute("aria-invalid", "true");
+          input.setAttribute("aria-describedby", div.id);
+        }
       } else {
         const li = document.createElement("li");
         li.textContent = message;

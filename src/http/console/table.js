@@ -8,6 +8,40 @@ const PERMANENT = 9223372036854775807;
 
 export const items = new Map();
 
+// Which task managers run on which node (`GET /taskmanagers`, then the feed's
+// registrations): a node row's task managers come from here, not from item events, which
+// do not carry them.
+const nodeOf = new Map();
+const onNode = new Map();
+
+export function registrations(list) {
+  nodeOf.clear();
+  onNode.clear();
+  for (const { id, node } of list) registered(id, node);
+}
+
+export function registered(tm, node) {
+  unregistered(tm);
+  nodeOf.set(tm, node);
+  if (!onNode.has(node)) onNode.set(node, new Set());
+  onNode.get(node).add(tm);
+  if (items.has(key("node", node))) changed();
+}
+
+export function unregistered(tm) {
+  const node = nodeOf.get(tm);
+  if (node === undefined) return;
+  nodeOf.delete(tm);
+  const tms = onNode.get(node);
+  tms.delete(tm);
+  if (!tms.size) onNode.delete(node);
+  if (items.has(key("node", node))) changed();
+}
+
+function taskManagersOf(item) {
+  return item.kind === "node" ? [...(onNode.get(item.id) || [])].sort() : [];
+}
+
 const grid = document.getElementById("grid");
 const spacer = document.getElementById("grid-spacer");
 const rows = document.getElementById("grid-rows");
@@ -18,6 +52,8 @@ let stale = true;
 let scheduled = false;
 let lastBuild = 0;
 let selectHandler = () => {};
+// The row keyboard focus is on (one row is in the tab order: a roving tabindex), by key.
+let focusKey = null;
 
 export function onSelect(handler) {
   selectHandler = handler;
@@ -53,11 +89,9 @@ function schedule() {
   requestAnimationFrame(() => {
     scheduled = false;
     const wait = items.size > 20000 ? 250 - (performance.now() - lastBuild) : 0;
-    if (stale && wait > 0) {
-      setTimeout(schedule, wait);
-      return;
-    }
-    if (stale) build();
+    if (stale && wait > 0) setTimeout(schedule, wait);
+    else if (stale) build();
+    // The current view is painted either way: scrolling never waits for a rebuild.
     paint();
   });
 }
@@ -123,8 +157,9 @@ function paint() {
     const row = document.createElement("div");
     row.className = "row";
     row.setAttribute("role", "row");
-    row.tabIndex = 0;
     row.dataset.key = key(item.kind, item.id);
+    row.tabIndex = row.dataset.key === focusKey || (focusKey === null && i === first) ? 0 : -1;
+    row.setAttribute("aria-rowindex", String(i + 2));
     row.style.top = i * ROW_HEIGHT + "px";
     const evacuate = item.action === "MARK_BLOCKED_AND_EVACUATE_TASKS";
     row.append(
@@ -134,11 +169,42 @@ function paint() {
       cell(ends(item.endTimestamp)),
       cell(item.cause),
       cell(`${item.source} (${item.reportCount})`),
-      cell((item.taskManagers || []).join(", ")),
+      cell(taskManagersOf(item).join(", ")),
     );
     fragment.append(row);
   }
+  const hadFocus = grid.contains(document.activeElement);
   rows.replaceChildren(fragment);
+  document.getElementById("table").setAttribute("aria-rowcount", String(view.length + 1));
+  if (hadFocus) {
+    const focused = focusKey && rows.querySelector(`[data-key="${CSS.escape(focusKey)}"]`);
+    if (focused) focused.focus({ preventScroll: true });
+    else grid.focus({ preventScroll: true });
+  }
+}
+
+// Moves the keyboard focus `by` rows through the view (not only the rows in the page),
+// scrolling as needed.
+function moveFocus(by) {
+  let index = view.findIndex((item) => key(item.kind, item.id) === focusKey);
+  index = Math.max(0, Math.min(view.length - 1, (index < 0 ? 0 : index + by)));
+  if (!view.length) return;
+  const item = view[index];
+  focusKey = key(item.kind, item.id);
+  const top = index * ROW_HEIGHT;
+  if (top < grid.scrollTop) grid.scrollTop = top;
+  else if (top + ROW_HEIGHT > grid.scrollTop + grid.clientHeight) grid.scrollTop = top + ROW_HEIGHT - grid.clientHeight;
+  paint();
+  const row = rows.querySelector(`[data-key="${CSS.escape(focusKey)}"]`);
+  if (row) row.focus({ preventScroll: true });
+}
+
+// Puts the keyboard focus back on the row of `itemKey` (after its detail closes).
+export function focusRow(itemKey) {
+  focusKey = itemKey;
+  const row = rows.querySelector(`[data-key="${CSS.escape(itemKey)}"]`);
+  if (row) row.focus();
+  else grid.focus();
 }
 
 grid.addEventListener("scroll", () => schedule(), { passive: true });
@@ -151,16 +217,21 @@ rows.addEventListener("click", (e) => {
   const row = e.target.closest(".row");
   if (row) selectHandler(items.get(row.dataset.key));
 });
-rows.addEventListener("keydown", (e) => {
+rows.addEventListener("focusin", (e) => {
   const row = e.target.closest(".row");
-  if (!row) return;
-  if (e.key === "Enter" || e.key === " ") {
+  if (row) focusKey = row.dataset.key;
+});
+grid.addEventListener("keydown", (e) => {
+  const row = e.target.closest(".row");
+  if (row && (e.key === "Enter" || e.key === " ")) {
     e.preventDefault();
     selectHandler(items.get(row.dataset.key));
   } else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
     e.preventDefault();
-    const next = e.key === "ArrowDown" ? row.nextElementSibling : row.previousElementSibling;
-    if (next) next.focus();
+    moveFocus(e.key === "ArrowDown" ? 1 : -1);
+  } else if (e.key === "Home" || e.key === "End") {
+    e.preventDefault();
+    moveFocus(e.key === "Home" ? -view.length : view.length);
   }
 });
 // The countdowns: the rows in view only.
