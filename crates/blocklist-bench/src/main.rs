@@ -45,7 +45,7 @@ use server::DaemonSpec;
 struct Args {
     /// The scenario to run, or `all`.
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
-        ["all", "add", "add-keyed", "add-batch", "merge-hot", "check", "list", "expire", "idle", "restart", "footprint"]
+        ["all", "add", "add-keyed", "add-batch", "merge-hot", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint"]
     ))]
     scenario: String,
 

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 const BENCH: &str = env!("CARGO_BIN_EXE_blocklist-bench");
 
 /// Every scenario; the JSON must hold one `ours` row for each.
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 11] = [
     "add",
+    "add-keyed",
     "add-batch",
     "merge-hot",
     "check",
+    "check-under-storm",
     "list",
     "expire",
     "idle",

@@ -8,10 +8,12 @@
 //! Layout:
 //! - this file: the scenario lists, [`Bench`] (its constructor, the dispatch by name) and
 //!   the measuring helpers every scenario uses;
-//! - `workers`: HTTP load workers (`Req`, `HttpWorker`, `http_workers`, `fresh_adds`) and the
+//! - `workers`: HTTP load workers (`Req`, `HttpWorker`, `http_workers`, `fresh_adds`,
+//!   `fresh_batches`) and the
 //!   result of an open-loop phase;
 //! - `write`: `add`, `add-keyed`, `add-batch`, `merge-hot`;
-//! - `read`: `check`, `list`;
+//! - `read`: `check`, `list`, and the fixture the check scenarios ask (`CheckTarget`);
+//! - `storm`: `check-under-storm`;
 //! - `expire`: `expire` and the sweeper-lag histogram it reads from `/metrics`;
 //! - `fixture`: the shared 1M-item fixture and the scenarios on it that only observe the
 //!   daemon (`idle`, `restart`, `footprint`);
@@ -32,6 +34,7 @@ mod expire;
 mod fixture;
 mod read;
 mod reference;
+mod storm;
 mod workers;
 mod write;
 
@@ -40,12 +43,13 @@ use reference::References;
 use workers::{fresh_adds, http_workers, Paced};
 
 /// Every scenario, in the order of the printed table.
-pub const SCENARIOS: [&str; 10] = [
+pub const SCENARIOS: [&str; 11] = [
     "add",
     "add-keyed",
     "add-batch",
     "merge-hot",
     "check",
+    "check-under-storm",
     "list",
     "expire",
     "idle",
@@ -55,7 +59,7 @@ pub const SCENARIOS: [&str; 10] = [
 
 /// The order `all` runs them in: the fixture scenarios back to back so the 1M items are
 /// loaded once (footprint right after loading, restart last because it kills the daemon).
-pub const RUN_ORDER: [&str; 10] = [
+pub const RUN_ORDER: [&str; 11] = [
     "add",
     "add-keyed",
     "add-batch",
@@ -63,6 +67,7 @@ pub const RUN_ORDER: [&str; 10] = [
     "list",
     "expire",
     "check",
+    "check-under-storm",
     "footprint",
     "idle",
     "restart",
@@ -108,6 +113,7 @@ impl Bench {
             "add-batch" => self.add_batch().await,
             "merge-hot" => self.merge_hot().await,
             "check" => self.check().await,
+            "check-under-storm" => self.check_under_storm().await,
             "list" => self.list().await,
             "expire" => self.expire().await,
             "idle" => self.idle().await,

@@ -13,13 +13,55 @@ use super::reference::ratio;
 use super::workers::{http_workers, HttpWorker, Req};
 use super::Bench;
 
+/// The daemon the check scenarios ask, and whom they ask about.
+pub(super) struct CheckTarget {
+    pub(super) addr: std::net::SocketAddr,
+    pub(super) pid: u32,
+    pub(super) items: usize,
+    pub(super) registered: usize,
+    /// The daemon has no membership: point reads stand in for checks.
+    fallback: bool,
+    pub(super) note: String,
+}
+
+impl CheckTarget {
+    /// Each worker's requests: the check of a random registered task manager.
+    pub(super) fn requests(&self) -> impl FnMut(usize) -> Box<dyn FnMut() -> Req + Send> {
+        let (registered, fallback) = (self.registered as u64, self.fallback);
+        move |w| {
+            let mut rng = Rng::new(w as u64);
+            Box::new(move || {
+                let r = rng.below(registered);
+                let (path, ok): (String, &'static [StatusCode]) = if fallback {
+                    (
+                        format!("/blocklist/taskmanagers/tm-{r}"),
+                        &[StatusCode::OK, StatusCode::NOT_FOUND],
+                    )
+                } else {
+                    (
+                        format!("/blocklist/check/taskmanagers/tm-{r}"),
+                        &[StatusCode::OK],
+                    )
+                };
+                Req {
+                    method: Method::GET,
+                    path,
+                    body: None,
+                    items: 1,
+                    ok,
+                    idempotency_key: None,
+                }
+            })
+        }
+    }
+}
+
 /// The concurrent listers of the `list` scenario's memory measurement.
 const LISTERS: usize = 4;
 
 impl Bench {
-    /// `check`: effective checks of random registered task managers against the fixture.
-    pub(super) async fn check(&mut self) -> Result<Vec<Row>, String> {
-        let concurrency = self.settings.concurrency;
+    /// The fixture, with its task managers registered: what the check scenarios ask about.
+    pub(super) async fn check_target(&mut self) -> Result<CheckTarget, String> {
         let fixture = self.fixture().await?;
         let registered = fixture.registered;
         let nodes = (registered / 10).max(1);
@@ -27,7 +69,7 @@ impl Bench {
             fixture.registration =
                 Some(dataset::register(fixture.server.addr, registered, nodes).await?);
         }
-        let (fallback, reg_note) = match fixture.registration.as_ref().expect("set above") {
+        let (fallback, note) = match fixture.registration.as_ref().expect("set above") {
             Registration::Done { count, elapsed } => (
                 false,
                 format!(
@@ -43,33 +85,24 @@ impl Bench {
                 ),
             ),
         };
-        let (addr, pid, items) = (fixture.server.addr, fixture.server.pid(), fixture.items);
-        let workers = http_workers(addr, concurrency, |w| {
-            let mut rng = Rng::new(w as u64);
-            Box::new(move || {
-                let r = rng.below(registered as u64);
-                if fallback {
-                    Req {
-                        method: Method::GET,
-                        path: format!("/blocklist/taskmanagers/tm-{r}"),
-                        body: None,
-                        items: 1,
-                        ok: &[StatusCode::OK, StatusCode::NOT_FOUND],
-                        idempotency_key: None,
-                    }
-                } else {
-                    Req {
-                        method: Method::GET,
-                        path: format!("/blocklist/check/taskmanagers/tm-{r}"),
-                        body: None,
-                        items: 1,
-                        ok: &[StatusCode::OK],
-                        idempotency_key: None,
-                    }
-                }
-            })
+        Ok(CheckTarget {
+            addr: fixture.server.addr,
+            pid: fixture.server.pid(),
+            items: fixture.items,
+            registered,
+            fallback,
+            note,
         })
-        .await?;
+    }
+
+    /// `check`: effective checks of random registered task managers against the fixture.
+    pub(super) async fn check(&mut self) -> Result<Vec<Row>, String> {
+        let concurrency = self.settings.concurrency;
+        let target = self.check_target().await?;
+        let (addr, pid, items, registered) =
+            (target.addr, target.pid, target.items, target.registered);
+        let reg_note = &target.note;
+        let workers = http_workers(addr, concurrency, target.requests()).await?;
         let (workers, phase, cpu) = self.measure(workers, &[pid]).await;
         let paced = self.paced_half(workers, &phase).await;
         let mut ours = Row::from_phase("check", Role::Ours, &phase, cpu, false);

@@ -90,6 +90,40 @@ pub(super) fn fresh_adds(
     }
 }
 
+/// Adds of `items` fresh ids `{prefix}-{worker}-{seq}` per POST to `path`, expecting 201.
+pub(super) fn fresh_batches(
+    prefix: &'static str,
+    path: &'static str,
+    items: u64,
+) -> impl FnMut(usize) -> Box<dyn FnMut() -> Req + Send> {
+    move |w| {
+        let mut seq = 0u64;
+        Box::new(move || {
+            let mut body = String::with_capacity(120 * items as usize);
+            body.push('[');
+            for _ in 0..items {
+                seq += 1;
+                dataset::push_item(
+                    &mut body,
+                    &format!("{prefix}-{w}-{seq}"),
+                    "bench",
+                    None,
+                    false,
+                );
+            }
+            body.push(']');
+            Req {
+                method: Method::POST,
+                path: path.to_owned(),
+                body: Some(Bytes::from(body)),
+                items,
+                ok: &[StatusCode::CREATED],
+                idempotency_key: None,
+            }
+        })
+    }
+}
+
 /// `make`'s requests, each with a fresh `Idempotency-Key` (`{worker}-{seq}`), as a client
 /// that retries safely sends them.
 pub(super) fn keyed(

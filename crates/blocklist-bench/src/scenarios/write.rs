@@ -1,7 +1,6 @@
 //! The write scenarios, each on a fresh daemon: `add`, `add-keyed`, `add-batch` and
 //! `merge-hot`.
 
-use hyper::body::Bytes;
 use hyper::{Method, StatusCode};
 
 use crate::client::{expect_status, Http};
@@ -12,14 +11,14 @@ use crate::report::{Role, Row};
 use crate::server::Server;
 
 use super::reference::ratio;
-use super::workers::{fresh_adds, http_workers, keyed, Req};
+use super::workers::{fresh_adds, fresh_batches, http_workers, keyed, Req};
 use super::{Bench, CREATED};
 
 /// Hot ids of `merge-hot`.
 const HOT_IDS: u64 = 16;
 
-/// Items per request of `add-batch`.
-const BATCH_ITEMS: u64 = 100;
+/// Items per request of `add-batch` (and of `check-under-storm`'s storm).
+pub(super) const BATCH_ITEMS: u64 = 100;
 
 impl Bench {
     /// `add`: single-item POSTs with fresh ids on C connections, every reply durable.
@@ -98,32 +97,11 @@ impl Bench {
     pub(super) async fn add_batch(&mut self) -> Result<Vec<Row>, String> {
         let (server, _dir) = self.fresh_daemon("add-batch")?;
         let connections = (self.settings.concurrency / 8).max(1);
-        let workers = http_workers(server.addr, connections, |w| {
-            let mut seq = 0u64;
-            Box::new(move || {
-                let mut body = String::with_capacity(120 * BATCH_ITEMS as usize);
-                body.push('[');
-                for _ in 0..BATCH_ITEMS {
-                    seq += 1;
-                    dataset::push_item(
-                        &mut body,
-                        &format!("batch-{w}-{seq}"),
-                        "bench",
-                        None,
-                        false,
-                    );
-                }
-                body.push(']');
-                Req {
-                    method: Method::POST,
-                    path: "/blocklist/taskmanagers".into(),
-                    body: Some(Bytes::from(body)),
-                    items: BATCH_ITEMS,
-                    ok: CREATED,
-                    idempotency_key: None,
-                }
-            })
-        })
+        let workers = http_workers(
+            server.addr,
+            connections,
+            fresh_batches("batch", "/blocklist/taskmanagers", BATCH_ITEMS),
+        )
         .await?;
         let (_, phase, cpu) = self.measure(workers, &[server.pid()]).await;
         drop(server);
