@@ -27,8 +27,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::Kind;
 
-/// Slots in the table: 512 KiB of stamps. Enough that unrelated keys rarely share one.
-const SLOTS: usize = 1 << 16;
+/// Slots in the table: 8 MiB of stamps. A slot stamped by a group not yet durable makes a
+/// check of any key in it wait for that group's fsync; a detector's storm stamps ~30,000
+/// new keys a second, and at 65,536 slots that stalled unrelated checks for a second at
+/// p99 (`docs/benchmarks.md`, `check-under-storm`).
+const SLOTS: usize = 1 << 20;
 
 /// A key whose changes a reader may depend on.
 #[derive(Debug, Clone, Copy)]
