@@ -385,7 +385,7 @@ async fn with_auth_reads_the_page_asks_for_the_token_and_then_works() {
         &["node/n1".to_owned(), "node/n2".to_owned()],
     )
     .await;
-    // The token is in the session's storage, never in the address.
+    // The token is in the tab's sessionStorage, never in the address.
     let url = browser.client.current_url().await.unwrap();
     assert!(!url.as_str().contains("s3cret"), "{url}");
     browser.close().await;

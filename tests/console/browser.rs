@@ -106,7 +106,10 @@ impl Browser {
             {
                 Ok(client) => break client,
                 Err(e) => {
-                    assert!(start.elapsed() < DEADLINE, "no WebDriver session: {e}");
+                    assert!(
+                        start.elapsed() < DEADLINE,
+                        "chromedriver did not start a browser: {e}"
+                    );
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -206,7 +209,7 @@ impl Browser {
         path
     }
 
-    /// Ends the session (chromedriver closes the browser), then drops the rest.
+    /// Tells chromedriver to close the browser, then drops the rest.
     pub async fn close(self) {
         let _ = self.client.clone().close().await;
     }
@@ -214,7 +217,7 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // A browser that left chromedriver's group (or a session never closed): by profile.
+        // A browser that left chromedriver's group (or one never closed): by profile.
         let _ = Command::new("pkill")
             .arg("-KILL")
             .arg("-f")
@@ -229,12 +232,8 @@ impl Drop for Browser {
 struct BrowserLog;
 
 impl WebDriverCompatibleCommand for BrowserLog {
-    fn endpoint(
-        &self,
-        base: &url::Url,
-        session: Option<&str>,
-    ) -> Result<url::Url, url::ParseError> {
-        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    fn endpoint(&self, base: &url::Url, id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", id.unwrap_or_default()))
     }
 
     fn method_and_body(&self, _url: &url::Url) -> (http::Method, Option<String>) {

@@ -1,4 +1,4 @@
-// The daemon's API as the console uses it: requests with the session's token, and the
+// The daemon's API as the console uses it: requests with the tab's token, and the
 // change feed read with a streaming fetch (an EventSource cannot send the token).
 
 const TOKEN_KEY = "blocklistd-token";

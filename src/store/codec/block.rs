@@ -191,13 +191,13 @@ pub(super) fn block_v3(block: &Block) -> BlockV3 {
 }
 
 pub(super) fn block_from_v3(value: BlockV3) -> Result<Block, CodecError> {
-    let mut block = block_from_v1(BlockV1 {
+    let mut block = block_from_v2(BlockV2 {
         action: value.action,
         start: value.start,
         end: value.end,
         cause: value.cause,
+        forced: value.forced,
     })?;
-    block.forced = value.forced.map(forced_from_v1);
     block.provenance = Provenance {
         source: value.source,
         reports: value.reports,
