@@ -192,71 +192,89 @@ impl Checker {
 
     /// Checks task manager `tm` (see [`task_manager`]); answers once nothing the verdict
     /// shows can be taken back by a crash.
+    ///
+    /// A kept verdict is answered on the calling (async) thread: it reads nothing. A fresh
+    /// one is read on the blocking pool, because a point read of sled waits for the whole
+    /// of any transaction applying meanwhile (sled's reads and transactions exclude each
+    /// other): on an async worker, that wait would hold up every request queued behind it.
     pub async fn task_manager(&self, tm: &str, now: i64) -> Result<Arc<Checked>> {
-        let found = self
-            .store
-            .read_durably(|seen| self.task_manager_now(tm, now, seen))
-            .await?;
-        Ok(self.keep(found))
+        if let Some(kept) = self.kept_now(Which::TaskManager, tm, now) {
+            return Ok(kept);
+        }
+        let checker = self.clone();
+        let tm = tm.to_owned();
+        self.fresh(move |seen| checker.task_manager_now(&tm, now, seen))
+            .await
     }
 
     /// Checks node `node_id` (see [`node`]), durably as [`Checker::task_manager`].
     pub async fn node(&self, node_id: &str, now: i64) -> Result<Arc<Checked>> {
-        let found = self
-            .store
-            .read_durably(|seen| self.node_now(node_id, now, seen))
-            .await?;
+        if let Some(kept) = self.kept_now(Which::Node, node_id, now) {
+            return Ok(kept);
+        }
+        let checker = self.clone();
+        let node_id = node_id.to_owned();
+        self.fresh(move |seen| checker.node_now(&node_id, now, seen))
+            .await
+    }
+
+    /// A verdict `read` on the blocking pool, answered once durable and then kept.
+    async fn fresh(
+        &self,
+        read: impl Fn(&mut Seen) -> Result<Found> + Send + Sync + 'static,
+    ) -> Result<Arc<Checked>> {
+        let found = self.store.read_durably_blocking(read).await?;
         Ok(self.keep(found))
+    }
+
+    /// The kept verdict for `id`, if there is one still right at `now`: the keys it was
+    /// read from unchanged since, and none of the items it shows ended.
+    fn kept_now(&self, which: Which, id: &str, now: i64) -> Option<Arc<Checked>> {
+        let hit = self.kept.as_ref()?.cache(which).get(id)?;
+        let store = &self.store;
+        let unchanged = |key| store.unchanged_since(hit.mark, key);
+        let verdict = &hit.verdict.verdict;
+        let still = match which {
+            Which::TaskManager => {
+                unchanged(Watched::Item(Kind::TaskManager, id))
+                    && unchanged(Watched::Registration(id))
+                    && verdict
+                        .node
+                        .as_deref()
+                        .is_none_or(|node| unchanged(Watched::Item(Kind::Node, node)))
+            }
+            Which::Node => unchanged(Watched::Item(Kind::Node, id)),
+        };
+        // Kept only once durable, and unchanged since: nothing to wait for.
+        (hit.until > now && still).then(|| hit.verdict.clone())
     }
 
     /// Checks task manager `tm` now: a kept verdict, or a fresh one whose dependencies
     /// `seen` records. Answer it only once [`Store::confirm`]ed, then [`Checker::keep`] it.
     pub fn task_manager_now(&self, tm: &str, now: i64, seen: &mut Seen) -> Result<Found> {
-        let store = &self.store;
-        let unchanged = |mark, verdict: &Verdict| {
-            store.unchanged_since(mark, Watched::Item(Kind::TaskManager, tm))
-                && store.unchanged_since(mark, Watched::Registration(tm))
-                && verdict
-                    .node
-                    .as_deref()
-                    .is_none_or(|node| store.unchanged_since(mark, Watched::Item(Kind::Node, node)))
-        };
-        self.answer(Which::TaskManager, tm, now, seen, unchanged, |seen| {
-            task_manager(store, tm, now, seen)
+        self.answer(Which::TaskManager, tm, now, seen, |seen| {
+            task_manager(&self.store, tm, now, seen)
         })
     }
 
     /// Checks node `node_id` now (see [`Checker::task_manager_now`]).
     pub fn node_now(&self, node_id: &str, now: i64, seen: &mut Seen) -> Result<Found> {
-        let store = &self.store;
-        self.answer(
-            Which::Node,
-            node_id,
-            now,
-            seen,
-            |mark, _| store.unchanged_since(mark, Watched::Item(Kind::Node, node_id)),
-            |seen| node(store, node_id, now, seen),
-        )
+        self.answer(Which::Node, node_id, now, seen, |seen| {
+            node(&self.store, node_id, now, seen)
+        })
     }
 
-    /// The kept verdict for `id` while it is still right at `now` (`unchanged` says whether
-    /// the keys it was read from are untouched since its mark), else a fresh `read`.
+    /// The kept verdict for `id` while it is still right at `now`, else a fresh `read`.
     fn answer(
         &self,
         which: Which,
         id: &str,
         now: i64,
         seen: &mut Seen,
-        unchanged: impl Fn(ReadMark, &Verdict) -> bool,
         read: impl Fn(&mut Seen) -> Result<Verdict>,
     ) -> Result<Found> {
-        if let Some(kept) = &self.kept {
-            if let Some(hit) = kept.cache(which).get(id) {
-                // Kept only once durable, and unchanged since: nothing to wait for.
-                if hit.until > now && unchanged(hit.mark, &hit.verdict.verdict) {
-                    return Ok(Found::Kept(hit.verdict));
-                }
-            }
+        if let Some(kept) = self.kept_now(which, id, now) {
+            return Ok(Found::Kept(kept));
         }
         // The mark comes first: a change committed after it stamps a larger number.
         let mark = self.store.read_mark();
@@ -278,7 +296,7 @@ impl Checker {
                 verdict,
                 mark,
             } => {
-                if let (Some(kept), Some(mark)) = (&self.kept, mark) {
+                if let Some(kept) = &self.kept {
                     let id = verdict.verdict.id.clone();
                     kept.cache(which)
                         .insert(id, KeptVerdict::new(&verdict, mark));
@@ -313,8 +331,8 @@ pub enum Found {
     Fresh {
         which: Which,
         verdict: Arc<Checked>,
-        /// Taken before the reads; `None` while a transaction applied (not kept then).
-        mark: Option<ReadMark>,
+        /// Taken before the reads.
+        mark: ReadMark,
     },
 }
 

@@ -41,8 +41,9 @@ fn verdict_json(checked: &Checked) -> Response {
         .into_response()
 }
 
-// Single checks are point reads served on the async worker: they are the hottest path, and
-// a hop to the blocking pool would cost more than the reads themselves.
+// Single checks answer a kept verdict on the async worker (it reads nothing) and read a
+// fresh one on the blocking pool (`Checker::task_manager`): a sled read waits out any
+// transaction applying meanwhile, and must not hold up the requests queued behind it.
 
 /// Is this task manager blocked?
 ///

@@ -181,6 +181,29 @@ impl Store {
         Err(StoreError::Reopening)
     }
 
+    /// [`Store::read_durably`] with `read` on the blocking pool: for a read that may meet a
+    /// transaction (sled makes a read wait for the whole of one) and must not hold an async
+    /// worker meanwhile.
+    pub async fn read_durably_blocking<T: Send + 'static>(
+        &self,
+        read: impl Fn(&mut Seen) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        let read = std::sync::Arc::new(read);
+        for _ in 0..4 {
+            let (store, read) = (self.clone(), read.clone());
+            let (value, seen) = tokio::task::spawn_blocking(move || {
+                let mut seen = store.seen();
+                read(&mut seen).map(|value| (value, seen))
+            })
+            .await
+            .map_err(StoreError::ReadTaskFailed)??;
+            if self.confirm(&seen).await? {
+                return Ok(value);
+            }
+        }
+        Err(StoreError::Reopening)
+    }
+
     /// What a scan that ends now depends on: every group whose transaction had begun.
     pub fn scan_ended(&self) -> Seen {
         let mut seen = self.seen();

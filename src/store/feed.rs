@@ -128,16 +128,51 @@ impl Store {
         }
     }
 
-    /// Where the commit order stands, taken *before* reads whose result a caller keeps;
-    /// `None` while a transaction is being applied (nothing read then may be kept).
-    pub fn read_mark(&self) -> Option<ReadMark> {
+    /// Where the commit order stands, taken *before* reads whose result a caller keeps.
+    ///
+    /// While a transaction is applying (`seq` odd), the mark is the number before it: that
+    /// transaction stamps every key it changes with the number after it, so whatever the
+    /// read saw of it, a later check finds those keys changed since the mark and reads
+    /// them again. A read during a storm of writes is therefore kept like any other.
+    pub fn read_mark(&self) -> ReadMark {
         let seq = self.shared.feed.seq.load(Ordering::SeqCst);
-        seq.is_multiple_of(2).then_some(ReadMark(seq))
+        ReadMark(seq & !1)
     }
 
     /// Whether `key` is certainly unchanged since `mark` (false may also mean that a key
     /// sharing its stamp changed, or that the database was reopened).
     pub fn unchanged_since(&self, mark: ReadMark, key: Watched<'_>) -> bool {
         self.shared.feed.stamps.unchanged_since(mark, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+    use crate::store::StoreConfig;
+
+    /// A reader that takes its mark while a transaction applies (as it does all the time
+    /// under a storm of writes) gets a mark it can keep its answer under: the keys that
+    /// transaction changes read as changed since the mark, every other key as unchanged.
+    #[test]
+    fn a_mark_taken_while_a_transaction_applies_is_kept_and_sees_its_keys_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreConfig::new(dir.path().join("data"))).unwrap();
+        let feed = &store.shared.feed;
+        let changed = Watched::Item(Kind::TaskManager, "tm-changed");
+        let untouched = Watched::Item(Kind::TaskManager, "tm-untouched");
+
+        // What the committer does around a transaction: seq odd, stamp, apply, seq even.
+        let settled = feed.seq.fetch_add(1, Ordering::SeqCst) + 2;
+        let mark = store.read_mark();
+        feed.stamps.stamp(changed, settled);
+        feed.seq.fetch_add(1, Ordering::SeqCst);
+
+        assert!(!store.unchanged_since(mark, changed));
+        assert!(store.unchanged_since(mark, untouched));
+        // A mark taken after the transaction covers it.
+        assert!(store.unchanged_since(store.read_mark(), changed));
+        store.shutdown().unwrap();
     }
 }

@@ -13,8 +13,9 @@
 //!   means that a reader who sees a change and then loads its key's stamp gets that
 //!   transaction's number or a later one, which durable reads rely on
 //!   ([`super::durable`]);
-//! - a reader takes a [`ReadMark`] (an even `seq`; none while a transaction is applying)
-//!   *before* it reads the trees;
+//! - a reader takes a [`ReadMark`] *before* it reads the trees: `seq`, or while a
+//!   transaction is applying (odd `seq`), the even number before it — that transaction has
+//!   stamped its keys with the number after, so whatever the read saw of them is re-read;
 //! - what it read is still current while every slot it depends on is `<=` its mark: a
 //!   transaction that committed before the mark was taken is visible to the read (the
 //!   `SeqCst` bump orders it), and one that commits after stamps a larger number.
