@@ -6,9 +6,9 @@
 //! a group commit not yet durable — until that group is (see `store::durable`): a verdict
 //! is never one a crash could take back. A [`Checker`] keeps
 //! recent verdicts, so a scheduler asking about the same task managers over and over is
-//! answered from memory: a kept verdict is served only while none of the keys it was read
-//! from has changed since (the store's change stamps say so) and none of the items it
-//! shows has ended; it is kept only once durable, so a hit never waits.
+//! answered from memory: a kept verdict is served until the committer, about to change a
+//! key it was read from, drops it (exactly: a storm of writes to other keys drops none) or
+//! an item it shows ends; it is kept only once durable, so a hit never waits.
 
 use std::sync::{Arc, OnceLock};
 
@@ -19,7 +19,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::model::{Action, Item, Kind};
-use crate::store::{ReadMark, Result, Seen, Store, Watched};
+use crate::store::{ReadMark, Result, Seen, Stale, Store, Watched};
 
 /// The answer for one id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -149,8 +149,6 @@ struct Kept {
 #[derive(Clone)]
 struct KeptVerdict {
     verdict: Arc<Checked>,
-    /// Taken before the reads the verdict came from.
-    mark: ReadMark,
     /// When the first item it shows ends (`i64::MAX` when it shows none or only permanent).
     until: i64,
 }
@@ -182,10 +180,13 @@ impl Checker {
             // Half the budget per kind; the item estimate only sizes the tables up front.
             let half = cache_bytes / 2;
             let estimate = (half / 256).max(16) as usize;
-            Arc::new(Kept {
+            let kept = Arc::new(Kept {
                 task_managers: Cache::with_weighter(estimate, half, BySize),
                 nodes: Cache::with_weighter(estimate, half, BySize),
-            })
+            });
+            let stale: Arc<dyn Stale> = kept.clone();
+            store.tell_changes(Arc::downgrade(&stale));
+            kept
         });
         Checker { store, kept }
     }
@@ -227,14 +228,20 @@ impl Checker {
         Ok(self.keep(found))
     }
 
-    /// The kept verdict for `id`, if there is one still right at `now`: the keys it was
-    /// read from unchanged since, and none of the items it shows ended.
+    /// The kept verdict for `id`, if there is one still right at `now`: none of the items
+    /// it shows has ended (a change to a key it was read from would have dropped it).
     fn kept_now(&self, which: Which, id: &str, now: i64) -> Option<Arc<Checked>> {
         let hit = self.kept.as_ref()?.cache(which).get(id)?;
-        let store = &self.store;
-        let unchanged = |key| store.unchanged_since(hit.mark, key);
-        let verdict = &hit.verdict.verdict;
-        let still = match which {
+        // Kept only once durable, and unchanged since: nothing to wait for.
+        (hit.until > now).then(|| hit.verdict.clone())
+    }
+
+    /// Whether no key `verdict` was read from has been stamped since `mark` (false may also
+    /// mean that a key sharing a slot with one was).
+    fn unchanged_since(&self, which: Which, verdict: &Verdict, mark: ReadMark) -> bool {
+        let unchanged = |key| self.store.unchanged_since(mark, key);
+        let id = verdict.id.as_str();
+        match which {
             Which::TaskManager => {
                 unchanged(Watched::Item(Kind::TaskManager, id))
                     && unchanged(Watched::Registration(id))
@@ -244,9 +251,7 @@ impl Checker {
                         .is_none_or(|node| unchanged(Watched::Item(Kind::Node, node)))
             }
             Which::Node => unchanged(Watched::Item(Kind::Node, id)),
-        };
-        // Kept only once durable, and unchanged since: nothing to wait for.
-        (hit.until > now && still).then(|| hit.verdict.clone())
+        }
     }
 
     /// Checks task manager `tm` now: a kept verdict, or a fresh one whose dependencies
@@ -297,9 +302,14 @@ impl Checker {
                 mark,
             } => {
                 if let Some(kept) = &self.kept {
-                    let id = verdict.verdict.id.clone();
-                    kept.cache(which)
-                        .insert(id, KeptVerdict::new(&verdict, mark));
+                    let id = &verdict.verdict.id;
+                    let cache = kept.cache(which);
+                    cache.insert(id.clone(), KeptVerdict::new(&verdict));
+                    // A transaction about to change a key it was read from may have told the
+                    // cache before the insert; it stamped the key first, which shows here.
+                    if !self.unchanged_since(which, &verdict.verdict, mark) {
+                        cache.remove(id);
+                    }
                 }
                 verdict
             }
@@ -312,6 +322,22 @@ impl Checker {
 pub enum Which {
     TaskManager,
     Node,
+}
+
+/// The committer drops exactly the verdicts a transaction may change.
+impl Stale for Kept {
+    fn task_manager(&self, tm: &str) {
+        self.task_managers.remove(tm);
+    }
+
+    fn node(&self, node: &str) {
+        self.nodes.remove(node);
+    }
+
+    fn everything(&self) {
+        self.task_managers.clear();
+        self.nodes.clear();
+    }
 }
 
 impl Kept {
@@ -337,7 +363,7 @@ pub enum Found {
 }
 
 impl KeptVerdict {
-    fn new(verdict: &Arc<Checked>, mark: ReadMark) -> KeptVerdict {
+    fn new(verdict: &Arc<Checked>) -> KeptVerdict {
         let until = verdict
             .verdict
             .blocked_by
@@ -347,8 +373,76 @@ impl KeptVerdict {
             .unwrap_or(i64::MAX);
         KeptVerdict {
             verdict: verdict.clone(),
-            mark,
             until,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NewItem, PERMANENT};
+    use crate::store::StoreConfig;
+
+    fn block(id: &str) -> NewItem {
+        NewItem {
+            id: id.to_owned(),
+            action: Action::MarkBlocked,
+            end: PERMANENT,
+            cause: "c".to_owned(),
+            allow_merge: false,
+            source: "test".to_owned(),
+            timeout: None,
+        }
+    }
+
+    /// Checks `tm` as a request does: whether the verdict was a kept one, and blocked.
+    async fn check(checker: &Checker, tm: &str) -> (bool, bool) {
+        let now = crate::clock::now_ms();
+        let mut seen = checker.store.seen();
+        let found = checker.task_manager_now(tm, now, &mut seen).unwrap();
+        let kept = matches!(found, Found::Kept(_));
+        assert!(checker.store.confirm(&seen).await.unwrap());
+        (kept, checker.keep(found).verdict.blocked)
+    }
+
+    /// A write to another key keeps the verdict even when that key shares a change-stamp
+    /// slot with one it was read from; a change to its own item or its node's drops it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kept_verdict_outlives_writes_to_other_keys_and_not_to_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreConfig::new(dir.path().join("data"))).unwrap();
+        let checker = Checker::new(store.clone(), 1 << 20);
+        let now = crate::clock::now_ms();
+        let pairs = [("tm-a", "node-a"), ("tm-b", "node-b")];
+        let pairs = pairs.map(|(tm, node)| (tm.to_owned(), node.to_owned()));
+        store.register(pairs.to_vec()).await.unwrap();
+        for tm in ["tm-a", "tm-b"] {
+            assert_eq!(check(&checker, tm).await, (false, false), "{tm} read");
+            assert_eq!(check(&checker, tm).await, (true, false), "{tm} kept");
+        }
+
+        let other = store.id_sharing_a_slot_with(Watched::Item(Kind::TaskManager, "tm-a"));
+        store
+            .add(Kind::TaskManager, vec![block(&other)], now)
+            .await
+            .unwrap();
+        assert_eq!(check(&checker, "tm-a").await, (true, false), "another key");
+
+        store
+            .add(Kind::Node, vec![block("node-a")], now)
+            .await
+            .unwrap();
+        assert_eq!(check(&checker, "tm-a").await, (false, true), "its node");
+        assert_eq!(check(&checker, "tm-a").await, (true, true), "kept blocked");
+
+        store
+            .add(Kind::TaskManager, vec![block("tm-b")], now)
+            .await
+            .unwrap();
+        assert_eq!(check(&checker, "tm-b").await, (false, true), "its own item");
+        tokio::task::spawn_blocking(move || store.shutdown().unwrap())
+            .await
+            .unwrap();
     }
 }

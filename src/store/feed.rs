@@ -139,10 +139,24 @@ impl Store {
         ReadMark(seq & !1)
     }
 
+    /// Tells `cache` which answers each transaction may change, before it applies, for as
+    /// long as the cache lives (see [`Stale`]).
+    pub fn tell_changes(&self, cache: std::sync::Weak<dyn super::Stale>) {
+        self.shared.feed.stamps.tell(cache);
+    }
+
     /// Whether `key` is certainly unchanged since `mark` (false may also mean that a key
     /// sharing its stamp changed, or that the database was reopened).
     pub fn unchanged_since(&self, mark: ReadMark, key: Watched<'_>) -> bool {
         self.shared.feed.stamps.unchanged_since(mark, key)
+    }
+}
+
+#[cfg(test)]
+impl Store {
+    /// A task manager id whose item shares `key`'s change-stamp slot.
+    pub(crate) fn id_sharing_a_slot_with(&self, key: Watched<'_>) -> String {
+        self.shared.feed.stamps.id_sharing_a_slot_with(key)
     }
 }
 

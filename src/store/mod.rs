@@ -92,7 +92,7 @@ pub use migrate::CURRENT as SCHEMA_VERSION;
 pub use open::sled_config;
 
 pub use salvage::{salvage, Salvaged};
-pub use stamps::{ReadMark, Watched};
+pub use stamps::{ReadMark, Stale, Watched};
 pub use stats::{DiskUsage, TreeUsage};
 
 // The names the committer, the syncer, migrations and salvage import from the root

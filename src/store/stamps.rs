@@ -25,7 +25,9 @@
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, Weak};
 
+use super::members::Members;
 use crate::model::Kind;
 
 /// Slots in the table: 8 MiB of stamps. A slot stamped by a group not yet durable makes a
@@ -47,9 +49,27 @@ pub enum Watched<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMark(pub(super) u64);
 
+/// A cache of answers the committer tells, exactly, which answers a transaction may
+/// change, before it applies: the stamps' slots are shared by many keys, so under a storm of
+/// writes to other keys they would make most of its answers look stale.
+///
+/// A cache that keeps an answer must still compare the stamps of the keys it read with its
+/// mark *after* keeping it (and drop it if one moved): a transaction told before the answer
+/// was kept stamped first, so that check sees it.
+pub trait Stale: Send + Sync {
+    /// Checks of task manager `tm` may change: its item, its registration or its node's
+    /// item is about to.
+    fn task_manager(&self, tm: &str);
+    /// Checks of node `node` may change: its item is about to.
+    fn node(&self, node: &str);
+    /// Anything may have changed (a reopen after a storage fault).
+    fn everything(&self);
+}
+
 pub(crate) struct ChangeStamps {
     slots: Box<[AtomicU64]>,
     hasher: foldhash::fast::FixedState,
+    caches: RwLock<Vec<Weak<dyn Stale>>>,
 }
 
 impl ChangeStamps {
@@ -57,7 +77,43 @@ impl ChangeStamps {
         ChangeStamps {
             slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             hasher: foldhash::fast::FixedState::with_seed(0x5eed_b10c),
+            caches: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Tells `cache` of every change from the next transaction on (for as long as it lives).
+    pub fn tell(&self, cache: Weak<dyn Stale>) {
+        let mut caches = self.caches.write().expect("not poisoned");
+        caches.retain(|c| c.strong_count() > 0);
+        caches.push(cache);
+    }
+
+    /// Stamps every key `touched` names with `seq` and tells the caches, before the
+    /// transaction applies; a node's item tells them of its `members` too.
+    pub fn stamp_touched(
+        &self,
+        seq: u64,
+        members: &Members,
+        touched: impl FnOnce(&mut dyn FnMut(Watched<'_>)),
+    ) {
+        let caches = self.caches.read().expect("not poisoned");
+        let caches: Vec<_> = caches.iter().filter_map(Weak::upgrade).collect();
+        touched(&mut |key| {
+            self.stamp(key, seq);
+            for cache in &caches {
+                match key {
+                    Watched::Item(Kind::TaskManager, tm) | Watched::Registration(tm) => {
+                        cache.task_manager(tm);
+                    }
+                    Watched::Item(Kind::Node, node) => {
+                        cache.node(node);
+                        for tm in members.get(node).into_iter().flatten() {
+                            cache.task_manager(tm);
+                        }
+                    }
+                }
+            }
+        });
     }
 
     fn slot(&self, key: Watched<'_>) -> &AtomicU64 {
@@ -76,10 +132,15 @@ impl ChangeStamps {
         self.slot(key).store(seq, Ordering::Release);
     }
 
-    /// Records that anything may have changed (a reopen that lost unsynced commits).
+    /// Records that anything may have changed (a reopen that lost unsynced commits), and
+    /// tells the caches.
     pub fn stamp_all(&self, seq: u64) {
         for slot in &self.slots {
             slot.store(seq, Ordering::Release);
+        }
+        let caches = self.caches.read().expect("not poisoned");
+        for cache in caches.iter().filter_map(Weak::upgrade) {
+            cache.everything();
         }
     }
 
@@ -92,6 +153,19 @@ impl ChangeStamps {
     /// Whether no transaction after `mark` changed `key`.
     pub fn unchanged_since(&self, mark: ReadMark, key: Watched<'_>) -> bool {
         self.slot(key).load(Ordering::Acquire) <= mark.0
+    }
+}
+
+#[cfg(test)]
+impl ChangeStamps {
+    /// A task manager id whose item shares `key`'s slot, found by trying ids in turn (about
+    /// a million tries; 64 million find one with certainty all but 1 in e^64).
+    pub fn id_sharing_a_slot_with(&self, key: Watched<'_>) -> String {
+        let slot: *const AtomicU64 = self.slot(key);
+        (0u64..64 * SLOTS as u64)
+            .map(|i| format!("other-{i}"))
+            .find(|id| std::ptr::eq(self.slot(Watched::Item(Kind::TaskManager, id)), slot))
+            .expect("some id shares the slot")
     }
 }
 

@@ -178,12 +178,15 @@ impl Committer {
 
     /// Stamps every key the batch may change with `settled`, before the transaction
     /// applies: a reader that sees a change finds its stamp (see `crate::store::durable`);
-    /// a kept answer read before this is stale from now on.
+    /// the caches of answers drop what it may change.
     fn stamp(&self, batch: &[Op], due: &[Vec<Vec<u8>>], settled: u64) {
-        let stamps = &self.feed.stamps;
-        for (op, due) in batch.iter().zip(due) {
-            op.touched(due, |key| stamps.stamp(key, settled));
-        }
+        self.feed
+            .stamps
+            .stamp_touched(settled, &self.members, |stamp| {
+                for (op, due) in batch.iter().zip(due) {
+                    op.touched(due, &mut *stamp);
+                }
+            });
     }
 
     /// Takes on what a committed transaction left: the revision, counts, watermark and
