@@ -3,7 +3,8 @@
 //! Starts a fresh `blocklistd` (the binary next to this one) on a temp dir per scenario,
 //! drives it over plain HTTP like any client, and measures in the same run, with the same
 //! client and concurrency, what it is compared with: the HTTP ceiling (an empty axum
-//! server), the store ceiling (sled straight, no HTTP) and the peer (Redis, fsync always).
+//! server), the store ceiling (sled straight, no HTTP) and the peers (Redis with fsync
+//! always; etcd, with the `etcd` feature).
 //! Prints one table and optionally writes it as JSON. See docs/benchmarks.md.
 //!
 //! Layout:
@@ -11,9 +12,11 @@
 //! - `load`: the closed-loop driver (bounded in time and count) and its histograms;
 //! - `client`: the HTTP/1.1 client, one kept-alive hyper connection per worker;
 //! - `dataset`: request bodies, bulk loading, task manager registration;
+//! - `delivery`: the change feed's delivery latency (ack times, subscribers' histograms);
 //! - `ceiling`: the HTTP ceiling server (a hidden subcommand of this binary) and the store
 //!   ceiling;
 //! - `redis_peer`: the Redis peer;
+//! - `etcd_peer`: the etcd peer (with the `etcd` feature);
 //! - `server`: child processes (daemon, ceiling server) that announce their address;
 //! - `procstat`: CPU, RSS and disk use from /proc and the file system;
 //! - `report`: rows, the table and the JSON.
@@ -21,6 +24,9 @@
 mod ceiling;
 mod client;
 mod dataset;
+mod delivery;
+#[cfg(feature = "etcd")]
+mod etcd_peer;
 mod load;
 mod procstat;
 mod redis_peer;
@@ -39,13 +45,13 @@ use report::{Machine, Report, Role, Row};
 use scenarios::{Bench, RUN_ORDER, SCENARIOS};
 use server::DaemonSpec;
 
-/// Benchmarks blocklistd against an HTTP ceiling, a store ceiling and Redis, in one run.
+/// Benchmarks blocklistd against an HTTP ceiling, a store ceiling, Redis and etcd, in one run.
 #[derive(Debug, Parser)]
 #[command(about, long_about = None)]
 struct Args {
     /// The scenario to run, or `all`.
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
-        ["all", "add", "add-keyed", "add-batch", "merge-hot", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint"]
+        ["all", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint"]
     ))]
     scenario: String,
 
@@ -83,7 +89,12 @@ struct Args {
     #[arg(long, allow_hyphen_values = true)]
     daemon_arg: Vec<String>,
 
-    /// Skip the Redis peer even when redis-server is installed.
+    /// The subscriber counts `feed` measures, one after the other.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u16, 100, 1000],
+          value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    subscribers: Vec<u16>,
+
+    /// Skip the peers (Redis, etcd) even when they are installed.
     #[arg(long)]
     no_peer: bool,
 
@@ -110,6 +121,7 @@ pub struct Settings {
     pub expire_window: Duration,
     pub restarts: usize,
     pub peer: bool,
+    pub subscribers: Vec<usize>,
     pub work_dir: Option<PathBuf>,
     pub keep: bool,
     pub wait_quiet: Duration,
@@ -140,6 +152,7 @@ fn main() -> ExitCode {
             expire_window,
             restarts: args.restarts.clamp(1, 100),
             peer: !args.no_peer,
+            subscribers: args.subscribers.iter().map(|&w| usize::from(w)).collect(),
             work_dir: args.work_dir.clone(),
             keep: args.keep,
             wait_quiet: Duration::from_secs_f64(if args.wait_quiet.is_finite() {

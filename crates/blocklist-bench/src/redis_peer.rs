@@ -7,8 +7,7 @@
 //! Keys and values are the daemon's own bytes (`blocklistd::store::{keys, codec}`), so both
 //! sides store the same data. Skipped, with a note, when `redis-server` is not on PATH.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use blocklistd::store::{codec, keys};
 use redis::aio::MultiplexedConnection;
 
 use crate::load::{Rng, Worker};
+use crate::server::{free_port, which};
 
 pub const NOT_INSTALLED: &str =
     "peer skipped: redis-server is not on PATH (install it: apt-get install -y redis-server)";
@@ -32,12 +32,7 @@ impl Redis {
         let Some(bin) = which("redis-server") else {
             return Ok(None);
         };
-        // A free port: bind :0, read it, release it. Another process could take it in
-        // between; then redis fails to start and we say so.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("free port: {e}"))?
-            .port();
+        let port = free_port()?;
         let log = dir.join("redis.log");
         let child = Command::new(bin)
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
@@ -115,14 +110,6 @@ impl Drop for Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
 }
 
 /// The peer's equivalent of one add: the item (the daemon's own key and value bytes) and

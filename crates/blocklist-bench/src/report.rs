@@ -10,13 +10,16 @@ use serde::Serialize;
 use crate::load::Phase;
 use crate::procstat::CpuUse;
 
-/// What a row measured: our daemon, a ceiling, or the peer.
+/// What a row measured: our daemon, a ceiling, or a peer.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Ours,
     Ceiling,
-    Peer,
+    /// Redis, `appendfsync always`: the fastest durable store a team could use instead.
+    Redis,
+    /// etcd: the store with the daemon's guarantees (durable, time to live, watch).
+    Etcd,
 }
 
 /// One target (docs/benchmarks.md, "Targets") and whether this run met it (`None`: not measurable here).
@@ -46,7 +49,8 @@ pub struct Row {
     pub ops: u64,
     pub errors: u64,
     pub ratio_ceiling: Option<f64>,
-    pub ratio_peer: Option<f64>,
+    pub ratio_redis: Option<f64>,
+    pub ratio_etcd: Option<f64>,
     pub targets: Vec<Target>,
     /// Scenario-specific figures (RSS, disk, ready time, ...).
     pub extra: BTreeMap<String, f64>,
@@ -69,7 +73,8 @@ impl Row {
             ops: 0,
             errors: 0,
             ratio_ceiling: None,
-            ratio_peer: None,
+            ratio_redis: None,
+            ratio_etcd: None,
             targets: Vec::new(),
             extra: BTreeMap::new(),
             note: String::new(),
@@ -213,14 +218,15 @@ pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(
         "| scenario | role | ops/s | items/s | p50 ms | p99 ms | p999 ms | server CPU | bench CPU \
-         | server µs/op | ours/ceiling | ours/peer | targets | note |\n",
+         | server µs/op | ours/ceiling | ours/Redis | ours/etcd | targets | note |\n",
     );
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for row in rows {
         let role = match row.role {
             Role::Ours => "ours",
             Role::Ceiling => "ceiling",
-            Role::Peer => "peer",
+            Role::Redis => "Redis",
+            Role::Etcd => "etcd",
         };
         let extra = row
             .extra
@@ -235,7 +241,7 @@ pub fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {role} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {role} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.scenario,
             num(row.ops_per_s),
             num(row.items_per_s),
@@ -248,7 +254,8 @@ pub fn table(rows: &[Row]) -> String {
                 .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
             num(row.server_cpu_us_per_op),
             ratio(row.ratio_ceiling),
-            ratio(row.ratio_peer),
+            ratio(row.ratio_redis),
+            ratio(row.ratio_etcd),
             targets(row),
             note.replace('|', "/"),
         );

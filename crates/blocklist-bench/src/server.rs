@@ -89,6 +89,24 @@ impl Drop for Server {
     }
 }
 
+/// A free loopback port for a peer's server: bind :0, read it, release it. Another process
+/// could take it in between; then the server fails to start and says so.
+pub fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("free port: {e}"))
+}
+
+/// `name`'s path on PATH, if it is installed.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
 /// The last lines of a log, for error messages.
 pub fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();

@@ -1,6 +1,7 @@
 //! The bench binary runs every scenario end to end on a small list and writes its JSON.
 //! No speed is asserted: this proves the harness works, not how fast the daemon is.
-//! Passes with or without redis-server installed (the peer is then a "skipped" row).
+//! Passes with or without redis-server and etcd installed (a missing peer is a "skipped"
+//! row); with the `etcd` feature and etcd installed, etcd's rows must be measured.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -8,11 +9,12 @@ use std::time::{Duration, Instant};
 const BENCH: &str = env!("CARGO_BIN_EXE_blocklist-bench");
 
 /// Every scenario; the JSON must hold one `ours` row for each.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "add",
     "add-keyed",
     "add-batch",
     "merge-hot",
+    "feed",
     "check",
     "check-under-storm",
     "list",
@@ -36,7 +38,14 @@ fn every_scenario_runs_and_is_reported() {
             "--concurrency",
             "16",
         ])
-        .args(["--expire-window", "2", "--restarts", "1"])
+        .args([
+            "--expire-window",
+            "2",
+            "--restarts",
+            "1",
+            "--subscribers",
+            "1,10",
+        ])
         .arg("--json-out")
         .arg(&json)
         .arg("--work-dir")
@@ -79,6 +88,16 @@ fn every_scenario_runs_and_is_reported() {
             row["note"]
         );
     }
+    // Built with the etcd peer, and etcd installed: its rows are measured, not skipped.
+    if cfg!(feature = "etcd") && on_path("etcd") {
+        for scenario in ["add", "check", "feed"] {
+            let row = rows
+                .iter()
+                .find(|r| r["scenario"] == scenario && r["role"] == "etcd")
+                .unwrap_or_else(|| panic!("no etcd row for {scenario} in {report:#}"));
+            assert!(row["ops"].as_u64().unwrap_or(0) > 0, "{scenario}: {row:#}");
+        }
+    }
     assert!(report["machine"]["nproc"].as_u64().is_some());
     // The printed table has the same rows.
     for scenario in SCENARIOS {
@@ -87,4 +106,9 @@ fn every_scenario_runs_and_is_reported() {
             "{stdout}"
         );
     }
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
 }

@@ -17,7 +17,9 @@
 //! - `expire`: `expire` and the sweeper-lag histogram it reads from `/metrics`;
 //! - `fixture`: the shared 1M-item fixture and the scenarios on it that only observe the
 //!   daemon (`idle`, `restart`, `footprint`);
-//! - `reference`: the ceilings and the Redis peer, measured once per run, and `ratio`.
+//! - `reference`: the ceilings and the Redis peer, measured once per run, and `ratio`;
+//! - `etcd`: etcd's rows for `add` and `check`, measured once per run;
+//! - `feed`: `feed`, the change feed's delivery to W subscribers, ours and etcd's watches.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,7 +32,9 @@ use crate::report::Row;
 use crate::server::{DaemonSpec, Server};
 use crate::Settings;
 
+mod etcd;
 mod expire;
+mod feed;
 mod fixture;
 mod read;
 mod reference;
@@ -43,11 +47,12 @@ use reference::References;
 use workers::{fresh_adds, http_workers, Paced};
 
 /// Every scenario, in the order of the printed table.
-pub const SCENARIOS: [&str; 11] = [
+pub const SCENARIOS: [&str; 12] = [
     "add",
     "add-keyed",
     "add-batch",
     "merge-hot",
+    "feed",
     "check",
     "check-under-storm",
     "list",
@@ -59,11 +64,12 @@ pub const SCENARIOS: [&str; 11] = [
 
 /// The order `all` runs them in: the fixture scenarios back to back so the 1M items are
 /// loaded once (footprint right after loading, restart last because it kills the daemon).
-pub const RUN_ORDER: [&str; 11] = [
+pub const RUN_ORDER: [&str; 12] = [
     "add",
     "add-keyed",
     "add-batch",
     "merge-hot",
+    "feed",
     "list",
     "expire",
     "check",
@@ -112,6 +118,7 @@ impl Bench {
             "add-keyed" => self.add_keyed().await,
             "add-batch" => self.add_batch().await,
             "merge-hot" => self.merge_hot().await,
+            "feed" => self.feed().await,
             "check" => self.check().await,
             "check-under-storm" => self.check_under_storm().await,
             "list" => self.list().await,

@@ -20,7 +20,7 @@ pub(super) struct CheckTarget {
     pub(super) items: usize,
     pub(super) registered: usize,
     /// The daemon has no membership: point reads stand in for checks.
-    fallback: bool,
+    pub(super) fallback: bool,
     pub(super) note: String,
 }
 
@@ -30,29 +30,31 @@ impl CheckTarget {
         let (registered, fallback) = (self.registered as u64, self.fallback);
         move |w| {
             let mut rng = Rng::new(w as u64);
-            Box::new(move || {
-                let r = rng.below(registered);
-                let (path, ok): (String, &'static [StatusCode]) = if fallback {
-                    (
-                        format!("/blocklist/taskmanagers/tm-{r}"),
-                        &[StatusCode::OK, StatusCode::NOT_FOUND],
-                    )
-                } else {
-                    (
-                        format!("/blocklist/check/taskmanagers/tm-{r}"),
-                        &[StatusCode::OK],
-                    )
-                };
-                Req {
-                    method: Method::GET,
-                    path,
-                    body: None,
-                    items: 1,
-                    ok,
-                    idempotency_key: None,
-                }
-            })
+            Box::new(move || check_request(fallback, rng.below(registered)))
         }
+    }
+}
+
+/// The check of registered task manager `tm-{r}` (a point read of it: `fallback`).
+pub(super) fn check_request(fallback: bool, r: u64) -> Req {
+    let (path, ok): (String, &'static [StatusCode]) = if fallback {
+        (
+            format!("/blocklist/taskmanagers/tm-{r}"),
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+        )
+    } else {
+        (
+            format!("/blocklist/check/taskmanagers/tm-{r}"),
+            &[StatusCode::OK],
+        )
+    };
+    Req {
+        method: Method::GET,
+        path,
+        body: None,
+        items: 1,
+        ok,
+        idempotency_key: None,
     }
 }
 
@@ -108,18 +110,22 @@ impl Bench {
         let mut ours = Row::from_phase("check", Role::Ours, &phase, cpu, false);
         paced.annotate(&mut ours, 2.0);
         let ceiling = self.http_ceiling_get(registered as u64, paced.rate).await?;
-        let peer = self
-            .redis_check(
-                items,
-                fixture_item(items, blocklistd::clock::now_ms()),
-                registered as u64,
-            )
+        let now = blocklistd::clock::now_ms();
+        let redis = self
+            .redis_check(items, fixture_item(items, now), registered as u64)
+            .await?;
+        let etcd = self
+            .etcd_check(items, fixture_item(items, now), registered as u64)
             .await?;
         ours.ratio_ceiling = ratio(ours.ops_per_s, ceiling.ops_per_s);
-        ours.ratio_peer = peer
+        ours.ratio_redis = redis
+            .as_ref()
+            .and_then(|p| ratio(ours.ops_per_s, p.ops_per_s));
+        ours.ratio_etcd = etcd
             .as_ref()
             .and_then(|p| ratio(ours.ops_per_s, p.ops_per_s));
         ours.target("≥0.8× GET ceiling", ours.ratio_ceiling.map(|r| r >= 0.8));
+        ours.target("≥1.5× etcd", ours.ratio_etcd.map(|r| r >= 1.5));
         ours.target("p99 ≤2 ms", ours.p99_ms.map(|p| p <= 2.0));
         ours.add_note(&format!(
             "{concurrency} connections, {items} items blocked, random of {registered} task managers; {reg_note}"
@@ -127,7 +133,8 @@ impl Bench {
         Ok(vec![
             ours,
             ceiling,
-            peer.unwrap_or_else(|| self.peer_skipped("check")),
+            redis.unwrap_or_else(|| self.redis_skipped("check")),
+            etcd.unwrap_or_else(|| self.etcd_skipped("check")),
         ])
     }
 

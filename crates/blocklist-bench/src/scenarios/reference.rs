@@ -1,5 +1,6 @@
 //! The reference rows, measured once per run with the same client and concurrency as the
-//! scenario they are compared with: the HTTP ceilings, the store ceiling and the Redis peer.
+//! scenario they are compared with: the HTTP ceilings, the store ceiling and the Redis peer
+//! (etcd's rows: `etcd`).
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use super::{Bench, CREATED};
 #[derive(Default)]
 #[expect(
     clippy::option_option,
-    reason = "the Redis rows: not measured yet, or measured and skipped (no redis-server)"
+    reason = "the peers' rows: not measured yet, or measured and skipped (peer not installed)"
 )]
 pub(super) struct References {
     http_post: Option<Row>,
@@ -27,6 +28,10 @@ pub(super) struct References {
     store: Option<Row>,
     redis_add: Option<Option<Row>>,
     redis_check: Option<Option<Row>>,
+    #[cfg(feature = "etcd")]
+    pub(super) etcd_add: Option<Option<Row>>,
+    #[cfg(feature = "etcd")]
+    pub(super) etcd_check: Option<Option<Row>>,
     pub(super) add_rate: Option<f64>,
 }
 
@@ -40,10 +45,15 @@ impl Bench {
         Redis::start(&dir).await
     }
 
-    pub(super) fn peer_skipped(&self, scenario: &str) -> Row {
-        let mut row = Row::new(scenario, Role::Peer);
+    pub(super) fn redis_skipped(&self, scenario: &str) -> Row {
+        self.peer_skipped(scenario, Role::Redis, redis_peer::NOT_INSTALLED)
+    }
+
+    /// The row of a peer that was not measured: `--no-peer`, or `why`.
+    pub(super) fn peer_skipped(&self, scenario: &str, role: Role, why: &str) -> Row {
+        let mut row = Row::new(scenario, role);
         row.note = if self.settings.peer {
-            redis_peer::NOT_INSTALLED.into()
+            why.into()
         } else {
             "peer skipped: --no-peer".into()
         };
@@ -161,7 +171,7 @@ impl Bench {
                     });
                 }
                 let (_, phase, cpu) = self.measure(workers, &[redis.pid()]).await;
-                let mut row = Row::from_phase("add", Role::Peer, &phase, cpu, false);
+                let mut row = Row::from_phase("add", Role::Redis, &phase, cpu, false);
                 row.add_note(
                     "Redis appendfsync always: MULTI; HSET; ZADD; EXEC per add, one connection per worker",
                 );
@@ -194,7 +204,7 @@ impl Bench {
                     });
                 }
                 let (_, phase, cpu) = self.measure(workers, &[redis.pid()]).await;
-                let mut row = Row::from_phase("check", Role::Peer, &phase, cpu, false);
+                let mut row = Row::from_phase("check", Role::Redis, &phase, cpu, false);
                 row.add_note(&format!(
                     "Redis HGET of a random registered task manager, {items} items stored"
                 ));

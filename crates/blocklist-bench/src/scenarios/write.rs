@@ -37,13 +37,18 @@ impl Bench {
         paced.annotate(&mut ours, 5.0);
         self.refs.add_rate = Some(phase.ops_per_s());
         let ceiling = self.http_ceiling_post().await?;
-        let peer = self.redis_add().await?;
+        let redis = self.redis_add().await?;
+        let etcd = self.etcd_add().await?;
         ours.ratio_ceiling = ratio(ours.ops_per_s, ceiling.ops_per_s);
-        ours.ratio_peer = peer
+        ours.ratio_redis = redis
+            .as_ref()
+            .and_then(|p| ratio(ours.ops_per_s, p.ops_per_s));
+        ours.ratio_etcd = etcd
             .as_ref()
             .and_then(|p| ratio(ours.ops_per_s, p.ops_per_s));
         ours.target("≥0.5× ceiling", ours.ratio_ceiling.map(|r| r >= 0.5));
-        ours.target("≥0.7× Redis", ours.ratio_peer.map(|r| r >= 0.7));
+        ours.target("≥0.7× Redis", ours.ratio_redis.map(|r| r >= 0.7));
+        ours.target("≥2× etcd", ours.ratio_etcd.map(|r| r >= 2.0));
         ours.target("p99 ≤5 ms", ours.p99_ms.map(|p| p <= 5.0));
         ours.add_note(&format!(
             "{} connections, 1 item per POST",
@@ -52,7 +57,8 @@ impl Bench {
         Ok(vec![
             ours,
             ceiling,
-            peer.unwrap_or_else(|| self.peer_skipped("add")),
+            redis.unwrap_or_else(|| self.redis_skipped("add")),
+            etcd.unwrap_or_else(|| self.etcd_skipped("add")),
         ])
     }
 
@@ -84,7 +90,7 @@ impl Bench {
 
     /// `add`'s rate for a ratio: the one this run measured, or (a scenario run alone)
     /// `add` measured on `server` now, before the scenario's own phase.
-    async fn add_rate(&mut self, server: &Server) -> Result<f64, String> {
+    pub(super) async fn add_rate(&mut self, server: &Server) -> Result<f64, String> {
         if let Some(rate) = self.refs.add_rate {
             return Ok(rate);
         }
