@@ -4,7 +4,9 @@
 //!
 //! Keys hash into a fixed table of slots. A slot holds the commit sequence number (the
 //! [`Feed`](super::Feed) seqlock's value after the transaction) of the last transaction
-//! that changed any key hashing there. Collisions only make readers re-read more often.
+//! that changed any key hashing there. Collisions only make readers wait or re-read more
+//! often. Caches that must not lose answers to collisions are told each change exactly
+//! ([`Stale`]), right after its stamp.
 //!
 //! The protocol, and why it is safe:
 //! - the committer bumps `seq` to odd, stamps the slot of every key the transaction may
@@ -31,9 +33,8 @@ use super::members::Members;
 use crate::model::Kind;
 
 /// Slots in the table: 8 MiB of stamps. A slot stamped by a group not yet durable makes a
-/// check of any key in it wait for that group's fsync; a detector's storm stamps ~30,000
-/// new keys a second, and at 65,536 slots that stalled unrelated checks for a second at
-/// p99 (`docs/benchmarks.md`, `check-under-storm`).
+/// durable read of any key in it wait for that group's fsync; a detector's storm stamps
+/// ~35,000 new keys a second, so with fewer slots more reads of keys no write touches wait.
 const SLOTS: usize = 1 << 20;
 
 /// A key whose changes a reader may depend on.

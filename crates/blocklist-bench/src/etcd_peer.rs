@@ -20,7 +20,7 @@
 //! only when `etcd` is on PATH; skipped with a note otherwise.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::delivery::{number_after, Acks, Delivery, Progress};
 use crate::load::{Rng, Worker};
-use crate::server::{free_port, which};
+use crate::server::{free_port, which, PeerProcess};
 
 pub const NOT_INSTALLED: &str =
     "etcd skipped: etcd is not on PATH (install it: apt-get install -y etcd-server)";
@@ -40,7 +40,7 @@ pub const NOT_INSTALLED: &str =
 const MAX_TXN_OPS: usize = 128;
 
 pub struct Etcd {
-    child: Child,
+    process: PeerProcess,
     endpoint: String,
 }
 
@@ -65,37 +65,32 @@ impl Etcd {
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("bench={peer}")])
-            // etcd's defaults otherwise: fsync of the WAL before every acknowledgement, a
-            // 2 GiB backend quota (the check fixture's million items fit in it).
+            // etcd's defaults otherwise (the WAL fsynced before every acknowledgement); the
+            // backend quota from 2 to 8 GiB, room for the check fixture's million items and
+            // the revisions the scenarios leave behind (nothing compacts them).
             .args(["--quota-backend-bytes", &(8u64 << 30).to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
             .spawn()
             .map_err(|e| format!("cannot start etcd: {e}"))?;
-        let mut etcd = Etcd { child, endpoint };
-        let started = Instant::now();
-        loop {
-            if let Ok(mut client) = etcd.connect().await {
-                if client.get("/ready", None).await.is_ok() {
-                    return Ok(Some(etcd));
+        let mut process = PeerProcess::new("etcd", child, log);
+        process
+            .wait_answering(Duration::from_secs(20), || {
+                let endpoint = endpoint.clone();
+                async move {
+                    match Client::connect([&endpoint], None).await {
+                        Ok(mut client) => client.get("/ready", None).await.is_ok(),
+                        Err(_) => false,
+                    }
                 }
-            }
-            if let Ok(Some(status)) = etcd.child.try_wait() {
-                return Err(format!(
-                    "etcd exited ({status}): {}",
-                    crate::server::tail(&log)
-                ));
-            }
-            if started.elapsed() > Duration::from_secs(20) {
-                return Err("etcd did not answer within 20 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            })
+            .await?;
+        Ok(Some(Etcd { process, endpoint }))
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// A client on a connection of its own (an HTTP/2 channel).
@@ -127,13 +122,6 @@ impl Etcd {
                 .map_err(|e| format!("etcd load: {e}"))?;
         }
         Ok(())
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -8,21 +8,21 @@
 //! sides store the same data. Skipped, with a note, when `redis-server` is not on PATH.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use blocklistd::model::{Action, Block, Kind, Provenance};
 use blocklistd::store::{codec, keys};
 use redis::aio::MultiplexedConnection;
 
 use crate::load::{Rng, Worker};
-use crate::server::{free_port, which};
+use crate::server::{free_port, which, PeerProcess};
 
 pub const NOT_INSTALLED: &str =
     "peer skipped: redis-server is not on PATH (install it: apt-get install -y redis-server)";
 
 pub struct Redis {
-    child: Child,
+    process: PeerProcess,
     client: redis::Client,
 }
 
@@ -48,31 +48,25 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start redis-server: {e}"))?;
+        let mut process = PeerProcess::new("redis-server", child, log);
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
             .map_err(|e| format!("redis client: {e}"))?;
-        let mut redis = Redis { child, client };
-        let started = Instant::now();
-        loop {
-            if let Ok(mut con) = redis.connect().await {
-                if redis::cmd("PING").exec_async(&mut con).await.is_ok() {
-                    return Ok(Some(redis));
+        process
+            .wait_answering(Duration::from_secs(15), || {
+                let client = client.clone();
+                async move {
+                    match client.get_multiplexed_async_connection().await {
+                        Ok(mut con) => redis::cmd("PING").exec_async(&mut con).await.is_ok(),
+                        Err(_) => false,
+                    }
                 }
-            }
-            if let Ok(Some(status)) = redis.child.try_wait() {
-                return Err(format!(
-                    "redis-server exited ({status}): {}",
-                    crate::server::tail(&log)
-                ));
-            }
-            if started.elapsed() > Duration::from_secs(15) {
-                return Err("redis-server did not answer PING within 15 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            })
+            .await?;
+        Ok(Some(Redis { process, client }))
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     pub async fn connect(&self) -> Result<MultiplexedConnection, String> {
@@ -102,13 +96,6 @@ impl Redis {
                 .map_err(|e| format!("redis load: {e}"))?;
         }
         Ok(())
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -89,6 +89,57 @@ impl Drop for Server {
     }
 }
 
+/// A peer's server process (redis-server, etcd), killed (SIGKILL) when dropped.
+pub struct PeerProcess {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl PeerProcess {
+    /// `child`, named `name` in errors, writing its log to `log`.
+    pub fn new(name: &'static str, child: Child, log: PathBuf) -> PeerProcess {
+        PeerProcess { name, child, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Polls `answers` until it says the server answers; fails when the process exits or
+    /// `deadline` passes first.
+    pub async fn wait_answering<F: std::future::Future<Output = bool>>(
+        &mut self,
+        deadline: Duration,
+        mut answers: impl FnMut() -> F,
+    ) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            if answers().await {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "{} exited ({status}): {}",
+                    self.name,
+                    tail(&self.log)
+                ));
+            }
+            if started.elapsed() > deadline {
+                return Err(format!("{} did not answer within {deadline:?}", self.name));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A free loopback port for a peer's server: bind :0, read it, release it. Another process
 /// could take it in between; then the server fails to start and says so.
 pub fn free_port() -> Result<u16, String> {
