@@ -97,8 +97,9 @@ impl ChangeStamps {
         members: &Members,
         touched: impl FnOnce(&mut dyn FnMut(Watched<'_>)),
     ) {
-        let caches = self.caches.read().expect("not poisoned");
-        let caches: Vec<_> = caches.iter().filter_map(Weak::upgrade).collect();
+        let caches: Vec<_> = (self.caches.read().expect("not poisoned").iter())
+            .filter_map(Weak::upgrade)
+            .collect();
         touched(&mut |key| {
             self.stamp(key, seq);
             for cache in &caches {
