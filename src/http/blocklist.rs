@@ -196,13 +196,16 @@ async fn get_one(
     kind: Kind,
     IdPath(id): IdPath,
 ) -> Result<Response> {
-    let store = &state.store;
-    let now = store.now();
-    let found = store
-        .read_durably(|seen| {
+    let now = state.store.now();
+    // On the blocking pool: a sled read waits out any transaction applying meanwhile.
+    let (store, read_id) = (state.store.clone(), id.clone());
+    let found = state
+        .store
+        .read_durably_blocking(move |seen| {
+            let (store, id) = (&store, &read_id);
             // Read before the item, whose stamp then covers them (see `Store::reports`).
-            let reports = store.reports(kind, &id, seen)?;
-            let Some(block) = store.get(kind, &id, now, seen)? else {
+            let reports = store.reports(kind, id, seen)?;
+            let Some(block) = store.get(kind, id, now, seen)? else {
                 return Ok(None);
             };
             let item = Item::new(id.clone(), block);

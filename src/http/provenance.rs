@@ -104,9 +104,11 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn history(state: &AppState, kind: Kind, id: &str) -> Result<Response> {
-    let store = &state.store;
-    let past = store
-        .read_durably(|seen| store.past_blocks(kind, id, seen))
+    // On the blocking pool: a sled read waits out any transaction applying meanwhile.
+    let (store, id) = (state.store.clone(), id.to_owned());
+    let past = state
+        .store
+        .read_durably_blocking(move |seen| store.past_blocks(kind, &id, seen))
         .await?;
     Ok(Json(past).into_response())
 }

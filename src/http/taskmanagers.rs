@@ -93,8 +93,13 @@ pub(super) async fn get_one(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Json<Registration>> {
-    let store = &state.store;
-    match store.read_durably(|seen| store.node_of(&id, seen)).await? {
+    // On the blocking pool: a sled read waits out any transaction applying meanwhile.
+    let (store, read_id) = (state.store.clone(), id.clone());
+    match state
+        .store
+        .read_durably_blocking(move |seen| store.node_of(&read_id, seen))
+        .await?
+    {
         Some(node) => Ok(Json(Registration { id, node })),
         None => Err(not_registered(&id)),
     }
