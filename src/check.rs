@@ -224,7 +224,7 @@ impl Checker {
         &self,
         read: impl Fn(&mut Seen) -> Result<Found> + Send + Sync + 'static,
     ) -> Result<Arc<Checked>> {
-        let found = self.store.read_durably_blocking(read).await?;
+        let found = self.store.read_durably(read).await?;
         Ok(self.keep(found))
     }
 

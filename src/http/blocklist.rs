@@ -197,11 +197,10 @@ async fn get_one(
     IdPath(id): IdPath,
 ) -> Result<Response> {
     let now = state.store.now();
-    // On the blocking pool: a sled read waits out any transaction applying meanwhile.
     let (store, read_id) = (state.store.clone(), id.clone());
     let found = state
         .store
-        .read_durably_blocking(move |seen| {
+        .read_durably(move |seen| {
             let (store, id) = (&store, &read_id);
             // Read before the item, whose stamp then covers them (see `Store::reports`).
             let reports = store.reports(kind, id, seen)?;

@@ -104,11 +104,10 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn history(state: &AppState, kind: Kind, id: &str) -> Result<Response> {
-    // On the blocking pool: a sled read waits out any transaction applying meanwhile.
     let (store, id) = (state.store.clone(), id.to_owned());
     let past = state
         .store
-        .read_durably_blocking(move |seen| store.past_blocks(kind, &id, seen))
+        .read_durably(move |seen| store.past_blocks(kind, &id, seen))
         .await?;
     Ok(Json(past).into_response())
 }

@@ -93,11 +93,10 @@ pub(super) async fn get_one(
     State(state): State<AppState>,
     IdPath(id): IdPath,
 ) -> Result<Json<Registration>> {
-    // On the blocking pool: a sled read waits out any transaction applying meanwhile.
     let (store, read_id) = (state.store.clone(), id.clone());
     match state
         .store
-        .read_durably_blocking(move |seen| store.node_of(&read_id, seen))
+        .read_durably(move |seen| store.node_of(&read_id, seen))
         .await?
     {
         Some(node) => Ok(Json(Registration { id, node })),

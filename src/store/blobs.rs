@@ -294,8 +294,9 @@ mod tests {
                 .block_on(store.add(Kind::TaskManager, items, 1))
                 .unwrap();
         }
+        let (reader, id) = (store.clone(), ids[0].clone());
         let cause = runtime
-            .block_on(store.read_durably(|seen| store.get(Kind::TaskManager, &ids[0], 1, seen)))
+            .block_on(store.read_durably(move |seen| reader.get(Kind::TaskManager, &id, 1, seen)))
             .unwrap()
             .unwrap()
             .cause;

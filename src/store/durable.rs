@@ -168,27 +168,17 @@ impl Store {
 
     /// Runs `read` until its answer is one a crash cannot take back, and returns it: at once
     /// when none of the keys it read is being changed, else once the change is durable.
-    pub async fn read_durably<T>(&self, mut read: impl FnMut(&mut Seen) -> Result<T>) -> Result<T> {
-        // Each retry follows a reopen after a storage fault; more than a few in a row means
-        // the storage keeps failing.
-        for _ in 0..4 {
-            let mut seen = self.seen();
-            let value = read(&mut seen)?;
-            if self.confirm(&seen).await? {
-                return Ok(value);
-            }
-        }
-        Err(StoreError::Reopening)
-    }
-
-    /// [`Store::read_durably`] with `read` on the blocking pool: for a read that may meet a
-    /// transaction (sled makes a read wait for the whole of one) and must not hold an async
-    /// worker meanwhile.
-    pub async fn read_durably_blocking<T: Send + 'static>(
+    ///
+    /// `read` runs on the blocking pool: a sled read waits for the whole of any transaction
+    /// applying meanwhile, and on an async worker that wait would hold up every request
+    /// queued behind it.
+    pub async fn read_durably<T: Send + 'static>(
         &self,
         read: impl Fn(&mut Seen) -> Result<T> + Send + Sync + 'static,
     ) -> Result<T> {
         let read = std::sync::Arc::new(read);
+        // Each retry follows a reopen after a storage fault; more than a few in a row means
+        // the storage keeps failing.
         for _ in 0..4 {
             let (store, read) = (self.clone(), read.clone());
             let (value, seen) = tokio::task::spawn_blocking(move || {

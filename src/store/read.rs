@@ -319,10 +319,11 @@ impl Store {
 impl Store {
     /// The guardrail policy in force, as durably stored, and the revision it reflects.
     pub async fn policy(&self) -> Result<(Policy, u64)> {
-        self.read_durably(|seen| {
-            self.saw_all(seen);
-            let revision = self.revision();
-            Ok((self.stored_policy()?, revision))
+        let store = self.clone();
+        self.read_durably(move |seen| {
+            store.saw_all(seen);
+            let revision = store.revision();
+            Ok((store.stored_policy()?, revision))
         })
         .await
     }
@@ -365,13 +366,14 @@ impl Store {
 
     /// The allowlist entry `(kind, id)` active at `now`.
     pub async fn allow_entry(&self, kind: Kind, id: &str, now: i64) -> Result<Option<Entry>> {
-        self.read_durably(|seen| {
-            self.saw_all(seen);
-            let tree = &self.handles()?.trees.allowlist;
-            let Some(bytes) = tree.get(keys::item_key(kind, id))? else {
+        let (store, id) = (self.clone(), id.to_owned());
+        self.read_durably(move |seen| {
+            store.saw_all(seen);
+            let tree = &store.handles()?.trees.allowlist;
+            let Some(bytes) = tree.get(keys::item_key(kind, &id))? else {
                 return Ok(None);
             };
-            let entry = decode_allow(kind, id, &bytes).map_err(|source| StoreError::Corrupt {
+            let entry = decode_allow(kind, &id, &bytes).map_err(|source| StoreError::Corrupt {
                 key: format!("allowlist/{}/{id}", kind.plural()),
                 source,
             })?;

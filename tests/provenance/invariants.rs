@@ -131,8 +131,9 @@ async fn histories(store: &Store) -> BTreeMap<(String, String), Vec<i64>> {
     for kind in KINDS {
         for id in 0..3u8 {
             let id = format!("i{id}");
+            let (reader, read_id) = (store.clone(), id.clone());
             let past = store
-                .read_durably(|seen| store.past_blocks(kind, &id, seen))
+                .read_durably(move |seen| reader.past_blocks(kind, &read_id, seen))
                 .await
                 .unwrap();
             assert!(
@@ -412,8 +413,9 @@ fn an_update_to_an_end_the_sweeper_has_passed_announces_it() {
         let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
         assert_eq!(names, ["updated", "expired"], "{events:?}");
         assert_eq!(store.item_counts().iter().sum::<u64>(), 0);
+        let reader = store.clone();
         let past = store
-            .read_durably(|seen| store.past_blocks(kind, "b", seen))
+            .read_durably(move |seen| reader.past_blocks(kind, "b", seen))
             .await
             .unwrap();
         assert_eq!(past.len(), 1, "{past:?}");
