@@ -477,7 +477,40 @@ async fn upgrades_and_serves(version: u32) {
         assert_allowlist_stored_as_written(&dir);
     }
     assert_provenance_stored(&dir, version, at);
+    assert_written_in_current_formats(&dir);
     assert_check_passes(&dir);
+}
+
+/// What the daemon wrote after the upgrade is in the current formats: the item it added
+/// (format 4), the chunk of its last change (format 6), and the past block of the item it
+/// removed (format 2); what it did not touch keeps the format it was written in.
+fn assert_written_in_current_formats(dir: &Path) {
+    let trees = contents(dir);
+    let format_of = |tree: &str, key: &[u8]| {
+        trees[tree.as_bytes()]
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, value)| value[0])
+    };
+    assert_eq!(
+        format_of("items", &v1_item_key(TASK_MANAGER, "tm-new")),
+        Some(4),
+        "the item added after the upgrade"
+    );
+    let (_, last_chunk) = trees[b"events".as_slice()].last().unwrap();
+    assert_eq!(last_chunk[0], 6, "the chunk of the last change");
+    let removed = &ACTIVE[1];
+    let entries = [&v1_item_key(removed.kind, removed.id)[..], &[0]].concat();
+    let newest_past = trees[b"history".as_slice()]
+        .iter()
+        .filter(|(key, _)| key.starts_with(&entries))
+        .last()
+        .map(|(_, value)| value[0]);
+    assert_eq!(
+        newest_past,
+        Some(2),
+        "the past block of the item removed after the upgrade"
+    );
 }
 
 /// The histories after the test's changes: the due item's id has its expiry newest (and in
@@ -738,9 +771,10 @@ async fn a_version_6_data_dir_is_upgraded_and_serves_all_it_held() {
 /// provenance (one with more reports than it keeps, one escalated, one updated), their
 /// reports, the past blocks of two ids with their counters and index, events in format 5
 /// (an `updated` and a `removed` among them), and a policy with an escalation. It opens as
-/// it is, without an upgrade, and serves every report and past block as written.
+/// it is upgraded to version 8 without a rewrite, and serves every report and past block as
+/// written.
 #[tokio::test]
-async fn a_version_7_data_dir_opens_and_serves_all_it_held() {
+async fn a_version_7_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(7).await;
 }
 

@@ -22,7 +22,7 @@ pub mod provenance;
 #[cfg(test)]
 mod tests;
 
-pub use block::{decode_block, encode_block, max_block_bytes};
+pub use block::{decode_block, encode_block, encode_block_v3, max_block_bytes};
 pub use events::{chunks, decode_events, encode_chunk, events_at, max_chunk_bytes};
 use events::{event_code, event_type};
 pub use guardrails::{decode_allow, decode_policy, encode_allow, encode_policy};
@@ -41,6 +41,10 @@ pub const BLOCK_V2: u8 = 2;
 /// Format byte of [`block::BlockV3`], the item value of schema version 7: a block with
 /// its provenance, revision and escalation.
 pub const BLOCK_V3: u8 = 3;
+
+/// Format byte of [`block::BlockV4`], the item value of schema version 8: format 3 with its
+/// times and revision stored as distances, and an `unknown` source as empty.
+pub const BLOCK_V4: u8 = 4;
 
 /// Format byte of [`AllowV1`], an `allowlist` value (schema 6).
 pub const ALLOW_V1: u8 = 1;
@@ -71,6 +75,10 @@ pub const EVENTS_V4: u8 = 4;
 /// Format byte of [`ChunkV5`], the `events` value of schema version 7: as format 4, with
 /// items as [`block::BlockV3`].
 pub const EVENTS_V5: u8 = 5;
+
+/// Format byte of [`ChunkV6`], the `events` value of schema version 8: as format 5, with
+/// items as [`block::BlockV4`] relative to the chunk's time and the event's revision.
+pub const EVENTS_V6: u8 = 6;
 
 /// bincode's varint (standard config) takes at most 9 bytes for any integer we store.
 const VARINT: usize = 9;

@@ -26,7 +26,9 @@ use crate::provenance::{Operation, Report};
 ///    records (migrations/0006-guardrails.md).
 /// 7: adds `reports`, `history` and `history_ends`; items and events in format 3 and 5, with
 ///    provenance (migrations/0007-provenance.md).
-pub const CURRENT: u32 = 7;
+/// 8: items and events in format 4 and 6, times and revisions stored as distances
+///    (migrations/0008-compact-items.md).
+pub const CURRENT: u32 = 8;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -88,6 +90,11 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     if version < 7 {
         upgrade_6_to_7(db, &meta)?;
     }
+    // Version 8 writes items and events in formats 4 and 6; formats 3 and 5 stay readable,
+    // and items are rewritten in format 4 when they next change.
+    if version < 8 {
+        bump_version(db, &meta, 8)?;
+    }
     Ok(())
 }
 
@@ -134,7 +141,7 @@ fn upgrade_6_to_7(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
                 };
                 batch.push((
                     key.to_vec(),
-                    codec::encode_block(&block),
+                    codec::encode_block_v3(&block),
                     keys::report_key(kind, id, 0),
                     codec::encode_report(&report),
                 ));

@@ -1,11 +1,12 @@
-//! Item values: format 1 (a block), 2 (with its forced record) and 3 (with its provenance,
-//! revision and escalation), the forced record, and the item value's size bound. Frozen
-//! like every value struct of [`super`].
+//! Item values: format 1 (a block), 2 (with its forced record), 3 (with its provenance,
+//! revision and escalation) and 4 (format 3 with its times and revision stored as
+//! distances), the forced record, and the item value's size bound. Frozen like every value
+//! struct of [`super`].
 
 use serde::{Deserialize, Serialize};
 
 use super::{decode_framed, encode_framed, CodecError, VARINT};
-use super::{BLOCK_V1, BLOCK_V2, BLOCK_V3};
+use super::{BLOCK_V1, BLOCK_V2, BLOCK_V3, BLOCK_V4};
 use crate::model::{
     Action, Block, Escalated, Forced, Provenance, MAX_SOURCE_BYTES, UNKNOWN_SOURCE,
 };
@@ -20,8 +21,8 @@ pub const MAX_FORCED_BYTES: usize =
 pub const MAX_TOKEN_NAME_BYTES: usize = 64;
 
 /// The largest `items` value whose cause has `cause` bytes: the format byte, then
-/// [`BlockV3`]: [`BlockV2`]'s action byte, two varint times, the cause with its
-/// length and the forced record, then the provenance
+/// [`BlockV4`] (or [`BlockV3`], field for field as large): [`BlockV2`]'s action byte, two
+/// varint times, the cause with its length and the forced record, then the provenance
 /// ([`MAX_PROVENANCE_BYTES`]).
 pub const fn max_block_bytes(cause: usize) -> usize {
     1 + 1 + VARINT + VARINT + VARINT + cause + MAX_FORCED_BYTES + MAX_PROVENANCE_BYTES
@@ -56,6 +57,12 @@ pub(super) struct ForcedV1 {
 }
 
 pub fn encode_block(block: &Block) -> Vec<u8> {
+    encode_framed(BLOCK_V4, &block_v4(block, Base::ABSOLUTE))
+}
+
+/// Encodes a block in format 3, as schema version 7 writes it: the upgrade to version 7
+/// leaves exactly version 7's layout behind each of its steps, and the fixtures.
+pub fn encode_block_v3(block: &Block) -> Vec<u8> {
     encode_framed(BLOCK_V3, &block_v3(block))
 }
 
@@ -118,7 +125,8 @@ pub fn decode_block(bytes: &[u8]) -> Result<Block, CodecError> {
     match bytes.first() {
         Some(&BLOCK_V1) => block_from_v1(decode_framed(BLOCK_V1, bytes)?),
         Some(&BLOCK_V2) => block_from_v2(decode_framed(BLOCK_V2, bytes)?),
-        _ => block_from_v3(decode_framed(BLOCK_V3, bytes)?),
+        Some(&BLOCK_V3) => block_from_v3(decode_framed(BLOCK_V3, bytes)?),
+        _ => block_from_v4(decode_framed(BLOCK_V4, bytes)?, Base::ABSOLUTE),
     }
 }
 
@@ -182,11 +190,15 @@ pub(super) fn block_v3(block: &Block) -> BlockV3 {
         first_report: block.provenance.first_report,
         last_report: block.provenance.last_report,
         revision: block.revision,
-        escalated: block.escalated.map(|e| EscalatedV1 {
-            requested_timeout: e.requested_timeout,
-            timeout: e.timeout,
-            past_blocks: e.past_blocks,
-        }),
+        escalated: block.escalated.map(escalated_v1),
+    }
+}
+
+fn escalated_v1(e: Escalated) -> EscalatedV1 {
+    EscalatedV1 {
+        requested_timeout: e.requested_timeout,
+        timeout: e.timeout,
+        past_blocks: e.past_blocks,
     }
 }
 
@@ -211,4 +223,92 @@ pub(super) fn block_from_v3(value: BlockV3) -> Result<Block, CodecError> {
         past_blocks: e.past_blocks,
     });
     Ok(block)
+}
+
+/// What a [`BlockV4`]'s start and revision are stored relative to. In an `items` value,
+/// nothing ([`Base::ABSOLUTE`]); in the change log, the chunk's commit time and the event's
+/// own revision: a new item starts at its request, moments before its commit, and the item
+/// of an `added` or `merged` event has that event's revision, so both distances are a
+/// varint byte or two instead of nine and five.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Base {
+    pub(super) time: i64,
+    pub(super) revision: u64,
+}
+
+impl Base {
+    pub(super) const ABSOLUTE: Base = Base {
+        time: 0,
+        revision: 0,
+    };
+}
+
+/// Item value, format 4: [`BlockV3`]'s fields in its order, each time and the revision
+/// stored as the distance from the value it is nearly always equal or close to (bincode's
+/// varint spends nine bytes on a unix-ms time, one on a distance under 126 ms), and the
+/// source empty for `unknown` (a source is never empty). Differences wrap, so every `i64`
+/// and `u64` round-trips exactly. Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+pub(super) struct BlockV4 {
+    action: u8,
+    /// `start − base.time`.
+    start: i64,
+    /// `end − start`: how long the block lasts (`i64::MAX − start` for a permanent one).
+    end: i64,
+    cause: String,
+    forced: Option<ForcedV1>,
+    /// The first report's source; empty for `unknown`.
+    source: String,
+    reports: u64,
+    /// `first_report − start`.
+    first_report: i64,
+    /// `last_report − first_report`.
+    last_report: i64,
+    /// `revision − base.revision`, as two's-complement `i64`.
+    revision: i64,
+    escalated: Option<EscalatedV1>,
+}
+
+pub(super) fn block_v4(block: &Block, base: Base) -> BlockV4 {
+    let p = &block.provenance;
+    BlockV4 {
+        action: action_code(block.action),
+        start: block.start.wrapping_sub(base.time),
+        end: block.end.wrapping_sub(block.start),
+        cause: block.cause.clone(),
+        forced: block.forced.as_ref().map(forced_v1),
+        source: if p.source == UNKNOWN_SOURCE {
+            String::new()
+        } else {
+            p.source.clone()
+        },
+        reports: p.reports,
+        first_report: p.first_report.wrapping_sub(block.start),
+        last_report: p.last_report.wrapping_sub(p.first_report),
+        revision: (block.revision as i64).wrapping_sub(base.revision as i64),
+        escalated: block.escalated.map(escalated_v1),
+    }
+}
+
+pub(super) fn block_from_v4(value: BlockV4, base: Base) -> Result<Block, CodecError> {
+    let start = value.start.wrapping_add(base.time);
+    let first_report = value.first_report.wrapping_add(start);
+    let source = if value.source.is_empty() {
+        UNKNOWN_SOURCE.to_owned()
+    } else {
+        value.source
+    };
+    block_from_v3(BlockV3 {
+        action: value.action,
+        start,
+        end: value.end.wrapping_add(start),
+        cause: value.cause,
+        forced: value.forced,
+        source,
+        reports: value.reports,
+        first_report,
+        last_report: value.last_report.wrapping_add(first_report),
+        revision: value.revision.wrapping_add(base.revision as i64) as u64,
+        escalated: value.escalated,
+    })
 }

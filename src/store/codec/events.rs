@@ -1,17 +1,17 @@
-//! `events` values: the change log's chunks (format 5, and the formats 1 to 4 older
+//! `events` values: the change log's chunks (format 6, and the formats 1 to 5 older
 //! versions wrote), how a transaction's events are cut into chunks, and their size bound.
 //! Frozen like every value struct of [`super`].
 
 use serde::{Deserialize, Serialize};
 
 use super::block::{
-    block_from_v1, block_from_v2, block_from_v3, block_v3, max_block_bytes, BlockV1, BlockV2,
-    BlockV3, MAX_FORCED_BYTES, MAX_PROVENANCE_BYTES,
+    block_from_v1, block_from_v2, block_from_v3, block_from_v4, block_v4, max_block_bytes, Base,
+    BlockV1, BlockV2, BlockV3, BlockV4, MAX_FORCED_BYTES, MAX_PROVENANCE_BYTES,
 };
 #[cfg(test)]
-use super::block::{block_v1, block_v2};
+use super::block::{block_v1, block_v2, block_v3};
 use super::{config, decode_body, encode_framed, CodecError, DECODE_LIMIT, VARINT};
-use super::{EVENTS_V3, EVENTS_V4, EVENTS_V5, EVENT_V1, EVENT_V2};
+use super::{EVENTS_V3, EVENTS_V4, EVENTS_V5, EVENTS_V6, EVENT_V1, EVENT_V2};
 use crate::model::{Change, Event, EventType, Item};
 use crate::store::keys;
 
@@ -41,6 +41,29 @@ pub(super) const fn max_event_bytes(id: usize, cause: usize) -> usize {
 /// checks it), then that last one.
 pub const fn max_chunk_bytes(id: usize, cause: usize) -> usize {
     1 + VARINT + VARINT + CHUNK_BYTES + max_event_bytes(id, cause)
+}
+
+/// Events value, format 6: format 5 with items as [`BlockV4`], each relative to the chunk's
+/// `at` and its event's revision ([`Base`]). Frozen like [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct ChunkV6 {
+    at: i64,
+    events: Vec<(u8, ChangeV5)>,
+}
+
+/// What a format-6 event records. Frozen: variant order is the on-disk tag.
+#[derive(Serialize, Deserialize)]
+enum ChangeV5 {
+    Item {
+        kind: u8,
+        id: String,
+        block: BlockV4,
+    },
+    Registration {
+        tm: String,
+        node: String,
+    },
+    Json(String),
 }
 
 /// Events value, format 5: format 4 with items as [`BlockV3`]. Frozen like
@@ -164,7 +187,35 @@ fn change_v2(change: &Change) -> ChangeV2 {
     }
 }
 
-/// The format-5 form of a change.
+/// The format-6 form of a change, relative to `base`.
+fn change_v5(change: &Change, base: Base) -> ChangeV5 {
+    match change {
+        Change::Item { kind, item } => ChangeV5::Item {
+            kind: keys::kind_tag(*kind),
+            id: item.id.clone(),
+            block: block_v4(&item.block(), base),
+        },
+        Change::Registration { tm, node } => ChangeV5::Registration {
+            tm: tm.clone(),
+            node: node.clone(),
+        },
+        Change::Json(data) => ChangeV5::Json(data.clone()),
+    }
+}
+
+fn change_from_v5(change: ChangeV5, base: Base) -> Result<Change, CodecError> {
+    Ok(match change {
+        ChangeV5::Item { kind, id, block } => Change::Item {
+            kind: keys::kind_from_tag(kind).ok_or(CodecError::UnknownKind(kind))?,
+            item: Item::new(id, block_from_v4(block, base)?),
+        },
+        ChangeV5::Registration { tm, node } => Change::Registration { tm, node },
+        ChangeV5::Json(data) => Change::Json(data),
+    })
+}
+
+/// The format-5 form of a change (what version 7 wrote, for the fixtures).
+#[cfg(test)]
 fn change_v4(change: &Change) -> ChangeV4 {
     match change {
         Change::Item { kind, item } => ChangeV4::Item {
@@ -300,9 +351,26 @@ pub(super) fn approximate_size(event: &Event) -> usize {
         }
 }
 
-/// Encodes the events of one chunk (see [`chunks`]) in format 5. All are from one
+/// Encodes the events of one chunk (see [`chunks`]) in format 6. All are from one
 /// transaction, so they share its commit time.
 pub fn encode_chunk(events: &[Event]) -> Vec<u8> {
+    let at = events.first().map_or(0, |e| e.at);
+    let events = events
+        .iter()
+        .map(|event| {
+            let base = Base {
+                time: at,
+                revision: event.revision,
+            };
+            (event_code(event.event), change_v5(&event.change, base))
+        })
+        .collect();
+    encode_framed(EVENTS_V6, &ChunkV6 { at, events })
+}
+
+/// Encodes a chunk in format 5, as schema version 7 wrote it (for the fixtures).
+#[cfg(test)]
+pub fn encode_chunk_v5(events: &[Event]) -> Vec<u8> {
     let at = events.first().map_or(0, |e| e.at);
     let events = events
         .iter()
@@ -338,6 +406,19 @@ pub fn encode_chunk_v3(events: &[Event]) -> Vec<u8> {
 pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     let (at, events) = match format {
+        EVENTS_V6 => {
+            let chunk: ChunkV6 = decode_body(body)?;
+            let at = chunk.at;
+            let events: Vec<_> = chunk
+                .events
+                .into_iter()
+                .zip(first..)
+                .map(|((code, change), revision)| {
+                    Ok((code, change_from_v5(change, Base { time: at, revision })?))
+                })
+                .collect::<Result<_, CodecError>>()?;
+            (at, events)
+        }
         EVENTS_V5 => {
             let chunk: ChunkV5 = decode_body(body)?;
             let events: Vec<_> = chunk
@@ -381,7 +462,7 @@ pub fn decode_events(first: u64, bytes: &[u8]) -> Result<Vec<Event>, CodecError>
 /// without decoding the rest of a chunk.
 pub fn events_at(bytes: &[u8]) -> Result<i64, CodecError> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if !matches!(format, EVENTS_V3 | EVENTS_V4 | EVENTS_V5) {
+    if !matches!(format, EVENTS_V3 | EVENTS_V4 | EVENTS_V5 | EVENTS_V6) {
         return Ok(decode_event(0, bytes)?.at);
     }
     // `at` is the chunk's first field: decode it alone and leave the rest.

@@ -1,10 +1,14 @@
-//! The provenance values of schema 7: reports and past blocks (with their counters).
+//! The provenance values: reports and past blocks (with their counters), of schema 7, and
+//! the past blocks of schema 8.
 //! Frozen like every value struct of [`super`].
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
+use super::block::block_v3;
 use super::block::{
-    action_code, block_from_v1, block_from_v3, block_v3, max_block_bytes, BlockV1, BlockV3,
+    action_code, block_from_v1, block_from_v3, block_from_v4, block_v4, max_block_bytes, Base,
+    BlockV1, BlockV3, BlockV4,
 };
 use super::{decode_framed, encode_framed, event_code, event_type, CodecError, VARINT};
 use crate::model::{Block, EventType, MAX_SOURCE_BYTES};
@@ -13,8 +17,12 @@ use crate::provenance::{Ended, Ending, Operation, Report, MAX_REASON_BYTES};
 /// Format byte of [`ReportV1`], a `reports` value (schema 7).
 pub const REPORT_V1: u8 = 1;
 
-/// Format byte of [`PastV1`], a `history` entry (schema 7).
+/// Format byte of [`PastV1`], a `history` entry of schema 7 (still decoded).
 pub const PAST_V1: u8 = 1;
+
+/// Format byte of [`PastV2`], a `history` entry of schema 8: the block in format 4, the
+/// time it ended as its distance from the block's end.
+pub const PAST_V2: u8 = 2;
 
 /// Format byte of a `history` counter: the id's first and next entry numbers.
 pub const HISTORY_COUNT_V1: u8 = 1;
@@ -49,6 +57,19 @@ struct ReportV1 {
     action: u8,
     end: i64,
     cause: String,
+}
+
+/// Past block value, format 2 (key: kind tag ++ id ++ 0x00 ++ entry number): format 1 with
+/// the block as [`BlockV4`] and `at` as `at − block.end` (an expired block ends moments
+/// after its end: one varint byte or two instead of nine). Frozen like
+/// [`BlockV1`].
+#[derive(Serialize, Deserialize)]
+struct PastV2 {
+    block: BlockV4,
+    how: u8,
+    at: i64,
+    source: Option<String>,
+    reason: Option<String>,
 }
 
 /// Past block value, format 1 (key: kind tag ++ id ++ 0x00 ++ entry number).
@@ -104,17 +125,35 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, CodecError> {
     })
 }
 
-/// A `history` entry: `block` as it was when it ended, and how.
-pub fn encode_past(block: &Block, ending: &Ending) -> Vec<u8> {
-    let how = match ending.how {
+fn how_code(how: Ended) -> u8 {
+    event_code(match how {
         Ended::Expired => EventType::Expired,
         Ended::Removed => EventType::Removed,
-    };
+    })
+}
+
+/// A `history` entry: `block` as it was when it ended, and how.
+pub fn encode_past(block: &Block, ending: &Ending) -> Vec<u8> {
+    encode_framed(
+        PAST_V2,
+        &PastV2 {
+            block: block_v4(block, Base::ABSOLUTE),
+            how: how_code(ending.how),
+            at: ending.timestamp.wrapping_sub(block.end),
+            source: ending.source.clone(),
+            reason: ending.reason.clone(),
+        },
+    )
+}
+
+/// A `history` entry in format 1, as schema version 7 wrote it (for the fixtures).
+#[cfg(test)]
+pub fn encode_past_v1(block: &Block, ending: &Ending) -> Vec<u8> {
     encode_framed(
         PAST_V1,
         &PastV1 {
             block: block_v3(block),
-            how: event_code(how),
+            how: how_code(ending.how),
             at: ending.timestamp,
             source: ending.source.clone(),
             reason: ending.reason.clone(),
@@ -123,8 +162,32 @@ pub fn encode_past(block: &Block, ending: &Ending) -> Vec<u8> {
 }
 
 pub fn decode_past(bytes: &[u8]) -> Result<(Block, Ending), CodecError> {
-    let value: PastV1 = decode_framed(PAST_V1, bytes)?;
-    let how = match event_type(value.how)? {
+    let value = match bytes.first() {
+        Some(&PAST_V1) => decode_framed::<PastV1>(PAST_V1, bytes)?,
+        _ => {
+            let value: PastV2 = decode_framed(PAST_V2, bytes)?;
+            let block = block_from_v4(value.block, Base::ABSOLUTE)?;
+            let at = value.at.wrapping_add(block.end);
+            return past_from(block, value.how, at, value.source, value.reason);
+        }
+    };
+    past_from(
+        block_from_v3(value.block)?,
+        value.how,
+        value.at,
+        value.source,
+        value.reason,
+    )
+}
+
+fn past_from(
+    block: Block,
+    how: u8,
+    at: i64,
+    source: Option<String>,
+    reason: Option<String>,
+) -> Result<(Block, Ending), CodecError> {
+    let how = match event_type(how)? {
         EventType::Expired => Ended::Expired,
         EventType::Removed => Ended::Removed,
         other => {
@@ -136,11 +199,11 @@ pub fn decode_past(bytes: &[u8]) -> Result<(Block, Ending), CodecError> {
     };
     let ending = Ending {
         how,
-        timestamp: value.at,
-        source: value.source,
-        reason: value.reason,
+        timestamp: at,
+        source,
+        reason,
     };
-    Ok((block_from_v3(value.block)?, ending))
+    Ok((block, ending))
 }
 
 /// A `history` counter: the numbers of the id's oldest kept entry and of its next one.

@@ -55,8 +55,59 @@ fn legacy(block: Block) -> Block {
     }
 }
 
-/// The exact bytes of format 3, which the daemon writes. If this fails, the on-disk format
+/// The exact bytes of format 4, which the daemon writes. If this fails, the on-disk format
 /// changed: add a new format byte and a migration instead of editing this fixture.
+#[test]
+fn format_v4_fixture() {
+    let plain: &[u8] = &[
+        4, // format byte
+        1, // action: evacuate
+        253, 0, 208, 202, 159, 23, 3, 0,
+        0, // start, as in format 1 (nothing to be relative to)
+        // end − start: zigzag varint of i64::MAX − 1_700_000_000_000 (permanent)
+        253, 254, 47, 53, 96, 232, 252, 255, 255, 4, b'd', b'i', b's', b'k', // cause
+        0,    // forced: none
+        8, b'd', b'e', b't', b'e', b'c', b't', b'o', b'r', // source
+        1,    // reports
+        0,    // first report − start
+        0,    // last report − first report
+        84,   // revision: zigzag 42
+        0,    // escalated: none
+    ];
+    assert_eq!(encode_block(&block()), plain);
+    assert_eq!(decode_block(plain), Ok(block()));
+    // An hour-long block from `unknown`, reported again 3 ms later, escalated.
+    let mut b = block();
+    b.end = b.start + 3_600_000;
+    b.provenance = Provenance::first(UNKNOWN_SOURCE, b.start);
+    b.provenance.reports = 2;
+    b.provenance.last_report = b.start + 3;
+    b.escalated = Some(crate::model::Escalated {
+        requested_timeout: 2,
+        timeout: 8,
+        past_blocks: 2,
+    });
+    let bytes: &[u8] = &[
+        4, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, // format, action, start
+        252, 0, 221, 109, 0, // end − start: zigzag 3_600_000 (u32 marker 252 + 4 bytes)
+        4, b'd', b'i', b's', b'k', 0, // cause, forced: none
+        0, // source: empty for `unknown`
+        2, 0, 6, 84, // reports, first − start, last − first (zigzag 3), revision
+        1, 4, 16, 2, // escalated: some, zigzag 2, zigzag 8, 2
+    ];
+    assert_eq!(encode_block(&b), bytes);
+    assert_eq!(decode_block(bytes), Ok(b));
+    // Differences wrap: the extremes of every field round-trip.
+    let mut extreme = block();
+    extreme.start = i64::MIN;
+    extreme.end = i64::MAX;
+    extreme.provenance.first_report = i64::MAX;
+    extreme.provenance.last_report = i64::MIN;
+    extreme.revision = u64::MAX;
+    assert_eq!(decode_block(&encode_block(&extreme)), Ok(extreme));
+}
+
+/// The exact bytes of format 3 (schema version 7), which still decode.
 #[test]
 fn format_v3_fixture() {
     let plain: &[u8] = &[
@@ -73,7 +124,7 @@ fn format_v3_fixture() {
         42, // revision
         0,  // escalated: none
     ];
-    assert_eq!(encode_block(&block()), plain);
+    assert_eq!(encode_block_v3(&block()), plain);
     assert_eq!(decode_block(plain), Ok(block()));
     let mut escalated = block();
     escalated.escalated = Some(crate::model::Escalated {
@@ -83,7 +134,7 @@ fn format_v3_fixture() {
     });
     let mut bytes = plain[..plain.len() - 1].to_vec();
     bytes.extend_from_slice(&[1, 4, 16, 2]); // some: zigzag 2, zigzag 8, 2
-    assert_eq!(encode_block(&escalated), bytes);
+    assert_eq!(encode_block_v3(&escalated), bytes);
     assert_eq!(decode_block(&bytes), Ok(escalated));
 }
 
@@ -316,7 +367,26 @@ fn events_format_v4_fixture() {
     assert_eq!(events_at(&bytes), Ok(2));
 }
 
-/// The exact bytes of format 5, which the daemon writes.
+/// The exact bytes of format 6, which the daemon writes.
+#[test]
+fn events_format_v6_fixture() {
+    let (expired, registered) = fixture_events();
+    let policy = Event::new(9, EventType::PolicyChanged, 2, Change::Json("{}".into()));
+    let chunk = [expired, registered, policy];
+    // format 6, at, three events: the item with its block in format 4 relative to the
+    // chunk's time 2 and the event's revision 7 (start zigzag 3, end − start zigzag 4;
+    // forced: none; source empty for `unknown`, 1 report, first and last at the start,
+    // revision 0 − 7 = zigzag −7, not escalated), the registration, and a JSON change.
+    let bytes = [
+        6, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 6, 8, 1, b'c', 0, 0, 1, 0, 0, 13, 0, 4, 1, 2, b't',
+        b'1', 2, b'n', b'1', 6, 2, 2, b'{', b'}',
+    ];
+    assert_eq!(encode_chunk(&chunk), bytes);
+    assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
+    assert_eq!(events_at(&bytes), Ok(2));
+}
+
+/// The exact bytes of format 5 (schema version 7), which still decode.
 #[test]
 fn events_format_v5_fixture() {
     let (expired, registered) = fixture_events();
@@ -329,7 +399,7 @@ fn events_format_v5_fixture() {
         5, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 10, 18, 1, b'c', 0, 7, b'u', b'n', b'k', b'n', b'o',
         b'w', b'n', 1, 10, 10, 0, 0, 4, 1, 2, b't', b'1', 2, b'n', b'1', 6, 2, 2, b'{', b'}',
     ];
-    assert_eq!(encode_chunk(&chunk), bytes);
+    assert_eq!(encode_chunk_v5(&chunk), bytes);
     assert_eq!(decode_events(7, &bytes), Ok(chunk.to_vec()));
     assert_eq!(events_at(&bytes), Ok(2));
 }
@@ -466,4 +536,47 @@ fn a_history_counter_with_first_past_next_does_not_decode() {
         decode_history_count(&encode_history_count(8, 7)),
         Err(CodecError::Decode(_))
     ));
+}
+
+/// The exact bytes of a past block in format 2, which the daemon writes, and in format 1
+/// (schema version 7), which still decodes.
+#[test]
+fn past_format_fixtures() {
+    use crate::provenance::{Ended, Ending};
+    let mut b = block();
+    b.end = b.start + 3_600_000;
+    let ending = Ending {
+        how: Ended::Expired,
+        timestamp: b.end + 12,
+        source: None,
+        reason: None,
+    };
+    let block_v4 = &encode_block(&b)[1..];
+    let v2 = [&[2][..], block_v4, &[3, 24, 0, 0]].concat(); // expired, 12 ms after its end
+    assert_eq!(encode_past(&b, &ending), v2);
+    assert_eq!(decode_past(&v2), Ok((b.clone(), ending.clone())));
+    let removed = Ending {
+        how: Ended::Removed,
+        timestamp: b.start + 1,
+        source: Some("op".into()),
+        reason: Some("r".into()),
+    };
+    assert_eq!(
+        decode_past(&encode_past(&b, &removed)),
+        Ok((b.clone(), removed))
+    );
+    // Format 1: the block in format 3, the time whole.
+    let at = ending.timestamp;
+    let mut at_bytes = vec![253];
+    at_bytes.extend_from_slice(&(2 * at as u64).to_le_bytes());
+    let v1 = [
+        &[1][..],
+        &encode_block_v3(&b)[1..],
+        &[3],
+        &at_bytes,
+        &[0, 0],
+    ]
+    .concat();
+    assert_eq!(provenance::encode_past_v1(&b, &ending), v1);
+    assert_eq!(decode_past(&v1), Ok((b, ending)));
 }
