@@ -19,8 +19,10 @@
 //! - `etcd_peer`: the etcd peer (with the `etcd` feature);
 //! - `server`: child processes (daemon, ceiling server) that announce their address;
 //! - `procstat`: CPU, RSS and disk use from /proc and the file system;
-//! - `report`: rows, the table and the JSON.
+//! - `report`: rows, the table and the JSON;
+//! - `ab`: two daemon builds measured alternately in one run, with medians and ratios.
 
+mod ab;
 mod ceiling;
 mod client;
 mod dataset;
@@ -49,11 +51,26 @@ use server::DaemonSpec;
 #[derive(Debug, Parser)]
 #[command(about, long_about = None)]
 struct Args {
-    /// The scenario to run, or `all`.
+    /// The scenario to run, or `all`; or `ab` followed by the scenarios to compare two
+    /// daemons on (`--daemon OLD --daemon NEW`).
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(
+        ["all", "ab", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint"]
+    ))]
+    scenario: String,
+
+    /// With `ab`: the scenarios to compare (`all` for every one).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
         ["all", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint"]
     ))]
-    scenario: String,
+    ab_scenarios: Vec<String>,
+
+    /// With `ab`: how many rounds (each runs the scenarios once against each daemon).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+
+    /// With `ab`: the names of the two daemons in the output (default: A and B).
+    #[arg(long, value_delimiter = ',')]
+    labels: Vec<String>,
 
     /// Seconds of each measured phase (after a warm-up of a fifth of it, at most 1 s).
     #[arg(long, default_value_t = 10.0)]
@@ -81,9 +98,10 @@ struct Args {
     #[arg(long)]
     json_out: Option<PathBuf>,
 
-    /// The blocklistd binary (default: `blocklistd` next to this binary).
+    /// The blocklistd binary (default: `blocklistd` next to this binary); with `ab`, given
+    /// twice: the first (A, the baseline) and the second (B).
     #[arg(long)]
-    daemon: Option<PathBuf>,
+    daemon: Vec<PathBuf>,
 
     /// Extra flag for every daemon started (repeatable), e.g. `--daemon-arg=--fsync=false`.
     #[arg(long, allow_hyphen_values = true)]
@@ -166,40 +184,83 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (bin, warning) = match server::find_daemon(args.daemon.clone()) {
+    if args.scenario == "ab" {
+        return ab_main(&args, settings);
+    }
+    if args.daemon.len() > 1 || !args.ab_scenarios.is_empty() {
+        eprintln!(
+            "blocklist-bench: one scenario and one --daemon, except with `ab` \
+             (blocklist-bench ab --daemon OLD --daemon NEW SCENARIO...)"
+        );
+        return ExitCode::from(2);
+    }
+    let Some(daemon) = daemon_spec(&args, args.daemon.first().cloned()) else {
+        return ExitCode::FAILURE;
+    };
+    let Some((rows, failed)) = run_interruptible(run(&args, settings.clone(), daemon)) else {
+        return ExitCode::from(130);
+    };
+    let machine = print_machine(&args, &settings);
+    print!("{}", report::table(&rows));
+    if let Some(path) = &args.json_out {
+        let report = Report {
+            machine: &machine,
+            settings: settings_map(&args, &settings),
+            rows: &rows,
+        };
+        if let Err(e) = report::write_json(path, &report) {
+            eprintln!("blocklist-bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The daemon to run: `bin`, or the one next to this binary; `None` (said why) if there is
+/// none.
+fn daemon_spec(args: &Args, bin: Option<PathBuf>) -> Option<DaemonSpec> {
+    let (bin, warning) = match server::find_daemon(bin) {
         Ok(found) => found,
         Err(e) => {
             eprintln!("blocklist-bench: {e}");
-            return ExitCode::FAILURE;
+            return None;
         }
     };
     if let Some(warning) = &warning {
         eprintln!("blocklist-bench: warning: {warning}");
     }
-    let daemon = DaemonSpec {
+    Some(DaemonSpec {
         bin,
         extra: args.daemon_arg.clone(),
-    };
+    })
+}
+
+/// Runs `work` to its end, or until SIGINT/SIGTERM: then the run is dropped, and with it
+/// every child process (daemons, the ceiling server, redis-server), so nothing outlives an
+/// interrupted bench; `None` (said so) then.
+fn run_interruptible<F: std::future::Future>(work: F) -> Option<F::Output> {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let interrupted = async {
+    let done = runtime.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("SIGTERM handler");
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+            result = work => Some(result),
+            _ = tokio::signal::ctrl_c() => None,
+            _ = term.recv() => None,
         }
-    };
-    // On SIGINT/SIGTERM the run is dropped, and with it every child process (daemons, the
-    // ceiling server, redis-server): nothing outlives an interrupted bench.
-    let Some((rows, failed)) = runtime.block_on(async {
-        tokio::select! {
-            result = run(&args, settings.clone(), daemon) => Some(result),
-            () = interrupted => None,
-        }
-    }) else {
+    });
+    if done.is_none() {
         eprintln!("blocklist-bench: interrupted");
-        return ExitCode::from(130);
-    };
+    }
+    done
+}
+
+/// Prints the machine and the settings above the results, and returns the machine.
+fn print_machine(args: &Args, settings: &Settings) -> Machine {
     let machine = Machine::probe();
     println!(
         "\nblocklist-bench: {} cores ({}), kernel {}, {} MiB RAM; duration {} s, concurrency {}, items {}\n",
@@ -211,23 +272,105 @@ fn main() -> ExitCode {
         settings.concurrency,
         settings.items
     );
-    print!("{}", report::table(&rows));
+    machine
+}
+
+fn settings_map(args: &Args, settings: &Settings) -> BTreeMap<&'static str, String> {
+    let mut map = BTreeMap::new();
+    map.insert("scenario", args.scenario.clone());
+    map.insert("duration_s", args.duration.to_string());
+    map.insert("concurrency", settings.concurrency.to_string());
+    map.insert("items", settings.items.to_string());
+    map.insert("expire_window_s", args.expire_window.to_string());
+    map.insert("daemon_args", args.daemon_arg.join(" "));
+    map
+}
+
+/// `ab`: the chosen scenarios against two daemons, alternately, `--rounds` times; prints
+/// each figure's medians and their ratio (module `ab`).
+fn ab_main(args: &Args, mut settings: Settings) -> ExitCode {
+    if args.daemon.len() != 2
+        || args.ab_scenarios.is_empty()
+        || ![0, 2].contains(&args.labels.len())
+    {
+        eprintln!(
+            "blocklist-bench: usage: blocklist-bench ab --daemon OLD --daemon NEW \
+             [--labels OLD,NEW] SCENARIO..."
+        );
+        return ExitCode::from(2);
+    }
+    // The daemons' own rows only: a ceiling or a peer is the same program for both.
+    settings.peer = false;
+    let labels: Vec<String> = if args.labels.is_empty() {
+        vec!["A".into(), "B".into()]
+    } else {
+        args.labels.clone()
+    };
+    let scenarios: Vec<String> = if args.ab_scenarios.iter().any(|s| s == "all") {
+        RUN_ORDER.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        args.ab_scenarios.clone()
+    };
+    let mut arms = Vec::new();
+    for (label, bin) in labels.iter().zip(&args.daemon) {
+        let Some(daemon) = daemon_spec(args, Some(bin.clone())) else {
+            return ExitCode::FAILURE;
+        };
+        eprintln!("blocklist-bench ab: {label} = {}", bin.display());
+        match Bench::new(settings.clone(), daemon) {
+            Ok(bench) => arms.push(ab::Arm {
+                label: label.clone(),
+                bench,
+            }),
+            Err(e) => {
+                eprintln!("blocklist-bench: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let rounds = args.rounds.clamp(1, 100);
+    let Some((results, failed)) = run_interruptible(ab::run(&mut arms, &scenarios, rounds)) else {
+        return ExitCode::from(130);
+    };
+    let compared = ab::compare(&labels, &results);
+    let machine = print_machine(args, &settings);
+    for (label, bin) in labels.iter().zip(&args.daemon) {
+        println!("{label}: {}", bin.display());
+    }
+    println!("{rounds} rounds, the order of the daemons alternating\n");
+    print!("{}", ab::table(&labels, &compared));
     if let Some(path) = &args.json_out {
-        let mut settings_map = BTreeMap::new();
-        settings_map.insert("scenario", args.scenario.clone());
-        settings_map.insert("duration_s", args.duration.to_string());
-        settings_map.insert("concurrency", settings.concurrency.to_string());
-        settings_map.insert("items", settings.items.to_string());
-        settings_map.insert("expire_window_s", args.expire_window.to_string());
-        settings_map.insert("daemon_args", args.daemon_arg.join(" "));
-        let report = Report {
+        #[derive(serde::Serialize)]
+        struct AbReport<'a> {
+            machine: &'a Machine,
+            settings: BTreeMap<&'static str, String>,
+            daemons: Vec<(String, String)>,
+            rounds: &'a [ab::RoundRows],
+            compared: &'a [ab::Compared],
+        }
+        let daemons = labels
+            .iter()
+            .zip(&args.daemon)
+            .map(|(l, b)| (l.clone(), b.display().to_string()))
+            .collect();
+        let report = AbReport {
             machine: &machine,
-            settings: settings_map,
-            rows: &rows,
+            settings: settings_map(args, &settings),
+            daemons,
+            rounds: &results,
+            compared: &compared,
         };
         if let Err(e) = report::write_json(path, &report) {
             eprintln!("blocklist-bench: cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
+        }
+    }
+    if args.keep {
+        for arm in &mut arms {
+            eprintln!(
+                "blocklist-bench: kept {}",
+                arm.bench.keep_work_dir().display()
+            );
         }
     }
     if failed {

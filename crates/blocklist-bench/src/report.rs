@@ -263,7 +263,7 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
-pub fn write_json(path: &Path, report: &Report) -> std::io::Result<()> {
+pub fn write_json(path: &Path, report: &impl Serialize) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
     std::fs::write(path, json + "\n")
 }

@@ -112,3 +112,70 @@ fn on_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
 }
+
+/// `ab` with the same daemon on both sides: every round of both runs, and each figure of
+/// both scenarios gets its medians and a ratio (1.00x for a size that cannot differ).
+#[test]
+fn ab_compares_two_daemons_round_by_round() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let json = tmp.path().join("ab.json");
+    // The daemon the bench finds next to itself.
+    let daemon = std::path::Path::new(BENCH).with_file_name("blocklistd");
+    let output = Command::new(BENCH)
+        .args([
+            "ab",
+            "add",
+            "footprint",
+            "--items",
+            "1000",
+            "--duration",
+            "0.5",
+        ])
+        .args(["--concurrency", "8", "--rounds", "2", "--labels", "old,new"])
+        .arg("--daemon")
+        .arg(&daemon)
+        .arg("--daemon")
+        .arg(&daemon)
+        .arg("--json-out")
+        .arg(&json)
+        .arg("--work-dir")
+        .arg(tmp.path())
+        .output()
+        .expect("run blocklist-bench ab");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.contains(
+            "| scenario | figure | old (median [rounds]) | new (median [rounds]) | ratio |"
+        ),
+        "{stdout}"
+    );
+    for line in ["| add | ops_s |", "| footprint | disk_bytes_per_item |"] {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("no {line} in\n{stdout}"));
+        assert!(row.trim_end().ends_with("x |"), "no ratio: {row}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON was written"))
+            .expect("the JSON parses");
+    let rounds = report["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 4, "2 rounds × 2 daemons");
+    // The order alternates: old, new, then new, old.
+    let labels: Vec<&str> = rounds
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["old", "new", "new", "old"]);
+    for round in rounds {
+        let rows = round["rows"].as_array().expect("rows");
+        assert!(rows.iter().all(|r| r["role"] == "ours"), "{round:#}");
+        assert_eq!(rows.len(), 2, "add and footprint: {round:#}");
+    }
+}

@@ -51,6 +51,18 @@ pub(super) fn fixture_item(count: usize, base: i64) -> ItemFn {
 }
 
 impl Bench {
+    /// Stops the fixture's daemon and deletes its data dir, so the next fixture scenario
+    /// loads a new one (`ab` does, every round).
+    pub fn drop_fixture(&mut self) {
+        if let Some(fixture) = self.fixture.take() {
+            let dir = fixture.data_dir.clone();
+            drop(fixture);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                eprintln!("blocklist-bench: cannot delete {}: {e}", dir.display());
+            }
+        }
+    }
+
     /// Loads the shared fixture if this run has not yet.
     pub(super) async fn fixture(&mut self) -> Result<&mut Fixture, String> {
         if self.fixture.is_none() {
