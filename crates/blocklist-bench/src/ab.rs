@@ -66,16 +66,9 @@ pub async fn run(arms: &mut [Arm], scenarios: &[String], rounds: usize) -> (Vec<
                     "blocklist-bench ab: round {round}/{rounds}, {}: {scenario}",
                     arm.label
                 );
-                match arm.bench.run(scenario).await {
-                    Ok(r) => rows.extend(r.into_iter().filter(|row| row.role == Role::Ours)),
-                    Err(e) => {
-                        eprintln!("blocklist-bench ab: {scenario} failed: {e}");
-                        let mut row = Row::new(scenario, Role::Ours);
-                        row.note = format!("FAILED: {e}");
-                        rows.push(row);
-                        failed = true;
-                    }
-                }
+                let (r, scenario_failed) = arm.bench.run_or_row(scenario).await;
+                rows.extend(r.into_iter().filter(|row| row.role == Role::Ours));
+                failed |= scenario_failed;
             }
             all.push(RoundRows {
                 round,

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use report::{Machine, Report, Role, Row};
+use report::{Machine, Report, Row};
 use scenarios::{Bench, RUN_ORDER, SCENARIOS};
 use server::DaemonSpec;
 
@@ -399,16 +399,9 @@ async fn run(args: &Args, settings: Settings, daemon: DaemonSpec) -> (Vec<Row>, 
     let mut failed = false;
     for scenario in chosen {
         eprintln!("blocklist-bench: running {scenario}");
-        match bench.run(scenario).await {
-            Ok(mut r) => rows.append(&mut r),
-            Err(e) => {
-                eprintln!("blocklist-bench: {scenario} failed: {e}");
-                let mut row = Row::new(scenario, Role::Ours);
-                row.note = format!("FAILED: {e}");
-                rows.push(row);
-                failed = true;
-            }
-        }
+        let (mut r, scenario_failed) = bench.run_or_row(scenario).await;
+        rows.append(&mut r);
+        failed |= scenario_failed;
     }
     if keep {
         eprintln!("blocklist-bench: kept {}", bench.keep_work_dir().display());

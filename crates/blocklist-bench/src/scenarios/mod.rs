@@ -28,7 +28,7 @@ use hyper::StatusCode;
 
 use crate::load::{self, Phase, Worker, MAX_OPS_PER_PHASE};
 use crate::procstat::{self, CpuUse, CpuWindow};
-use crate::report::Row;
+use crate::report::{Role, Row};
 use crate::server::{DaemonSpec, Server};
 use crate::Settings;
 
@@ -128,6 +128,20 @@ impl Bench {
             "restart" => self.restart().await,
             "footprint" => self.footprint().await,
             other => Err(format!("unknown scenario {other:?}")),
+        }
+    }
+
+    /// Runs one scenario; a failure becomes an `ours` row saying so (and is logged), so a
+    /// run goes on past it. The flag says whether it failed.
+    pub async fn run_or_row(&mut self, scenario: &str) -> (Vec<Row>, bool) {
+        match self.run(scenario).await {
+            Ok(rows) => (rows, false),
+            Err(e) => {
+                eprintln!("blocklist-bench: {scenario} failed: {e}");
+                let mut row = Row::new(scenario, Role::Ours);
+                row.note = format!("FAILED: {e}");
+                (vec![row], true)
+            }
         }
     }
 
