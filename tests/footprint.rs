@@ -58,7 +58,7 @@ fn node_id(i: usize) -> String {
 
 /// The add element of item `i` in its `round`-th report (0: the first).
 fn element(i: usize, id: &str, round: usize) -> Value {
-    let action = if i % 7 == 0 {
+    let action = if i.is_multiple_of(7) {
         "MARK_BLOCKED_AND_EVACUATE_TASKS"
     } else {
         "MARK_BLOCKED"

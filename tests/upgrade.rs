@@ -503,8 +503,7 @@ fn assert_written_in_current_formats(dir: &Path) {
     let entries = [&v1_item_key(removed.kind, removed.id)[..], &[0]].concat();
     let newest_past = trees[b"history".as_slice()]
         .iter()
-        .filter(|(key, _)| key.starts_with(&entries))
-        .last()
+        .rfind(|(key, _)| key.starts_with(&entries))
         .map(|(_, value)| value[0]);
     assert_eq!(
         newest_past,

@@ -1,3 +1,6 @@
+// Old formats are written here byte by byte, varints' little-endian tails included.
+#![allow(clippy::little_endian_bytes)]
+
 use super::block::*;
 use super::events::*;
 use super::guardrails::*;
