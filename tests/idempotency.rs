@@ -4,6 +4,8 @@
 //! apply once; a refusal is not kept; a key past `--idempotency-retention` is forgotten.
 //! Every write takes one: adds, unblocks (one item, or by selector), `PATCH`, the
 //! allowlist, the policy and registrations.
+// The record layouts are read and rewritten here byte by byte, as migrations/ describes them.
+#![allow(clippy::big_endian_bytes, clippy::little_endian_bytes)]
 
 mod common;
 
@@ -690,4 +692,249 @@ async fn a_malformed_key_is_refused() {
         StatusCode::CONFLICT,
         "a valid key: {answer:?}"
     );
+}
+
+/// A record's keys in the `idempotency` tree of a stopped daemon's data dir, by kind: heads
+/// (`k` ++ key), chunks (`k` ++ key ++ `00` ++ n) and time entries (`t` ++ …).
+fn record_keys(dir: &std::path::Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, usize) {
+    let db = open_sled(dir);
+    let records = db.open_tree("idempotency").unwrap();
+    let (mut heads, mut chunks, mut times) = (Vec::new(), Vec::new(), 0);
+    for key in records.iter().keys() {
+        let key = key.unwrap().to_vec();
+        match key[0] {
+            b'k' if key.contains(&0) => chunks.push(key),
+            b'k' => heads.push(key),
+            _ => times += 1,
+        }
+    }
+    drop((records, db));
+    wait_until_unlocked(dir);
+    (heads, chunks, times)
+}
+
+/// 40 task managers with 400-byte causes, as a plain add, and as a merge of another cause
+/// into them, whose 202 lists them merged: a body of over 32 KiB.
+fn large_add(cause: char) -> Value {
+    Value::Array(
+        (0..40)
+            .map(|i| {
+                let mut item = item(
+                    &format!("tm-{i:02}"),
+                    "MARK_BLOCKED",
+                    &cause.to_string().repeat(400),
+                );
+                item["allowMerge"] = json!(cause != 'a');
+                item
+            })
+            .collect(),
+    )
+}
+
+/// Adds [`large_add`]'s task managers, then merges into them with `key`: a 202 over 32 KiB.
+async fn large_merge(d: &Daemon, key: &str) -> (Value, Answer) {
+    let added = send(
+        d,
+        Method::POST,
+        "/blocklist/taskmanagers",
+        None,
+        Some(&large_add('a')),
+    )
+    .await;
+    assert_eq!(added.status, StatusCode::CREATED, "{added:?}");
+    let merge = large_add('b');
+    let merged = send(
+        d,
+        Method::POST,
+        "/blocklist/taskmanagers",
+        Some(key),
+        Some(&merge),
+    )
+    .await;
+    assert_eq!(merged.status, StatusCode::ACCEPTED, "{merged:?}");
+    assert!(merged.body.len() > 4 * 8192, "{}", merged.body.len());
+    (merge, merged)
+}
+
+/// A small answer is kept in its record's head (one key beside its time entry); an answer
+/// of several 8 KiB chunks keeps the first in the head and the others under keys of their
+/// own. Both replay byte for byte after a restart, and `blocklistd check` accepts them.
+#[tokio::test]
+async fn small_answers_are_one_key_and_large_ones_replay_whole() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let small = json!([item("n1", "MARK_BLOCKED", "disk")]);
+    let first_small = send(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        Some("s"),
+        Some(&small),
+    )
+    .await;
+    assert_eq!(first_small.status, StatusCode::CREATED, "{first_small:?}");
+    let (large, first_large) = large_merge(&d, "l").await;
+    assert!(d.terminate().success());
+    let (heads, chunks, times) = record_keys(&ws.data_dir());
+    assert_eq!((heads.len(), times), (2, 2));
+    // The large answer's chunks after the first, numbered from 1: none for the small one.
+    let numbers: Vec<(&[u8], u32)> = chunks
+        .iter()
+        .map(|key| {
+            let n = key.len() - 4;
+            (
+                &key[1..n - 1],
+                u32::from_be_bytes(key[n..].try_into().unwrap()),
+            )
+        })
+        .collect();
+    assert!(numbers.len() >= 4, "{numbers:?}");
+    let want: Vec<(&[u8], u32)> = (1..=numbers.len() as u32).map(|n| (&b"l"[..], n)).collect();
+    assert_eq!(numbers, want);
+
+    let d = ws.start(&[]);
+    let again = send(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        Some("s"),
+        Some(&small),
+    )
+    .await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.first(), first_small.first());
+    let again = send(
+        &d,
+        Method::POST,
+        "/blocklist/taskmanagers",
+        Some("l"),
+        Some(&large),
+    )
+    .await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.first(), first_large.first());
+    assert!(d.terminate().success());
+    let (status, stderr) = run_to_exit(&[
+        "--data-dir".as_ref(),
+        ws.data_dir().as_os_str(),
+        "check".as_ref(),
+    ]);
+    assert!(status.success(), "{stderr}");
+}
+
+/// Schema 8 kept a record as a head of format 1 (its fields alone) and every chunk of its
+/// answer under a key of its own, numbered from 0 (migrations/0009-record-heads.md). Such
+/// records, rewritten here byte by byte from the ones this binary wrote, replay after the
+/// upgrade to schema 9 exactly as first answered, and `blocklistd check` accepts them.
+#[tokio::test]
+async fn records_of_schema_8_replay_after_the_upgrade() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let small = json!([item("n1", "MARK_BLOCKED", "disk")]);
+    let first_small = send(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        Some("s"),
+        Some(&small),
+    )
+    .await;
+    assert_eq!(first_small.status, StatusCode::CREATED);
+    let (large, first_large) = large_merge(&d, "l").await;
+    assert!(d.terminate().success());
+    let chunks = {
+        let db = open_sled(ws.data_dir());
+        let records = db.open_tree("idempotency").unwrap();
+        let mut chunks = 0;
+        for key in [&b"s"[..], b"l"] {
+            let head_key = [&b"k"[..], key].concat();
+            let head = records.get(&head_key).unwrap().unwrap();
+            assert_eq!(head[0], 2, "a head of format 2");
+            // The fields: `at` (a zigzag varint of nine bytes: 0xFD and eight), the 32
+            // fingerprint bytes, `len` (a varint: one byte below 251, 0xFB and two, 0xFC and
+            // four).
+            assert_eq!(head[1], 0xFD);
+            let len_at = 1 + 9 + 32;
+            let (len, fields_end) = match head[len_at] {
+                0xFC => (
+                    u32::from_le_bytes(head[len_at + 1..len_at + 5].try_into().unwrap()) as usize,
+                    len_at + 5,
+                ),
+                0xFB => (
+                    usize::from(u16::from_le_bytes([head[len_at + 1], head[len_at + 2]])),
+                    len_at + 3,
+                ),
+                byte => (usize::from(byte), len_at + 1),
+            };
+            let mut response = head[fields_end..].to_vec();
+            assert_eq!(response.len(), len.min(8192));
+            let mut n = 1u32;
+            while let Some(chunk) = records
+                .remove([&head_key[..], &[0], &n.to_be_bytes()].concat())
+                .unwrap()
+            {
+                response.extend_from_slice(&chunk);
+                n += 1;
+            }
+            assert_eq!(response.len(), len);
+            records
+                .insert(&head_key, [&[1], &head[1..fields_end]].concat())
+                .unwrap();
+            for (n, chunk) in response.chunks(8192).enumerate() {
+                chunks += 1;
+                let n = u32::try_from(n).unwrap();
+                records
+                    .insert([&head_key[..], &[0], &n.to_be_bytes()].concat(), chunk)
+                    .unwrap();
+            }
+        }
+        db.open_tree("meta")
+            .unwrap()
+            .insert("schema_version", &8u32.to_be_bytes())
+            .unwrap();
+        db.flush().unwrap();
+        assert!(chunks >= 5, "{chunks}");
+        chunks
+    };
+    wait_until_unlocked(&ws.data_dir());
+    assert_eq!(record_keys(&ws.data_dir()).1.len(), chunks, "chunks from 0");
+
+    let d = ws.start(&[]);
+    assert!(d.log_text().contains("upgraded the database schema"));
+    let again = send(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        Some("s"),
+        Some(&small),
+    )
+    .await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.first(), first_small.first());
+    let again = send(
+        &d,
+        Method::POST,
+        "/blocklist/taskmanagers",
+        Some("l"),
+        Some(&large),
+    )
+    .await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.first(), first_large.first());
+    let other = send(
+        &d,
+        Method::POST,
+        "/blocklist/nodes",
+        Some("s"),
+        Some(&large),
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY, "{other:?}");
+    assert!(d.terminate().success());
+    let (status, stderr) = run_to_exit(&[
+        "--data-dir".as_ref(),
+        ws.data_dir().as_os_str(),
+        "check".as_ref(),
+    ]);
+    assert!(status.success(), "{stderr}");
 }

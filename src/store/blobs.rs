@@ -105,7 +105,8 @@ pub const MAX_NODE_BYTES: usize = {
         MAX_KEY_BYTES,
         codec::provenance::max_past_bytes(MAX_MERGED_CAUSE_BYTES),
     );
-    // `Idempotency-Key` records: heads, chunks of at most 8 KiB, empty time entries.
+    // `Idempotency-Key` records: heads with up to 8 KiB of their response, chunks of at most
+    // 8 KiB, empty time entries.
     let records = node_bytes(
         MAX_LEAF_ENTRIES,
         MAX_KEY_BYTES,
@@ -378,7 +379,7 @@ mod tests {
             18_064
         );
         assert_eq!(codec::provenance::max_report_bytes(MAX_CAUSE_BYTES), 1_191);
-        assert_eq!(codec::idempotency::MAX_VALUE_BYTES, 8_192);
+        assert_eq!(codec::idempotency::MAX_VALUE_BYTES, 8_243);
         assert_eq!(codec::idempotency::MAX_HEAD_BYTES, 51);
         assert_eq!(keys::MAX_RECORD_KEY_BYTES, 264);
         assert_eq!(blob_threshold(512 * 1024), 131_020);

@@ -28,7 +28,9 @@ use crate::provenance::{Operation, Report};
 ///    provenance (migrations/0007-provenance.md).
 /// 8: items and events in format 4 and 6, times and revisions stored as distances
 ///    (migrations/0008-compact-items.md).
-pub const CURRENT: u32 = 8;
+/// 9: `Idempotency-Key` heads in format 2, carrying their response's first chunk
+///    (migrations/0009-record-heads.md).
+pub const CURRENT: u32 = 9;
 
 pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -94,6 +96,11 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     // and items are rewritten in format 4 when they next change.
     if version < 8 {
         bump_version(db, &meta, 8)?;
+    }
+    // Version 9 writes record heads in format 2; format 1 heads and their chunks stay
+    // readable and are pruned as before.
+    if version < 9 {
+        bump_version(db, &meta, 9)?;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `verify`: every invariant of the module header, checked against what the trees hold,
 //! reading each tree once.
 
-use super::codec::idempotency::{decode_head, decode_response, HeadV1};
+use super::codec::idempotency::{decode_head, decode_response, Head};
 use super::keys::{Expiring, RecordKey};
 use super::meta::{announced, decode_counts, decode_u64, read_watermark};
 use super::{
@@ -373,10 +373,11 @@ fn verify_records(
     ticks: &mut Ticks<'_>,
     problems: &mut Vec<String>,
 ) -> Result<()> {
-    /// The record whose chunks are being read: key, head, the bytes so far.
+    /// The record whose chunks are being read: key, head, the bytes so far (the head's own
+    /// first), and the number of the chunk expected next.
     struct Open {
         key: String,
-        head: HeadV1,
+        head: Head,
         bytes: Vec<u8>,
         chunks: u64,
     }
@@ -411,9 +412,9 @@ fn verify_records(
                         }
                         open = Some(Open {
                             key: key.to_owned(),
+                            bytes: head.inline.clone().unwrap_or_default(),
+                            chunks: head.stored_chunks().start,
                             head,
-                            bytes: Vec::new(),
-                            chunks: 0,
                         });
                     }
                     Err(e) => problems.push(format!("idempotency: record {key:?}: {e}")),

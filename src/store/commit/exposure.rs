@@ -71,20 +71,30 @@ impl Tx<'_> {
 
     /// What task manager `tm` contributes with its own level `own`, on its node as stored.
     fn tm_share(&self, tm: &str, own: Level) -> TxResult<Exposure> {
+        Ok(self
+            .registered_node_level(tm)?
+            .map_or_else(Exposure::default, |node| {
+                Exposure::one(Kind::TaskManager, own.max(node))
+            }))
+    }
+
+    /// The level of the node task manager `tm` is registered on, as this transaction has
+    /// it; `None` when `tm` is not registered (or its registration does not decode: the
+    /// caps skip it).
+    fn registered_node_level(&self, tm: &str) -> TxResult<Option<Level>> {
         // Plain FLIP-224 use registers nobody: nothing to read.
         if !self.any_registered() {
-            return Ok(Exposure::default());
+            return Ok(None);
         }
         let node = match self.node_of(tm)? {
             Ok(Some(node)) => node,
-            Ok(None) => return Ok(Exposure::default()),
+            Ok(None) => return Ok(None),
             Err(e) => {
                 tracing::warn!(error = %e, "a registration does not decode; the caps skip it");
-                return Ok(Exposure::default());
+                return Ok(None);
             }
         };
-        let level = own.max(self.level(Kind::Node, &node)?);
-        Ok(Exposure::one(Kind::TaskManager, level))
+        Ok(Some(self.level(Kind::Node, &node)?))
     }
 
     /// How the figures change when `(kind, id)`'s own level goes from `from` to `to`,
@@ -101,9 +111,12 @@ impl Tx<'_> {
             return Ok(delta);
         }
         match kind {
+            // The registration and the node's level are read once, for both levels.
             Kind::TaskManager => {
-                delta.add(&self.tm_share(id, to)?);
-                delta.sub(&self.tm_share(id, from)?);
+                if let Some(node) = self.registered_node_level(id)? {
+                    delta.add(&Exposure::one(Kind::TaskManager, to.max(node)));
+                    delta.sub(&Exposure::one(Kind::TaskManager, from.max(node)));
+                }
             }
             Kind::Node => {
                 delta.add(&self.node_share(id, to));

@@ -8,10 +8,14 @@
 //!
 //! Layout (keys in [`keys`], values in [`codec::idempotency`]):
 //! - `k ++ key` → the head: when the write committed, the request's fingerprint, the
-//!   response's length;
-//! - `k ++ key ++ 0x00 ++ chunk (u32 big-endian)` → up to 8 KiB of the encoded response
-//!   (keys are printable ASCII, so `0x00` sorts a record's chunks right after its head);
+//!   response's length, and the encoded response's first 8 KiB;
+//! - `k ++ key ++ 0x00 ++ chunk (u32 big-endian)` → each further 8 KiB of the encoded
+//!   response, from chunk 1 (keys are printable ASCII, so `0x00` sorts a record's chunks
+//!   right after its head; a head of format 1 carries no chunk, and its chunks start at 0);
 //! - `t ++ committed at (u64 big-endian) ++ key` → empty: the time index retention prunes by.
+//!
+//! So a record whose response fits 8 KiB is two keys: each key a write adds costs the group
+//! commit a share of a leaf's copy and split, and most answers are small.
 //!
 //! A record lives for `--idempotency-retention` from its commit; one past it counts as
 //! absent at once (and a new request with its key replaces it), and is deleted after a
@@ -23,7 +27,7 @@ use std::sync::Arc;
 
 use super::{Committer, Tx, TxResult};
 use crate::store::codec::idempotency::{
-    decode_head, decode_response, encode_head, encode_response, HeadV1, RESPONSE_CHUNK_BYTES,
+    decode_head, decode_response, encode_head, encode_response, later_chunks, Head, HeadV1,
 };
 use crate::store::{keys, CodecError, StoreError};
 
@@ -76,8 +80,9 @@ impl<O> Keying<O> for Option<Idempotency<O>> {
 
 /// What a transaction found under a request's key.
 pub(super) enum Found {
-    /// No record, or one past retention.
-    Nothing,
+    /// No live record: none at all, or the head of one past retention (still stored until
+    /// pruned), which a new record replaces.
+    Nothing(Option<Head>),
     /// A record of the same request: its response is the answer.
     Same(KeptResponse),
     /// A record of another request.
@@ -105,20 +110,20 @@ impl Tx<'_> {
         fingerprint: &[u8; 32],
     ) -> TxResult<Result<Found, StoreError>> {
         let Some(bytes) = self.idempotency.get(keys::record_key(key))? else {
-            return Ok(Ok(Found::Nothing));
+            return Ok(Ok(Found::Nothing(None)));
         };
         let head = match decode_head(&bytes) {
             Ok(head) => head,
             Err(e) => return Ok(Err(corrupt(key, e))),
         };
         if head.at <= self.records_expired_at {
-            return Ok(Ok(Found::Nothing));
+            return Ok(Ok(Found::Nothing(Some(head))));
         }
         if head.fingerprint != *fingerprint {
             return Ok(Ok(Found::Different));
         }
-        let mut response = Vec::new();
-        for chunk in 0..head.chunks() {
+        let mut response = head.inline.clone().unwrap_or_default();
+        for chunk in head.stored_chunks() {
             let Ok(chunk) = u32::try_from(chunk) else {
                 return Ok(Err(corrupt(
                     key,
@@ -143,31 +148,25 @@ impl Tx<'_> {
     }
 
     /// Keeps `response` under `key` for the request of `fingerprint`, committed now,
-    /// replacing a record past retention that is still stored.
+    /// replacing `stale`, the head of a record past retention still stored under `key` (as
+    /// [`Tx::recorded`] found it).
     pub(super) fn record(
         &self,
         key: &str,
         fingerprint: [u8; 32],
         response: &KeptResponse,
+        stale: Option<&Head>,
     ) -> TxResult<()> {
-        let head_key = keys::record_key(key);
-        // Only a record past retention can be here ([`Tx::recorded`] found nothing live),
-        // and it decodes (or the request would have failed).
-        if let Some(old) = self
-            .idempotency
-            .get(&head_key)?
-            .and_then(|b| decode_head(&b).ok())
-        {
+        if let Some(old) = stale {
             self.idempotency
                 .remove(keys::record_time_key(old.at, key))?;
-            for chunk in 0..old.chunks() {
+            for chunk in old.stored_chunks() {
                 self.idempotency
                     .remove(keys::record_chunk_key(key, chunk as u32))?;
             }
         }
         let bytes = encode_response(response);
-        for (chunk, part) in bytes.chunks(RESPONSE_CHUNK_BYTES).enumerate() {
-            let chunk = u32::try_from(chunk).expect("a response of less than 32 TiB");
+        for (chunk, part) in later_chunks(&bytes) {
             self.idempotency
                 .insert(keys::record_chunk_key(key, chunk), part)?;
         }
@@ -176,7 +175,8 @@ impl Tx<'_> {
             fingerprint,
             len: bytes.len() as u64,
         };
-        self.idempotency.insert(head_key, encode_head(&head))?;
+        self.idempotency
+            .insert(keys::record_key(key), encode_head(&head, &bytes))?;
         self.idempotency
             .insert(keys::record_time_key(self.now, key), &[])?;
         Ok(())
@@ -223,10 +223,10 @@ impl Committer {
             // has its own entry); an undecodable one is left for `check`.
             if let Some(head) = head.filter(|head| head.at == at) {
                 batch.remove(keys::record_key(key));
-                for chunk in 0..head.chunks() {
+                for chunk in head.stored_chunks() {
                     batch.remove(keys::record_chunk_key(key, chunk as u32));
                 }
-                deleted += 1 + head.chunks() as usize;
+                deleted += 1 + head.stored_chunks().count();
             }
             batch.remove(time_key.as_ref());
             deleted += 1;
@@ -245,6 +245,7 @@ mod tests {
     use super::*;
     use crate::metrics::{Exposition, StoreGauges};
     use crate::model::{Action, Item, Kind, NewItem, PERMANENT};
+    use crate::store::codec::idempotency::RESPONSE_CHUNK_BYTES;
     use crate::store::{AddOutcome, Mode, Store, StoreConfig};
 
     /// What the design rests on: inside a sled 0.34.7 transaction, `get` sees the
@@ -420,9 +421,9 @@ mod tests {
         let now = store.now();
         let records = stored(&store);
         assert!(
+            // Three chunks: the first in the head.
             matches!(records[..], [
             keys::RecordKey::Head("k"),
-            keys::RecordKey::Chunk("k", 0),
             keys::RecordKey::Chunk("k", 1),
             keys::RecordKey::Chunk("k", 2),
             keys::RecordKey::Time(at, "k"),
@@ -465,13 +466,14 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(100));
         let (written, _) = add("n2", 2, 1).unwrap();
         assert!(matches!(written, AddOutcome::Written { .. }), "{written:?}");
+        // The old record's chunks 1 to 3 and time entry went: the new one has two chunks,
+        // the first in its head.
         let records = stored(&store);
         assert!(
             matches!(
                 records[..],
                 [
                     keys::RecordKey::Head("k"),
-                    keys::RecordKey::Chunk("k", 0),
                     keys::RecordKey::Chunk("k", 1),
                     keys::RecordKey::Time(_, "k"),
                 ]
@@ -519,11 +521,16 @@ mod tests {
                     "{}",
                     value.len()
                 );
-                chunks += usize::from(value.len() == RESPONSE_CHUNK_BYTES);
+                // A full chunk, or a head carrying one.
+                chunks += usize::from(value.len() >= RESPONSE_CHUNK_BYTES);
                 tree.insert(key, value).unwrap();
             }
         }
-        assert_eq!(chunks, 3 * 20 * 12, "full chunks: the largest values");
+        assert_eq!(
+            chunks,
+            3 * 20 * 12,
+            "full chunks and heads: the largest values"
+        );
         drop(tree);
         assert_eq!(store.verify().unwrap(), Vec::<String>::new());
         shut(store);

@@ -291,11 +291,15 @@ impl<C: Command> Request<C> {
     fn apply(&self, tx: &Tx<'_>, due: &[Vec<u8>]) -> TxResult<()> {
         // A dry run neither looks its key up nor keeps it.
         let key = self.key.as_ref().filter(|_| self.mode == Mode::Commit);
+        let mut stale = None;
         if let Some(key) = key {
             // Reads this transaction's own writes too: a request earlier in the batch with
             // the same key is found here.
             let settled = match tx.recorded(&key.key, &key.fingerprint)? {
-                Ok(Found::Nothing) => None,
+                Ok(Found::Nothing(past)) => {
+                    stale = past;
+                    None
+                }
                 Ok(Found::Same(response)) => Some(StoreError::Replay(Box::new(response))),
                 Ok(Found::Different) => Some(StoreError::KeyReused(key.key.clone())),
                 Err(e) => Some(e),
@@ -317,7 +321,7 @@ impl<C: Command> Request<C> {
         // Kept with the write it answers, when the HTTP layer answers it with a success.
         if let (Some(key), Ok((applied, revision))) = (key, &decided) {
             if let Some(response) = (key.render)(&applied.outcome, *revision) {
-                tx.record(&key.key, key.fingerprint, &response)?;
+                tx.record(&key.key, key.fingerprint, &response, stale.as_ref())?;
             }
         }
         self.decided.set(Some(decided));
