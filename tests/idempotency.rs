@@ -823,7 +823,7 @@ async fn small_answers_are_one_key_and_large_ones_replay_whole() {
 }
 
 /// Schema 8 kept a record as a head of format 1 (its fields alone) and every chunk of its
-/// answer under a key of its own, numbered from 0 (migrations/0009-record-heads.md). Such
+/// answer under a key of its own, numbered from 0 (migrations/0009-records-and-figures.md). Such
 /// records, rewritten here byte by byte from the ones this binary wrote, replay after the
 /// upgrade to schema 9 exactly as first answered, and `blocklistd check` accepts them.
 #[tokio::test]

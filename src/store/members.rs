@@ -16,7 +16,25 @@ use crate::policy::{Exposure, Level};
 /// The task managers registered on each node (nodes without any are absent).
 pub(crate) type Members = HashMap<String, BTreeSet<String>>;
 
-/// The members and the figures of a database, read in full (at open, and after a reopen).
+/// The task managers registered on each node, from the registrations alone (at open, when
+/// the figures are stored: see [`super::meta::EXPOSURE_KEY`]).
+pub(crate) fn scan_members(tm_node: &Tree) -> Result<Members> {
+    let mut members = Members::new();
+    for entry in tm_node {
+        let (key, value) = entry?;
+        let tm = std::str::from_utf8(&key)
+            .map_err(|_| StoreError::Foreign("a task manager id is not UTF-8".into()))?;
+        if let Ok(node) = registration(tm, &value) {
+            members.entry(node).or_default().insert(tm.to_owned());
+        }
+    }
+    Ok(members)
+}
+
+/// The members and the figures of a database, read in full: the figures by reading the item
+/// of every registered task manager and of its node, which pages most of `items` in on a
+/// large blocklist (an upgrade to schema 9, `blocklistd check`, an open that finds no stored
+/// figures).
 pub(crate) fn scan_exposure(
     items: &Tree,
     tm_node: &Tree,
@@ -76,4 +94,90 @@ pub(crate) fn scan_prefixes(allowlist: &Tree) -> Result<Vec<Entry>> {
         }
     }
     Ok(prefixes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Action, NewItem, PERMANENT};
+    use crate::store::meta::{encode_exposure, EXPOSURE_KEY};
+    use crate::store::{sled_config, Store, StoreConfig};
+
+    fn element(id: &str, action: Action) -> NewItem {
+        NewItem {
+            id: id.to_owned(),
+            action,
+            end: PERMANENT,
+            cause: "c".into(),
+            allow_merge: false,
+            source: "unknown".into(),
+            timeout: None,
+        }
+    }
+
+    fn figures(store: &Store) -> Exposure {
+        *store.shared.feed.exposure.lock().unwrap()
+    }
+
+    fn shut(store: Store) {
+        std::thread::spawn(move || store.shutdown().unwrap())
+            .join()
+            .unwrap();
+    }
+
+    /// The share caps' figures live in `meta/exposure`: kept by every transaction, read back
+    /// by the next open instead of a read of every registered item, and checked by `verify`
+    /// against that read.
+    #[test]
+    fn the_figures_are_kept_read_back_at_open_and_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig::new(dir.path().join("data"));
+        let store = Store::open(&config).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let pairs = [("tm-1", "n1"), ("tm-2", "n1"), ("tm-3", "n2")];
+            let pairs = pairs.map(|(tm, node)| (tm.to_owned(), node.to_owned()));
+            store.register(pairs.to_vec()).await.unwrap();
+            let evacuate = vec![element("n1", Action::MarkBlockedAndEvacuateTasks)];
+            store.add(Kind::Node, evacuate, 1).await.unwrap();
+            let block = vec![element("tm-3", Action::MarkBlocked)];
+            store.add(Kind::TaskManager, block, 1).await.unwrap();
+        });
+        let want = Exposure {
+            registered: [3, 2],
+            blocked: [3, 1],
+            evacuating: [2, 1],
+        };
+        assert_eq!(figures(&store), want);
+        assert_eq!(store.verify().unwrap(), Vec::<String>::new());
+        shut(store);
+
+        // Figures that disagree with the items: the next open takes them as stored, and
+        // `verify` reports them.
+        let wrong = Exposure {
+            registered: [4, 2],
+            ..want
+        };
+        {
+            let db = sled_config(&config.data_dir).unwrap().open().unwrap();
+            let meta = db.open_tree("meta").unwrap();
+            assert_eq!(
+                meta.get(EXPOSURE_KEY).unwrap().as_deref(),
+                Some(&encode_exposure(&want)[..])
+            );
+            meta.insert(EXPOSURE_KEY, encode_exposure(&wrong)).unwrap();
+            db.flush().unwrap();
+        }
+        let store = Store::open(&config).unwrap();
+        assert_eq!(figures(&store), wrong);
+        let problems = store.verify().unwrap();
+        assert!(
+            problems.len() == 1 && problems[0].contains("share caps' figures"),
+            "{problems:?}"
+        );
+        shut(store);
+    }
 }

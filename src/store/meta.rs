@@ -11,6 +11,7 @@ use sled::Tree;
 use super::error::{bad_key, decode};
 use super::{keys, Result, StoreError};
 use crate::model::{Action, Kind};
+use crate::policy::Exposure;
 
 /// `meta` key of the last revision handed out (u64 big-endian).
 pub(crate) const REVISION_KEY: &[u8] = b"revision";
@@ -34,6 +35,12 @@ pub(crate) const UNRECLAIMED_KEY: &[u8] = b"unreclaimed";
 /// `meta` key of the guardrail policy (schema 6; absent only before the first start of
 /// this version, which stores it).
 pub(crate) const POLICY_KEY: &[u8] = b"policy";
+
+/// `meta` key of the share caps' figures (schema 9): [`Exposure`]'s six counts, each an
+/// i64 big-endian (two's complement), `registered`, `blocked`, `evacuating`, task managers
+/// before nodes in each. Kept in the same transactions as the items and registrations, so
+/// a start reads the registrations but not the items they name.
+pub(crate) const EXPOSURE_KEY: &[u8] = b"exposure";
 
 /// Item counts per (kind, action), indexed by [`count_slot`].
 pub type Counts = [u64; 4];
@@ -91,6 +98,30 @@ pub(crate) fn decode_counts(bytes: &[u8]) -> Option<Counts> {
         counts[i] = u64::from_be_bytes(chunk.try_into().ok()?);
     }
     Some(counts)
+}
+
+pub(crate) fn encode_exposure(exposure: &Exposure) -> Vec<u8> {
+    [exposure.registered, exposure.blocked, exposure.evacuating]
+        .iter()
+        .flatten()
+        .flat_map(|c| c.to_be_bytes())
+        .collect()
+}
+
+/// The stored figures read back; `None` unless they are 48 bytes.
+pub(crate) fn decode_exposure(bytes: &[u8]) -> Option<Exposure> {
+    if bytes.len() != 48 {
+        return None;
+    }
+    let mut counts = [0i64; 6];
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        counts[i] = i64::from_be_bytes(chunk.try_into().ok()?);
+    }
+    Some(Exposure {
+        registered: [counts[0], counts[1]],
+        blocked: [counts[2], counts[3]],
+        evacuating: [counts[4], counts[5]],
+    })
 }
 
 /// Counts the stored items not yet announced expired, by scanning (for upgrades, and an

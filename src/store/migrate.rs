@@ -11,9 +11,13 @@ use std::convert::Infallible;
 use sled::transaction::TransactionError;
 use sled::{Db, Transactional};
 
-use super::meta::{decode_version, encode_u64, encode_version};
+use super::members::scan_exposure;
+use super::meta::{
+    decode_version, encode_exposure, encode_u64, encode_version, read_watermark, EXPOSURE_KEY,
+};
 use super::{codec, keys, StoreError};
 use crate::model::UNKNOWN_SOURCE;
+use crate::policy::Exposure;
 use crate::provenance::{Operation, Report};
 
 /// The schema version this binary reads and writes.
@@ -28,8 +32,8 @@ use crate::provenance::{Operation, Report};
 ///    provenance (migrations/0007-provenance.md).
 /// 8: items and events in format 4 and 6, times and revisions stored as distances
 ///    (migrations/0008-compact-items.md).
-/// 9: `Idempotency-Key` heads in format 2, carrying their response's first chunk
-///    (migrations/0009-record-heads.md).
+/// 9: `Idempotency-Key` heads in format 2, carrying their response's first chunk, and
+///    `meta/exposure` (migrations/0009-records-and-figures.md).
 pub const CURRENT: u32 = 9;
 
 pub const META_TREE: &str = "meta";
@@ -48,6 +52,7 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
         None if fresh => {
             meta.insert(super::REVISION_KEY, &encode_u64(0))?;
             meta.insert(super::COUNTS_KEY, super::encode_counts(&[0; 4]))?;
+            meta.insert(EXPOSURE_KEY, encode_exposure(&Exposure::default()))?;
             meta.insert(SCHEMA_VERSION_KEY, &encode_version(CURRENT))?;
             db.flush()?;
             tracing::info!(schema_version = CURRENT, "created a new database");
@@ -97,9 +102,18 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     if version < 8 {
         bump_version(db, &meta, 8)?;
     }
-    // Version 9 writes record heads in format 2; format 1 heads and their chunks stay
-    // readable and are pruned as before.
+    // Version 9 writes record heads in format 2 (format 1 heads and their chunks stay
+    // readable and are pruned as before) and keeps the share caps' figures in `meta`:
+    // counted once here, then the version goes up. A crash in between leaves version 8,
+    // and the next open counts again.
     if version < 9 {
+        let watermark = read_watermark(&meta)?;
+        let (_, exposure) = scan_exposure(
+            &db.open_tree(super::ITEMS_TREE)?,
+            &db.open_tree(super::TM_NODE_TREE)?,
+            &watermark,
+        )?;
+        meta.insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
         bump_version(db, &meta, 9)?;
     }
     Ok(())

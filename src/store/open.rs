@@ -10,8 +10,11 @@ use crate::allowlist::Entry;
 use crate::policy::{Exposure, Policy};
 
 use super::error::{bad_key, panic_message};
-use super::members::{scan_exposure, scan_prefixes, Members};
-use super::meta::{decode_counts, decode_u64, read_watermark, scan_counts};
+use super::members::{scan_exposure, scan_members, scan_prefixes, Members};
+use super::meta::{
+    decode_counts, decode_exposure, decode_u64, encode_exposure, read_watermark, scan_counts,
+    EXPOSURE_KEY,
+};
 use super::{
     blobs, codec, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig,
     StoreError, Trees, ALLOWLIST_TREE, COUNTS_KEY, HISTORY_TREE, IDEMPOTENCY_TREE, ITEMS_TREE,
@@ -130,7 +133,23 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         })?),
         None => None,
     };
-    let (members, exposure) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
+    let (members, exposure) = match trees.meta.get(EXPOSURE_KEY)? {
+        Some(bytes) => {
+            let exposure = decode_exposure(&bytes).ok_or_else(|| {
+                StoreError::Foreign("its share caps' figures are malformed".into())
+            })?;
+            (scan_members(&trees.tm_node)?, exposure)
+        }
+        // Only a damaged database lacks them (the schema 9 upgrade stores them): scanned
+        // and stored, so that the next start reads them again.
+        None => {
+            let (members, exposure) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
+            trees
+                .meta
+                .insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
+            (members, exposure)
+        }
+    };
     let prefixes = scan_prefixes(&trees.allowlist)?;
     let allow_entries = trees.allowlist.len() as u64;
     let first_retained = match trees.events.first()? {

@@ -3,7 +3,10 @@
 
 use super::codec::idempotency::{decode_head, decode_response, Head};
 use super::keys::{Expiring, RecordKey};
-use super::meta::{announced, decode_counts, decode_u64, read_watermark};
+use super::members::scan_exposure;
+use super::meta::{
+    announced, decode_counts, decode_exposure, decode_u64, read_watermark, EXPOSURE_KEY,
+};
 use super::{
     codec, count_slot, keys, Result, Store, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY,
 };
@@ -267,6 +270,14 @@ impl Store {
             if stored != Some(scanned) {
                 problems.push(format!(
                     "meta: item counts {stored:?} disagree with the items ({scanned:?})"
+                ));
+            }
+            let stored = trees.meta.get(EXPOSURE_KEY)?.map(|b| decode_exposure(&b));
+            let (_, counted) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
+            if stored != Some(Some(counted)) {
+                problems.push(format!(
+                    "meta: the share caps' figures {stored:?} disagree with the registrations \
+                     and their items ({counted:?})"
                 ));
             }
         }

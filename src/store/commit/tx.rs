@@ -21,7 +21,7 @@ use crate::model::{Block, Change, Event, EventType, Item, Kind};
 use crate::policy::{Bucket, Exposure, Level, Policy};
 use crate::provenance::{Ended, Ending, Report, Unblock, MAX_REPORTS};
 use crate::store::members::Members;
-use crate::store::meta::{encode_u64, kind_count};
+use crate::store::meta::{encode_exposure, encode_u64, kind_count, EXPOSURE_KEY};
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, HistoryRetention,
     StoreError, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
@@ -127,6 +127,10 @@ impl Committer {
                     if unreclaimed != self.unreclaimed {
                         meta.insert(UNRECLAIMED_KEY, &encode_u64(unreclaimed))?;
                     }
+                    let exposure = tx.exposure.get();
+                    if exposure != self.exposure {
+                        meta.insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
+                    }
                     let policy = tx.policy_changed.get().then(|| tx.policy.borrow().clone());
                     if let Some(policy) = &policy {
                         meta.insert(POLICY_KEY, codec::encode_policy(policy))?;
@@ -139,7 +143,7 @@ impl Committer {
                         unreclaimed,
                         buckets: tx.buckets.get(),
                         policy,
-                        exposure: tx.exposure.get(),
+                        exposure,
                         members: tx.members_changed.into_inner(),
                         prefixes: tx.prefixes_changed.into_inner(),
                         allow_entries: tx.allow_entries.get().max(0).unsigned_abs(),
