@@ -323,12 +323,7 @@ async fn a_key_past_retention_is_forgotten_and_its_record_pruned() {
     );
     drop((records, db));
     wait_until_unlocked(&ws.data_dir());
-    let (status, stderr) = run_to_exit(&[
-        "--data-dir".as_ref(),
-        ws.data_dir().as_os_str(),
-        "check".as_ref(),
-    ]);
-    assert!(status.success(), "{stderr}");
+    assert_check_passes(&ws.data_dir());
 }
 
 #[tokio::test]
@@ -694,25 +689,6 @@ async fn a_malformed_key_is_refused() {
     );
 }
 
-/// A record's keys in the `idempotency` tree of a stopped daemon's data dir, by kind: heads
-/// (`k` ++ key), chunks (`k` ++ key ++ `00` ++ n) and time entries (`t` ++ …).
-fn record_keys(dir: &std::path::Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, usize) {
-    let db = open_sled(dir);
-    let records = db.open_tree("idempotency").unwrap();
-    let (mut heads, mut chunks, mut times) = (Vec::new(), Vec::new(), 0);
-    for key in records.iter().keys() {
-        let key = key.unwrap().to_vec();
-        match key[0] {
-            b'k' if key.contains(&0) => chunks.push(key),
-            b'k' => heads.push(key),
-            _ => times += 1,
-        }
-    }
-    drop((records, db));
-    wait_until_unlocked(dir);
-    (heads, chunks, times)
-}
-
 /// 40 task managers with 400-byte causes, as a plain add, and as a merge of another cause
 /// into them, whose 202 lists them merged: a body of over 32 KiB.
 fn large_add(cause: char) -> Value {
@@ -731,116 +707,144 @@ fn large_add(cause: char) -> Value {
     )
 }
 
-/// Adds [`large_add`]'s task managers, then merges into them with `key`: a 202 over 32 KiB.
-async fn large_merge(d: &Daemon, key: &str) -> (Value, Answer) {
-    let added = send(
-        d,
-        Method::POST,
-        "/blocklist/taskmanagers",
-        None,
-        Some(&large_add('a')),
-    )
-    .await;
-    assert_eq!(added.status, StatusCode::CREATED, "{added:?}");
-    let merge = large_add('b');
-    let merged = send(
-        d,
-        Method::POST,
-        "/blocklist/taskmanagers",
-        Some(key),
-        Some(&merge),
-    )
-    .await;
-    assert_eq!(merged.status, StatusCode::ACCEPTED, "{merged:?}");
-    assert!(merged.body.len() > 4 * 8192, "{}", merged.body.len());
-    (merge, merged)
+/// Two keyed writes and their first answers: a small add under key `s`, and under key `l`
+/// a merge into [`large_add`]'s task managers whose 202 is over 32 KiB.
+struct Kept {
+    small: Value,
+    small_answer: Answer,
+    large: Value,
+    large_answer: Answer,
+}
+
+impl Kept {
+    async fn write(d: &Daemon) -> Kept {
+        let small = json!([item("n1", "MARK_BLOCKED", "disk")]);
+        let small_answer = send(d, Method::POST, "/blocklist/nodes", Some("s"), Some(&small)).await;
+        assert_eq!(small_answer.status, StatusCode::CREATED, "{small_answer:?}");
+        let plain = large_add('a');
+        let added = send(
+            d,
+            Method::POST,
+            "/blocklist/taskmanagers",
+            None,
+            Some(&plain),
+        )
+        .await;
+        assert_eq!(added.status, StatusCode::CREATED, "{added:?}");
+        let large = large_add('b');
+        let large_answer = send(
+            d,
+            Method::POST,
+            "/blocklist/taskmanagers",
+            Some("l"),
+            Some(&large),
+        )
+        .await;
+        assert_eq!(
+            large_answer.status,
+            StatusCode::ACCEPTED,
+            "{large_answer:?}"
+        );
+        assert!(
+            large_answer.body.len() > 4 * 8192,
+            "{}",
+            large_answer.body.len()
+        );
+        Kept {
+            small,
+            small_answer,
+            large,
+            large_answer,
+        }
+    }
+
+    /// Both requests again: each answered as first, replayed.
+    async fn assert_replayed(&self, d: &Daemon) {
+        let small = send(
+            d,
+            Method::POST,
+            "/blocklist/nodes",
+            Some("s"),
+            Some(&self.small),
+        )
+        .await;
+        assert!(small.is_replay(), "{small:?}");
+        assert_eq!(small.first(), self.small_answer.first());
+        let large = send(
+            d,
+            Method::POST,
+            "/blocklist/taskmanagers",
+            Some("l"),
+            Some(&self.large),
+        )
+        .await;
+        assert!(large.is_replay(), "{large:?}");
+        assert_eq!(large.first(), self.large_answer.first());
+    }
+}
+
+/// A record's keys in the `idempotency` tree of a stopped daemon's data dir, by kind: heads
+/// (`k` ++ key), chunks (`k` ++ key ++ `00` ++ n, as (key, n)) and time entries (`t` ++ …).
+fn record_keys(dir: &std::path::Path) -> (Vec<Vec<u8>>, Vec<(Vec<u8>, u32)>, usize) {
+    let db = open_sled(dir);
+    let records = db.open_tree("idempotency").unwrap();
+    let (mut heads, mut chunks, mut times) = (Vec::new(), Vec::new(), 0);
+    for key in records.iter().keys() {
+        let key = key.unwrap().to_vec();
+        match key[0] {
+            b'k' if key.contains(&0) => {
+                let n = key.len() - 4;
+                let number = u32::from_be_bytes(key[n..].try_into().unwrap());
+                chunks.push((key[1..n - 1].to_vec(), number));
+            }
+            b'k' => heads.push(key),
+            _ => times += 1,
+        }
+    }
+    drop((records, db));
+    wait_until_unlocked(dir);
+    (heads, chunks, times)
+}
+
+/// `blocklistd check` on a stopped daemon's data dir passes.
+fn assert_check_passes(dir: &std::path::Path) {
+    let (status, stderr) = run_to_exit(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+    assert!(status.success(), "{stderr}");
 }
 
 /// A small answer is kept in its record's head (one key beside its time entry); an answer
 /// of several 8 KiB chunks keeps the first in the head and the others under keys of their
-/// own. Both replay byte for byte after a restart, and `blocklistd check` accepts them.
+/// own, numbered from 1. Both replay byte for byte after a restart, and `blocklistd check`
+/// accepts them.
 #[tokio::test]
 async fn small_answers_are_one_key_and_large_ones_replay_whole() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    let small = json!([item("n1", "MARK_BLOCKED", "disk")]);
-    let first_small = send(
-        &d,
-        Method::POST,
-        "/blocklist/nodes",
-        Some("s"),
-        Some(&small),
-    )
-    .await;
-    assert_eq!(first_small.status, StatusCode::CREATED, "{first_small:?}");
-    let (large, first_large) = large_merge(&d, "l").await;
+    let kept = Kept::write(&d).await;
     assert!(d.terminate().success());
     let (heads, chunks, times) = record_keys(&ws.data_dir());
     assert_eq!((heads.len(), times), (2, 2));
-    // The large answer's chunks after the first, numbered from 1: none for the small one.
-    let numbers: Vec<(&[u8], u32)> = chunks
-        .iter()
-        .map(|key| {
-            let n = key.len() - 4;
-            (
-                &key[1..n - 1],
-                u32::from_be_bytes(key[n..].try_into().unwrap()),
-            )
-        })
+    assert!(chunks.len() >= 4, "{chunks:?}");
+    let want: Vec<(Vec<u8>, u32)> = (1..=chunks.len() as u32)
+        .map(|n| (b"l".to_vec(), n))
         .collect();
-    assert!(numbers.len() >= 4, "{numbers:?}");
-    let want: Vec<(&[u8], u32)> = (1..=numbers.len() as u32).map(|n| (&b"l"[..], n)).collect();
-    assert_eq!(numbers, want);
+    assert_eq!(chunks, want);
 
     let d = ws.start(&[]);
-    let again = send(
-        &d,
-        Method::POST,
-        "/blocklist/nodes",
-        Some("s"),
-        Some(&small),
-    )
-    .await;
-    assert!(again.is_replay(), "{again:?}");
-    assert_eq!(again.first(), first_small.first());
-    let again = send(
-        &d,
-        Method::POST,
-        "/blocklist/taskmanagers",
-        Some("l"),
-        Some(&large),
-    )
-    .await;
-    assert!(again.is_replay(), "{again:?}");
-    assert_eq!(again.first(), first_large.first());
+    kept.assert_replayed(&d).await;
     assert!(d.terminate().success());
-    let (status, stderr) = run_to_exit(&[
-        "--data-dir".as_ref(),
-        ws.data_dir().as_os_str(),
-        "check".as_ref(),
-    ]);
-    assert!(status.success(), "{stderr}");
+    assert_check_passes(&ws.data_dir());
 }
 
 /// Schema 8 kept a record as a head of format 1 (its fields alone) and every chunk of its
-/// answer under a key of its own, numbered from 0 (migrations/0009-records-and-figures.md). Such
-/// records, rewritten here byte by byte from the ones this binary wrote, replay after the
-/// upgrade to schema 9 exactly as first answered, and `blocklistd check` accepts them.
+/// answer under a key of its own, numbered from 0 (migrations/0009-records-and-figures.md).
+/// Such records, rewritten here byte by byte from the ones this binary wrote, replay after
+/// the upgrade to schema 9 exactly as first answered, and `blocklistd check` accepts them.
 #[tokio::test]
 async fn records_of_schema_8_replay_after_the_upgrade() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    let small = json!([item("n1", "MARK_BLOCKED", "disk")]);
-    let first_small = send(
-        &d,
-        Method::POST,
-        "/blocklist/nodes",
-        Some("s"),
-        Some(&small),
-    )
-    .await;
-    assert_eq!(first_small.status, StatusCode::CREATED);
-    let (large, first_large) = large_merge(&d, "l").await;
+    let kept = Kept::write(&d).await;
     assert!(d.terminate().success());
     let chunks = {
         let db = open_sled(ws.data_dir());
@@ -848,6 +852,7 @@ async fn records_of_schema_8_replay_after_the_upgrade() {
         let mut chunks = 0;
         for key in [&b"s"[..], b"l"] {
             let head_key = [&b"k"[..], key].concat();
+            let chunk_key = |n: u32| [&head_key[..], &[0], &n.to_be_bytes()].concat();
             let head = records.get(&head_key).unwrap().unwrap();
             assert_eq!(head[0], 2, "a head of format 2");
             // The fields: `at` (a zigzag varint of nine bytes: 0xFD and eight), the 32
@@ -868,11 +873,8 @@ async fn records_of_schema_8_replay_after_the_upgrade() {
             };
             let mut response = head[fields_end..].to_vec();
             assert_eq!(response.len(), len.min(8192));
-            let mut n = 1u32;
-            while let Some(chunk) = records
-                .remove([&head_key[..], &[0], &n.to_be_bytes()].concat())
-                .unwrap()
-            {
+            let mut n = 1;
+            while let Some(chunk) = records.remove(chunk_key(n)).unwrap() {
                 response.extend_from_slice(&chunk);
                 n += 1;
             }
@@ -880,12 +882,9 @@ async fn records_of_schema_8_replay_after_the_upgrade() {
             records
                 .insert(&head_key, [&[1], &head[1..fields_end]].concat())
                 .unwrap();
-            for (n, chunk) in response.chunks(8192).enumerate() {
+            for (n, chunk) in (0..).zip(response.chunks(8192)) {
+                records.insert(chunk_key(n), chunk).unwrap();
                 chunks += 1;
-                let n = u32::try_from(n).unwrap();
-                records
-                    .insert([&head_key[..], &[0], &n.to_be_bytes()].concat(), chunk)
-                    .unwrap();
             }
         }
         db.open_tree("meta")
@@ -901,40 +900,16 @@ async fn records_of_schema_8_replay_after_the_upgrade() {
 
     let d = ws.start(&[]);
     assert!(d.log_text().contains("upgraded the database schema"));
-    let again = send(
-        &d,
-        Method::POST,
-        "/blocklist/nodes",
-        Some("s"),
-        Some(&small),
-    )
-    .await;
-    assert!(again.is_replay(), "{again:?}");
-    assert_eq!(again.first(), first_small.first());
-    let again = send(
-        &d,
-        Method::POST,
-        "/blocklist/taskmanagers",
-        Some("l"),
-        Some(&large),
-    )
-    .await;
-    assert!(again.is_replay(), "{again:?}");
-    assert_eq!(again.first(), first_large.first());
+    kept.assert_replayed(&d).await;
     let other = send(
         &d,
         Method::POST,
         "/blocklist/nodes",
         Some("s"),
-        Some(&large),
+        Some(&kept.large),
     )
     .await;
     assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY, "{other:?}");
     assert!(d.terminate().success());
-    let (status, stderr) = run_to_exit(&[
-        "--data-dir".as_ref(),
-        ws.data_dir().as_os_str(),
-        "check".as_ref(),
-    ]);
-    assert!(status.success(), "{stderr}");
+    assert_check_passes(&ws.data_dir());
 }

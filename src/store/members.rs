@@ -53,28 +53,15 @@ pub(crate) fn scan_exposure(
             Level::of(Some(block.action))
         })
     };
-    let mut members = Members::new();
+    let members = scan_members(tm_node)?;
     let mut exposure = Exposure::default();
-    let mut node_levels: HashMap<String, Level> = HashMap::new();
-    for entry in tm_node {
-        let (key, value) = entry?;
-        let tm = std::str::from_utf8(&key)
-            .map_err(|_| StoreError::Foreign("a task manager id is not UTF-8".into()))?;
-        let Ok(node) = registration(tm, &value) else {
-            continue;
-        };
-        let node_level = match node_levels.get(&node) {
-            Some(level) => *level,
-            None => {
-                let level = level(Kind::Node, &node)?;
-                node_levels.insert(node.clone(), level);
-                exposure.add(&Exposure::one(Kind::Node, level));
-                level
-            }
-        };
-        let own = level(Kind::TaskManager, tm)?;
-        exposure.add(&Exposure::one(Kind::TaskManager, own.max(node_level)));
-        members.entry(node).or_default().insert(tm.to_owned());
+    for (node, tms) in &members {
+        let node_level = level(Kind::Node, node)?;
+        exposure.add(&Exposure::one(Kind::Node, node_level));
+        for tm in tms {
+            let own = level(Kind::TaskManager, tm)?;
+            exposure.add(&Exposure::one(Kind::TaskManager, own.max(node_level)));
+        }
     }
     Ok((members, exposure))
 }
@@ -125,6 +112,19 @@ mod tests {
             .unwrap();
     }
 
+    /// Runs `open` until the data dir's file lock is free: sled releases it from its own
+    /// threads a moment after the last handle goes.
+    fn once_unlocked<T, E: std::fmt::Debug>(mut open: impl FnMut() -> Result<T, E>) -> T {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match open() {
+                Ok(opened) => return opened,
+                Err(e) if std::time::Instant::now() > deadline => panic!("{e:?}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+    }
+
     /// The share caps' figures live in `meta/exposure`: kept by every transaction, read back
     /// by the next open instead of a read of every registered item, and checked by `verify`
     /// against that read.
@@ -162,7 +162,7 @@ mod tests {
             ..want
         };
         {
-            let db = sled_config(&config.data_dir).unwrap().open().unwrap();
+            let db = once_unlocked(|| sled_config(&config.data_dir).unwrap().open());
             let meta = db.open_tree("meta").unwrap();
             assert_eq!(
                 meta.get(EXPOSURE_KEY).unwrap().as_deref(),
@@ -171,7 +171,7 @@ mod tests {
             meta.insert(EXPOSURE_KEY, encode_exposure(&wrong)).unwrap();
             db.flush().unwrap();
         }
-        let store = Store::open(&config).unwrap();
+        let store = once_unlocked(|| Store::open(&config));
         assert_eq!(figures(&store), wrong);
         let problems = store.verify().unwrap();
         assert!(
