@@ -783,12 +783,20 @@ impl Kept {
     }
 }
 
-/// A record's keys in the `idempotency` tree of a stopped daemon's data dir, by kind: heads
-/// (`k` ++ key), chunks (`k` ++ key ++ `00` ++ n, as (key, n)) and time entries (`t` ++ …).
-fn record_keys(dir: &std::path::Path) -> (Vec<Vec<u8>>, Vec<(Vec<u8>, u32)>, usize) {
+/// The keys of the `idempotency` tree of a stopped daemon's data dir, by kind.
+struct RecordKeys {
+    /// `k` ++ key.
+    heads: usize,
+    /// `k` ++ key ++ `00` ++ n, as (key, n).
+    chunks: Vec<(Vec<u8>, u32)>,
+    /// `t` ++ …
+    times: usize,
+}
+
+fn record_keys(dir: &std::path::Path) -> RecordKeys {
     let db = open_sled(dir);
     let records = db.open_tree("idempotency").unwrap();
-    let (mut heads, mut chunks, mut times) = (Vec::new(), Vec::new(), 0);
+    let (mut heads, mut chunks, mut times) = (0, Vec::new(), 0);
     for key in records.iter().keys() {
         let key = key.unwrap().to_vec();
         match key[0] {
@@ -797,13 +805,17 @@ fn record_keys(dir: &std::path::Path) -> (Vec<Vec<u8>>, Vec<(Vec<u8>, u32)>, usi
                 let number = u32::from_be_bytes(key[n..].try_into().unwrap());
                 chunks.push((key[1..n - 1].to_vec(), number));
             }
-            b'k' => heads.push(key),
+            b'k' => heads += 1,
             _ => times += 1,
         }
     }
     drop((records, db));
     wait_until_unlocked(dir);
-    (heads, chunks, times)
+    RecordKeys {
+        heads,
+        chunks,
+        times,
+    }
 }
 
 /// `blocklistd check` on a stopped daemon's data dir passes.
@@ -822,8 +834,12 @@ async fn small_answers_are_one_key_and_large_ones_replay_whole() {
     let d = ws.start(&[]);
     let kept = Kept::write(&d).await;
     assert!(d.terminate().success());
-    let (heads, chunks, times) = record_keys(&ws.data_dir());
-    assert_eq!((heads.len(), times), (2, 2));
+    let RecordKeys {
+        heads,
+        chunks,
+        times,
+    } = record_keys(&ws.data_dir());
+    assert_eq!((heads, times), (2, 2));
     assert!(chunks.len() >= 4, "{chunks:?}");
     let want: Vec<(Vec<u8>, u32)> = (1..=chunks.len() as u32)
         .map(|n| (b"l".to_vec(), n))
@@ -896,7 +912,11 @@ async fn records_of_schema_8_replay_after_the_upgrade() {
         chunks
     };
     wait_until_unlocked(&ws.data_dir());
-    assert_eq!(record_keys(&ws.data_dir()).1.len(), chunks, "chunks from 0");
+    assert_eq!(
+        record_keys(&ws.data_dir()).chunks.len(),
+        chunks,
+        "chunks from 0"
+    );
 
     let d = ws.start(&[]);
     assert!(d.log_text().contains("upgraded the database schema"));

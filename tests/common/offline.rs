@@ -28,11 +28,22 @@ impl Workspace {
 }
 
 /// Opens the sled database in `dir` directly, with the segment size it was created with.
+/// While another handle still holds the database's lock it retries until [`DEADLINE`]: under
+/// a loaded suite the lock was seen taken again right after [`wait_until_unlocked`] found it
+/// free.
 pub fn open_sled(dir: impl AsRef<Path>) -> sled::Db {
-    blocklistd::store::sled_config(dir.as_ref())
-        .expect("a readable conf")
-        .open()
-        .expect("open sled")
+    let config = blocklistd::store::sled_config(dir.as_ref()).expect("a readable conf");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match config.open() {
+            Ok(db) => return db,
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                assert!(Instant::now() < deadline, "open sled: {e}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("open sled: {e}"),
+        }
+    }
 }
 
 /// Waits until no sled instance in this process holds the database in `dir` any more.
