@@ -117,7 +117,7 @@ pub fn later_chunks(response: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
         })
 }
 
-/// A head of format 1 (kept readable; written only by tests now).
+/// A head of format 1 (readable; only tests write one).
 pub fn encode_head_v1(fields: &HeadV1) -> Vec<u8> {
     encode_framed(HEAD_V1, fields)
 }
