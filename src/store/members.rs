@@ -1,6 +1,7 @@
 //! What the committer keeps in memory beside the trees, read in full when the database
 //! opens: the task managers on each node, the share caps' figures
-//! ([`crate::policy::Exposure`], kept by `commit/exposure.rs` from then on), and the
+//! ([`crate::policy::Exposure`], kept by `commit/exposure.rs` from then on, and stored in
+//! `meta/exposure` so that an open reads them instead of counting them here), and the
 //! allowlist's prefix entries. A transaction cannot scan a tree, so these are what it
 //! cannot look up by key.
 
