@@ -361,6 +361,7 @@ impl Config {
             metrics: std::sync::Arc::default(),
             new_policy: crate::policy::Policy::default(),
             policy: self.policy_overrides(),
+            replica: None,
         }
     }
 

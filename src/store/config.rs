@@ -4,6 +4,7 @@ use crate::policy::{Overrides, Policy};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::writes::Replicate;
 use super::SEGMENT_BYTES;
 use crate::metrics::Metrics;
 
@@ -37,6 +38,9 @@ pub struct StoreConfig {
     pub new_policy: Policy,
     /// What the daemon's flags change in the policy (stored or new) at open.
     pub policy: Overrides,
+    /// Where every group's writes go before it is answered, if anywhere: the committer then
+    /// logs its writes ([`super::writes`]).
+    pub(crate) replica: Option<Arc<dyn Replicate>>,
 }
 
 impl StoreConfig {
@@ -60,6 +64,7 @@ impl StoreConfig {
             metrics: Arc::default(),
             new_policy: Policy::default(),
             policy: Overrides::default(),
+            replica: None,
         }
     }
 }

@@ -68,6 +68,7 @@ mod stamps;
 mod stats;
 mod sync;
 mod verify;
+mod writes;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -111,6 +112,7 @@ use crate::model::Kind;
 use crate::policy::{Bucket, Policy};
 use crate::sweep_signal::SweepSignal;
 use commit::Message;
+use writes::WriteLog;
 
 /// A handle to the open store. Cloning costs one atomic increment.
 #[derive(Clone)]
@@ -242,8 +244,12 @@ impl Store {
         } else {
             None
         };
-        let (stages, syncer) =
-            sync::spawn(feed.clone(), config.metrics.clone(), sync_failed.clone())?;
+        let (stages, syncer) = sync::spawn(
+            feed.clone(),
+            config.metrics.clone(),
+            sync_failed.clone(),
+            config.replica.clone(),
+        )?;
         let committer = commit::Committer {
             handles: Some(handles),
             slot: slot.clone(),
@@ -272,6 +278,8 @@ impl Store {
             members,
             prefixes,
             allow_entries,
+            log_writes: config.replica.is_some(),
+            pruned: WriteLog::default(),
         };
         let handle = std::thread::Builder::new()
             .name("committer".into())

@@ -48,6 +48,24 @@ pub fn sled_config(dir: &Path) -> Result<sled::Config> {
     Ok(sled::Config::new().path(dir).segment_size(segment))
 }
 
+/// The trees of `db`, each created empty where it has none.
+pub(crate) fn trees_of(db: &sled::Db) -> Result<Trees> {
+    Ok(Trees {
+        items: db.open_tree(ITEMS_TREE)?,
+        expiry: db.open_tree("expiry")?,
+        tm_node: db.open_tree(TM_NODE_TREE)?,
+        node_tms: db.open_tree("node_tms")?,
+        events: db.open_tree("events")?,
+        meta: db.open_tree(migrate::META_TREE)?,
+        allowlist: db.open_tree(ALLOWLIST_TREE)?,
+        reports: db.open_tree(REPORTS_TREE)?,
+        history: db.open_tree(HISTORY_TREE)?,
+        history_ends: db.open_tree("history_ends")?,
+        // Created empty on a data dir that had none: no migration needed.
+        idempotency: db.open_tree(IDEMPOTENCY_TREE)?,
+    })
+}
+
 /// Opens the sled database in `config.data_dir`, upgrades its schema, and reads the
 /// revision, counts and log start. Used at start and when reopening after a storage error.
 pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
@@ -95,20 +113,7 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         datadir::make_durable_after_open(dir)?;
     }
     migrate::upgrade(&db)?;
-    let trees = Trees {
-        items: db.open_tree(ITEMS_TREE)?,
-        expiry: db.open_tree("expiry")?,
-        tm_node: db.open_tree(TM_NODE_TREE)?,
-        node_tms: db.open_tree("node_tms")?,
-        events: db.open_tree("events")?,
-        meta: db.open_tree(migrate::META_TREE)?,
-        allowlist: db.open_tree(ALLOWLIST_TREE)?,
-        reports: db.open_tree(REPORTS_TREE)?,
-        history: db.open_tree(HISTORY_TREE)?,
-        history_ends: db.open_tree("history_ends")?,
-        // Created empty on a data dir that had none: no migration needed.
-        idempotency: db.open_tree(IDEMPOTENCY_TREE)?,
-    };
+    let trees = trees_of(&db)?;
     let revision = match trees.meta.get(REVISION_KEY)? {
         Some(bytes) => decode_u64(&bytes).ok_or_else(|| {
             StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))

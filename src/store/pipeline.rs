@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::writes::Write;
 use super::{CommitError, Feed, Handles, StoreError};
 use crate::metrics::Metrics;
 use crate::model::Event;
@@ -59,6 +60,9 @@ pub(crate) struct Group {
     pub blobs_failed: Option<CommitError>,
     /// Its events, in revision order.
     pub events: Vec<Event>,
+    /// Every key it wrote, in order, when the store logs writes: the prunes since the group
+    /// before, then its transaction's.
+    pub writes: Vec<Write>,
     /// Each request's answer, sent once durable.
     pub answers: Vec<Box<dyn Answer>>,
     /// When the committer started the transaction, for the commit-latency metric.

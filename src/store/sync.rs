@@ -22,6 +22,7 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
 use super::pipeline::{publish, Group, Stage};
+use super::writes::{Replicate, Write};
 use super::CommitError;
 use super::{Feed, Handles, StoreError};
 use crate::metrics::Metrics;
@@ -39,6 +40,8 @@ pub(crate) struct Syncer {
     pub failed: Arc<AtomicBool>,
     /// Events of groups whose flush failed: on disk or not, the reopen will tell.
     pub stash: Vec<Event>,
+    /// Where the groups' writes go before they are answered, if anywhere.
+    pub replica: Option<Arc<dyn Replicate>>,
 }
 
 /// Starts the durability thread; it ends when the committer drops its sender.
@@ -46,6 +49,7 @@ pub(crate) fn spawn(
     feed: Arc<Feed>,
     metrics: Arc<Metrics>,
     failed: Arc<AtomicBool>,
+    replica: Option<Arc<dyn Replicate>>,
 ) -> std::io::Result<(SyncSender<Stage>, std::thread::JoinHandle<()>)> {
     let (sender, stages) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
     let syncer = Syncer {
@@ -54,6 +58,7 @@ pub(crate) fn spawn(
         metrics,
         failed,
         stash: Vec::new(),
+        replica,
     };
     let handle = std::thread::Builder::new()
         .name("syncer".into())
@@ -89,15 +94,17 @@ impl Syncer {
 
     /// Makes `groups` durable with one flush and one fsync, then answers them in order.
     fn sync(&mut self, groups: &mut Vec<Group>) {
-        let last = groups.last().expect("at least one group");
         let result = if self.failed.load(Ordering::SeqCst) {
             Err(CommitError::EarlierSyncFailed)
         } else if let Some(e) = groups.iter().find_map(|g| g.blobs_failed.as_ref()) {
             Err(e.clone())
         } else {
+            let last = groups.last().expect("at least one group");
             make_durable(&last.handles, last.log.as_deref())
+                .and_then(|()| self.replicate(groups))
                 .map_err(|e| CommitError::SyncFailed(Arc::new(e)))
         };
+        let last = groups.last().expect("at least one group");
         match result {
             Ok(()) => {
                 let revision = last.revision;
@@ -124,6 +131,24 @@ impl Syncer {
                 }
             }
         }
+    }
+}
+
+impl Syncer {
+    /// Hands the groups' writes to the replica, in one step, when there is one.
+    fn replicate(&self, groups: &mut [Group]) -> Result<(), StoreError> {
+        let Some(replica) = &self.replica else {
+            return Ok(());
+        };
+        let writes: Vec<Write> = if let [group] = groups {
+            std::mem::take(&mut group.writes)
+        } else {
+            groups
+                .iter_mut()
+                .flat_map(|g| std::mem::take(&mut g.writes))
+                .collect()
+        };
+        replica.replicate(&writes)
     }
 }
 

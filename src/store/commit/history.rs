@@ -13,6 +13,7 @@ use sled::Transactional;
 use super::{Committer, Tx, TxResult};
 use crate::model::{Block, Kind};
 use crate::provenance::Ending;
+use crate::store::writes::{TreeId, TxTree, WriteLog};
 use crate::store::{codec, keys};
 
 /// How many past blocks one prune by age drops at most: pruning catches up by this much
@@ -122,6 +123,10 @@ impl Committer {
             return;
         }
         let pruned = (&t.history, &t.history_ends).transaction(|(history, ends)| {
+            // Logged once committed: sled may re-run the closure.
+            let log = self.log_writes.then(WriteLog::default);
+            let history = TxTree::new(history, TreeId::History, log.as_ref());
+            let ends = TxTree::new(ends, TreeId::HistoryEnds, log.as_ref());
             for (ended, kind, id, n) in &due {
                 ends.remove(keys::past_end_key(*ended, *kind, id, *n))?;
                 history.remove(keys::past_key(*kind, id, *n))?;
@@ -148,8 +153,11 @@ impl Committer {
                     history.insert(counter, codec::encode_history_count(first, next))?;
                 }
             }
-            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(log)
         });
+        if let Ok(Some(log)) = &pruned {
+            self.pruned.borrow_mut().append(&mut log.borrow_mut());
+        }
         if let Err(e) = pruned {
             let e = match e {
                 TransactionError::Abort(()) => "aborted".to_owned(),

@@ -29,6 +29,7 @@ use super::{Committer, Tx, TxResult};
 use crate::store::codec::idempotency::{
     decode_head, decode_response, encode_head, encode_response, later_chunks, Head, HeadV1,
 };
+use crate::store::writes::{Logged, TreeId};
 use crate::store::{keys, CodecError, StoreError};
 
 pub use crate::store::codec::idempotency::KeptResponse;
@@ -193,7 +194,7 @@ impl Committer {
         let expired_at = now.saturating_sub(self.config.idempotency_retention_ms);
         let tree = &self.handles().trees.idempotency;
         let max_records = max_records + MAX_PRUNE_RECORDS;
-        let mut batch = sled::Batch::default();
+        let mut batch = Logged::new(TreeId::Idempotency, self.pruned_log());
         let (mut records, mut deleted) = (0, 0);
         let expired =
             keys::record_time_start()..keys::record_time_bound(expired_at.saturating_add(1));
@@ -222,18 +223,18 @@ impl Committer {
             // A head of another time belongs to a later record under the same key (which
             // has its own entry); an undecodable one is left for `check`.
             if let Some(head) = head.filter(|head| head.at == at) {
-                batch.remove(keys::record_key(key));
+                batch.remove(&keys::record_key(key));
                 for chunk in head.stored_chunks() {
-                    batch.remove(keys::record_chunk_key(key, chunk as u32));
+                    batch.remove(&keys::record_chunk_key(key, chunk as u32));
                 }
                 deleted += 1 + head.stored_chunks().count();
             }
-            batch.remove(time_key.as_ref());
+            batch.remove(&time_key);
             deleted += 1;
             records += 1;
         }
         if records > 0 {
-            if let Err(e) = tree.apply_batch(batch) {
+            if let Err(e) = batch.apply(&self.handles().trees) {
                 tracing::warn!(error = %e, "pruning the idempotency records failed");
             }
         }

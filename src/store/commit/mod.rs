@@ -64,6 +64,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::blobs::BlobDir;
 use super::members::Members;
 use super::pipeline::{Answer, Decided, Reply, Stage};
+use super::writes::WriteLog;
 use super::{
     keys, Counts, Feed, Handles, HistoryRetention, Retention, StoreConfig, StoreError, SweepSignal,
     Watched,
@@ -417,12 +418,21 @@ pub(crate) struct Committer {
     pub(super) prefixes: Vec<Entry>,
     /// How many allowlist entries are stored: with none, an add reads no entry.
     pub(super) allow_entries: u64,
+    /// Whether each commit's writes are logged for its group ([`crate::store::writes`]),
+    /// and the writes of the prunes since the last group, which the next one carries first.
+    pub(super) log_writes: bool,
+    pub(super) pruned: WriteLog,
 }
 
 impl Committer {
     /// The open database; only called while it is open (not broken).
     fn handles(&self) -> &Handles {
         self.handles.as_ref().expect("open unless broken")
+    }
+
+    /// Where writes outside the transaction are logged, when writes are.
+    fn pruned_log(&self) -> Option<&WriteLog> {
+        self.log_writes.then_some(&self.pruned)
     }
 }
 

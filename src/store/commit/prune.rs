@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Committer;
+use crate::store::writes::{log_write, TreeId};
 use crate::store::{codec, keys};
 
 /// How many old events one commit prunes beyond as many as it wrote: pruning keeps pace
@@ -47,6 +48,7 @@ impl Committer {
                 tracing::warn!(error = %e, "pruning the event log failed");
                 break;
             }
+            log_write(self.pruned_log(), TreeId::Events, &key, None);
             dropped_to = end;
             self.feed.first_retained.store(end, Ordering::SeqCst);
         }

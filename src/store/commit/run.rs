@@ -39,6 +39,7 @@ impl Committer {
                 break;
             }
         }
+        self.hand_over_pruned();
         // Let the durability thread answer everything committed, then stop it.
         self.stages = None;
         if let Some(syncer) = self.syncer.take() {
@@ -204,6 +205,7 @@ impl Committer {
             members,
             prefixes,
             allow_entries,
+            writes: _,
         } = transacted;
         self.allow_entries = *allow_entries;
         self.revision = *revision;
@@ -290,9 +292,34 @@ impl Committer {
             seq: settled,
             blobs_failed,
             events: transacted.events,
+            writes: {
+                let mut writes = self.pruned.take();
+                writes.extend(transacted.writes);
+                writes
+            },
             answers,
             started,
         }
+    }
+
+    /// At a stop, the writes of the prunes after the last group, logged for the replica:
+    /// a group of their own, without a transaction, events or answers.
+    fn hand_over_pruned(&mut self) {
+        if self.pruned.borrow().is_empty() || self.broken {
+            return;
+        }
+        let group = Group {
+            handles: self.handles.clone().expect("open unless broken"),
+            log: self.log.clone(),
+            revision: self.revision,
+            seq: self.feed.seq.load(Ordering::SeqCst),
+            blobs_failed: None,
+            events: Vec::new(),
+            writes: self.pruned.take(),
+            answers: Vec::new(),
+            started: Instant::now(),
+        };
+        self.hand_over(group);
     }
 
     /// Sends `group` to the syncer; blocks while the disk is `PIPELINE_DEPTH` groups

@@ -22,6 +22,7 @@ use crate::policy::{Bucket, Exposure, Level, Policy};
 use crate::provenance::{Ended, Ending, Report, Unblock, MAX_REPORTS};
 use crate::store::members::Members;
 use crate::store::meta::{encode_exposure, encode_u64, kind_count, EXPOSURE_KEY};
+use crate::store::writes::{TreeId, TxTree, Write, WriteLog};
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, HistoryRetention,
     StoreError, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
@@ -47,6 +48,8 @@ pub(super) struct Transacted {
     /// The allowlist's prefix entries, when the transaction changed them.
     pub prefixes: Option<Vec<Entry>>,
     pub allow_entries: u64,
+    /// Every key it wrote, in order, when the store logs writes ([`crate::store::writes`]).
+    pub writes: Vec<Write>,
 }
 
 impl Committer {
@@ -88,6 +91,10 @@ impl Committer {
                     idempotency,
                 )| {
                     // Built afresh on every run of the closure: sled may re-run it.
+                    let log = self.log_writes.then(WriteLog::default);
+                    let log = log.as_ref();
+                    let events = TxTree::new(events, TreeId::Events, log);
+                    let meta = TxTree::new(meta, TreeId::Meta, log);
                     let tx = self.tx(
                         [
                             items,
@@ -100,6 +107,7 @@ impl Committer {
                             history_ends,
                             idempotency,
                         ],
+                        log,
                         now,
                     );
                     for (op, due) in batch.iter().zip(due) {
@@ -147,6 +155,7 @@ impl Committer {
                         members: tx.members_changed.into_inner(),
                         prefixes: tx.prefixes_changed.into_inner(),
                         allow_entries: tx.allow_entries.get().max(0).unsigned_abs(),
+                        writes: log.map(WriteLog::take).unwrap_or_default(),
                     })
                 },
             )
@@ -175,7 +184,7 @@ impl Committer {
             &t.idempotency,
         );
         let rolled_back = trees.transaction(|(a, b, c, d, e, f, g, h, i)| {
-            let mut tx = self.tx([a, b, c, d, e, f, g, h, i], now);
+            let mut tx = self.tx([a, b, c, d, e, f, g, h, i], None, now);
             tx.rehearsal = true;
             op.apply(&tx, due)?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
@@ -194,19 +203,21 @@ impl Committer {
         &'a self,
         [items, expiry, tm_node, node_tms, allowlist, reports, history, history_ends, idempotency]: [&'a TransactionalTree;
             9],
+        log: Option<&'a WriteLog>,
         now: i64,
     ) -> Tx<'a> {
+        let tree = |tree, id| TxTree::new(tree, id, log);
         Tx {
-            items,
-            expiry,
-            tm_node,
-            node_tms,
-            allowlist,
-            reports,
-            history,
-            history_ends,
+            items: tree(items, TreeId::Items),
+            expiry: tree(expiry, TreeId::Expiry),
+            tm_node: tree(tm_node, TreeId::TmNode),
+            node_tms: tree(node_tms, TreeId::NodeTms),
+            allowlist: tree(allowlist, TreeId::Allowlist),
+            reports: tree(reports, TreeId::Reports),
+            history: tree(history, TreeId::History),
+            history_ends: tree(history_ends, TreeId::HistoryEnds),
             history_retention: self.history,
-            idempotency,
+            idempotency: tree(idempotency, TreeId::Idempotency),
             records_expired_at: now.saturating_sub(self.config.idempotency_retention_ms),
             now,
             policy: RefCell::new(self.policy.clone()),
@@ -232,19 +243,19 @@ impl Committer {
 
 /// One transaction's view of the trees.
 pub(crate) struct Tx<'a> {
-    pub(super) items: &'a TransactionalTree,
-    pub(super) expiry: &'a TransactionalTree,
-    pub(super) tm_node: &'a TransactionalTree,
-    pub(super) node_tms: &'a TransactionalTree,
-    pub(super) allowlist: &'a TransactionalTree,
-    pub(super) reports: &'a TransactionalTree,
-    pub(super) history: &'a TransactionalTree,
-    pub(super) history_ends: &'a TransactionalTree,
+    pub(super) items: TxTree<'a>,
+    pub(super) expiry: TxTree<'a>,
+    pub(super) tm_node: TxTree<'a>,
+    pub(super) node_tms: TxTree<'a>,
+    pub(super) allowlist: TxTree<'a>,
+    pub(super) reports: TxTree<'a>,
+    pub(super) history: TxTree<'a>,
+    pub(super) history_ends: TxTree<'a>,
     /// How many past blocks an id keeps ([`super::history`]).
     pub(super) history_retention: HistoryRetention,
     /// `Idempotency-Key` records ([`super::idempotency`]), and the commit time at or before
     /// which a record is past retention.
-    pub(super) idempotency: &'a TransactionalTree,
+    pub(super) idempotency: TxTree<'a>,
     pub(super) records_expired_at: i64,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
