@@ -87,30 +87,20 @@ pub(crate) fn scan_prefixes(allowlist: &Tree) -> Result<Vec<Entry>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Action, NewItem, PERMANENT};
+    use crate::model::{Action, NewItem};
     use crate::store::meta::{encode_exposure, EXPOSURE_KEY};
+    use crate::store::testing::{new_item, runtime, shut};
     use crate::store::{sled_config, Store, StoreConfig};
 
     fn element(id: &str, action: Action) -> NewItem {
         NewItem {
-            id: id.to_owned(),
             action,
-            end: PERMANENT,
-            cause: "c".into(),
-            allow_merge: false,
-            source: "unknown".into(),
-            timeout: None,
+            ..new_item(id)
         }
     }
 
     fn figures(store: &Store) -> Exposure {
         *store.shared.feed.exposure.lock().unwrap()
-    }
-
-    fn shut(store: Store) {
-        std::thread::spawn(move || store.shutdown().unwrap())
-            .join()
-            .unwrap();
     }
 
     /// Runs `open` until the data dir's file lock is free: sled releases it from its own
@@ -134,11 +124,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = StoreConfig::new(dir.path().join("data"));
         let store = Store::open(&config).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        runtime().block_on(async {
             let pairs = [("tm-1", "n1"), ("tm-2", "n1"), ("tm-3", "n2")];
             let pairs = pairs.map(|(tm, node)| (tm.to_owned(), node.to_owned()));
             store.register(pairs.to_vec()).await.unwrap();

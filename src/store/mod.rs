@@ -67,6 +67,8 @@ mod salvage;
 mod stamps;
 mod stats;
 mod sync;
+#[cfg(test)]
+mod testing;
 mod verify;
 mod writes;
 

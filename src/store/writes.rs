@@ -162,7 +162,8 @@ mod tests {
 
     use super::*;
     use crate::allowlist::Entry;
-    use crate::model::{Action, Kind, NewItem, PERMANENT};
+    use crate::model::{Kind, NewItem, PERMANENT};
+    use crate::store::testing::{new_item, runtime, shut};
     use crate::store::{
         AddOutcome, HistoryRetention, Idempotency, KeptResponse, Mode, Retention, Store,
         StoreConfig, StoreError,
@@ -229,13 +230,11 @@ mod tests {
 
     fn element(id: &str, end: i64, source: &str) -> NewItem {
         NewItem {
-            id: id.to_owned(),
-            action: Action::MarkBlocked,
             end,
             cause: format!("cause of {id}"),
             allow_merge: true,
             source: source.into(),
-            timeout: None,
+            ..new_item(id)
         }
     }
 
@@ -283,11 +282,7 @@ mod tests {
         let store = Store::open(&config).unwrap();
         let before = contents(&store.handles().unwrap().trees);
 
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        runtime().block_on(async {
             let pairs = [("tm-1", "n1"), ("tm-2", "n1"), ("tm-3", "n2")];
             let pairs = pairs.map(|(tm, node)| (tm.to_owned(), node.to_owned()));
             store.register(pairs.to_vec()).await.unwrap();
@@ -352,9 +347,7 @@ mod tests {
             }
         });
         let handles = store.handles().unwrap();
-        std::thread::spawn(move || store.shutdown().unwrap())
-            .join()
-            .unwrap();
+        shut(store);
         let after = contents(&handles.trees);
         drop(handles);
 

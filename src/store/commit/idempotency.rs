@@ -245,8 +245,9 @@ impl Committer {
 mod tests {
     use super::*;
     use crate::metrics::{Exposition, StoreGauges};
-    use crate::model::{Action, Item, Kind, NewItem, PERMANENT};
+    use crate::model::{Item, Kind};
     use crate::store::codec::idempotency::RESPONSE_CHUNK_BYTES;
+    use crate::store::testing::{new_item as element, runtime, shut};
     use crate::store::{AddOutcome, Mode, Store, StoreConfig};
 
     /// What the design rests on: inside a sled 0.34.7 transaction, `get` sees the
@@ -271,25 +272,6 @@ mod tests {
         assert_eq!(gone, None);
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-
-    fn element(id: &str) -> NewItem {
-        NewItem {
-            id: id.to_owned(),
-            action: Action::MarkBlocked,
-            end: PERMANENT,
-            cause: "c".into(),
-            allow_merge: false,
-            source: "unknown".into(),
-            timeout: None,
-        }
-    }
-
     /// A key for an add whose successes are kept as `body`.
     fn key(key: &str, fingerprint: u8, body: Vec<u8>) -> Idempotency<AddOutcome> {
         Idempotency {
@@ -304,12 +286,6 @@ mod tests {
                 _ => None,
             }),
         }
-    }
-
-    fn shut(store: Store) {
-        std::thread::spawn(move || store.shutdown().unwrap())
-            .join()
-            .unwrap();
     }
 
     /// Two requests with one key in one batch: the first applies and keeps its answer, the
