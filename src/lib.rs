@@ -54,9 +54,9 @@ use std::future::Future;
 
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, StoreKind};
 use crate::http::{AppState, Auth, Limits};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreConfig, StoreError};
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +72,36 @@ pub enum Error {
     },
     #[error("server error: {0}")]
     Serve(std::io::Error),
+}
+
+/// The store's settings: the data dir's, or, with `--store etcd`, the cluster's (connected;
+/// nothing written yet).
+fn store_config(config: &Config) -> Result<StoreConfig, Error> {
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+    let mut store = config.store();
+    match config.store.kind {
+        StoreKind::Sled => {}
+        #[cfg(feature = "etcd")]
+        StoreKind::Etcd => {
+            let name = format!(
+                "blocklistd pid {} listening on {}",
+                std::process::id(),
+                config.listen
+            );
+            let etcd = config.store.etcd(name).map_err(Error::Config)?;
+            store.in_etcd(store::etcd::Etcd::connect(etcd)?);
+        }
+        #[cfg(not(feature = "etcd"))]
+        StoreKind::Etcd => {
+            return Err(Error::Config(
+                "this blocklistd was built without the etcd store: build it with `cargo build \
+                 --release --features etcd` (its etcd client needs protoc, Debian: \
+                 protobuf-compiler)"
+                    .into(),
+            ))
+        }
+    }
+    Ok(store)
 }
 
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the sweeper, serves
@@ -92,7 +122,7 @@ pub async fn run(
             config.listen
         )));
     }
-    let store_config = config.store();
+    let store_config = store_config(&config)?;
     let metrics = store_config.metrics.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&store_config))
         .await

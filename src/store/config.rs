@@ -41,6 +41,9 @@ pub struct StoreConfig {
     /// Where every group's writes go before it is answered, if anywhere: the committer then
     /// logs its writes ([`super::writes`]).
     pub(crate) replica: Option<Arc<dyn Replicate>>,
+    /// The etcd cluster the store lives in (`--store etcd`); `None`: the data dir.
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd: Option<Arc<super::etcd::Etcd>>,
 }
 
 impl StoreConfig {
@@ -65,7 +68,28 @@ impl StoreConfig {
             new_policy: Policy::default(),
             policy: Overrides::default(),
             replica: None,
+            #[cfg(feature = "etcd")]
+            etcd: None,
         }
+    }
+
+    /// Whether the store lives in the data dir (not in etcd): only then are there files
+    /// to lock, fsync and probe.
+    pub fn on_disk(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        return self.etcd.is_none();
+        #[cfg(not(feature = "etcd"))]
+        true
+    }
+
+    /// The store in `etcd`'s cluster instead of the data dir: a mirror rebuilt from its log
+    /// at every open, each group committed to it before it is answered.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn in_etcd(&mut self, etcd: Arc<super::etcd::Etcd>) {
+        self.replica = Some(etcd.clone());
+        self.etcd = Some(etcd);
+        // Nothing local is worth an fsync: etcd's quorum holds what was acknowledged.
+        self.fsync = false;
     }
 }
 

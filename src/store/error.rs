@@ -75,6 +75,14 @@ pub enum StoreError {
         #[source]
         source: sled::Error,
     },
+    /// A call to etcd failed or went unanswered within its deadline (`--store etcd`). 503:
+    /// a write it was part of may or may not have taken, which the reopen reads back.
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// Another daemon is the writer of the etcd prefix (its name), or this one's lease
+    /// ended: nothing is written until it wins the writer key again. 503.
+    #[error("this daemon is not the writer of the etcd prefix ({0})")]
+    NotWriter(String),
     #[error("the store is shut down")]
     Closed,
     #[error("the database is being reopened after a storage error")]
@@ -142,6 +150,8 @@ impl StoreError {
                 | StoreError::ListingStopped
                 | StoreError::UpgradeFailed { .. }
                 | StoreError::Closed
+                | StoreError::Etcd(_)
+                | StoreError::NotWriter(_)
                 | StoreError::Reopening
                 | StoreError::NotDurable(_)
         )

@@ -224,7 +224,7 @@ fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn read_version(bytes: &[u8]) -> Result<u32, StoreError> {
+pub(super) fn read_version(bytes: &[u8]) -> Result<u32, StoreError> {
     decode_version(bytes)
         .ok_or_else(|| StoreError::Foreign(format!("its schema version has {} bytes", bytes.len())))
 }

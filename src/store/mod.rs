@@ -55,11 +55,15 @@ mod config;
 mod datadir;
 mod durable;
 mod error;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 mod feed;
 pub mod keys;
 mod members;
 mod meta;
 mod migrate;
+#[cfg(feature = "etcd")]
+mod mirror;
 mod open;
 mod pipeline;
 mod read;
@@ -161,6 +165,26 @@ pub(crate) struct Trees {
     pub idempotency: Tree,
 }
 
+impl Trees {
+    /// The trees of `db`, each created empty where it has none.
+    pub(crate) fn of(db: &sled::Db) -> Result<Trees> {
+        Ok(Trees {
+            items: db.open_tree(ITEMS_TREE)?,
+            expiry: db.open_tree("expiry")?,
+            tm_node: db.open_tree(TM_NODE_TREE)?,
+            node_tms: db.open_tree("node_tms")?,
+            events: db.open_tree("events")?,
+            meta: db.open_tree(migrate::META_TREE)?,
+            allowlist: db.open_tree(ALLOWLIST_TREE)?,
+            reports: db.open_tree(REPORTS_TREE)?,
+            history: db.open_tree(HISTORY_TREE)?,
+            history_ends: db.open_tree("history_ends")?,
+            // Created empty on a data dir that had none: no migration needed.
+            idempotency: db.open_tree(IDEMPOTENCY_TREE)?,
+        })
+    }
+}
+
 /// The tree of items, and of registrations (the names salvage opens too).
 const ITEMS_TREE: &str = "items";
 const TM_NODE_TREE: &str = "tm_node";
@@ -175,8 +199,15 @@ impl Store {
     /// the committer thread.
     pub fn open(config: &StoreConfig) -> Result<Store> {
         let dir = &config.data_dir;
-        datadir::create(dir)?;
-        check_not_foreign(dir)?;
+        if config.on_disk() {
+            datadir::create(dir)?;
+            check_not_foreign(dir)?;
+        }
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = &config.etcd {
+            // A standby until the prefix has no other writer.
+            etcd.campaign(true)?;
+        }
         let Opened {
             handles,
             revision,
@@ -241,7 +272,7 @@ impl Store {
         let handles = Arc::new(handles);
         let slot = Arc::new(ArcSwapOption::new(Some(handles.clone())));
         let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let blob_dir = if config.fsync {
+        let blob_dir = if config.fsync && config.on_disk() {
             Some(blobs::BlobDir::open(&dir.join("blobs"))?)
         } else {
             None

@@ -17,8 +17,7 @@ use super::meta::{
 };
 use super::{
     blobs, codec, datadir, keys, migrate, salvage, Counts, Handles, Result, StoreConfig,
-    StoreError, Trees, ALLOWLIST_TREE, COUNTS_KEY, HISTORY_TREE, IDEMPOTENCY_TREE, ITEMS_TREE,
-    POLICY_KEY, REPORTS_TREE, REVISION_KEY, SEGMENT_BYTES, TM_NODE_TREE, UNRECLAIMED_KEY,
+    StoreError, Trees, COUNTS_KEY, POLICY_KEY, REVISION_KEY, SEGMENT_BYTES, UNRECLAIMED_KEY,
 };
 
 /// What opening a database found, to (re)initialise the counters.
@@ -48,27 +47,19 @@ pub fn sled_config(dir: &Path) -> Result<sled::Config> {
     Ok(sled::Config::new().path(dir).segment_size(segment))
 }
 
-/// The trees of `db`, each created empty where it has none.
-pub(crate) fn trees_of(db: &sled::Db) -> Result<Trees> {
-    Ok(Trees {
-        items: db.open_tree(ITEMS_TREE)?,
-        expiry: db.open_tree("expiry")?,
-        tm_node: db.open_tree(TM_NODE_TREE)?,
-        node_tms: db.open_tree("node_tms")?,
-        events: db.open_tree("events")?,
-        meta: db.open_tree(migrate::META_TREE)?,
-        allowlist: db.open_tree(ALLOWLIST_TREE)?,
-        reports: db.open_tree(REPORTS_TREE)?,
-        history: db.open_tree(HISTORY_TREE)?,
-        history_ends: db.open_tree("history_ends")?,
-        // Created empty on a data dir that had none: no migration needed.
-        idempotency: db.open_tree(IDEMPOTENCY_TREE)?,
-    })
-}
-
 /// Opens the sled database in `config.data_dir`, upgrades its schema, and reads the
 /// revision, counts and log start. Used at start and when reopening after a storage error.
 pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
+    #[cfg(feature = "etcd")]
+    if let Some(etcd) = &config.etcd {
+        let db = super::mirror::open_mirror(config, etcd)?;
+        return read_opened(db);
+    }
+    read_opened(open_sled(config)?)
+}
+
+/// Opens and upgrades the sled database in the data dir.
+fn open_sled(config: &StoreConfig) -> Result<sled::Db> {
     let dir = &config.data_dir;
     let segment_bytes = datadir::segment_bytes(dir, config.segment_bytes)
         .map_err(|cause| StoreError::damaged(dir, cause, true))?;
@@ -113,7 +104,12 @@ pub(crate) fn open_handles(config: &StoreConfig) -> Result<Opened> {
         datadir::make_durable_after_open(dir)?;
     }
     migrate::upgrade(&db)?;
-    let trees = trees_of(&db)?;
+    Ok(db)
+}
+
+/// Reads what the committer's counters start from in an open, upgraded database.
+fn read_opened(db: sled::Db) -> Result<Opened> {
+    let trees = Trees::of(&db)?;
     let revision = match trees.meta.get(REVISION_KEY)? {
         Some(bytes) => decode_u64(&bytes).ok_or_else(|| {
             StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))

@@ -20,7 +20,7 @@ use sled::{IVec, Tree};
 use super::Trees;
 
 /// A tree, by the number a [`Write`] names it with. The numbers are stored: never reuse one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub(crate) enum TreeId {
     Items = 0,
     Expiry = 1,
@@ -36,6 +36,40 @@ pub(crate) enum TreeId {
 }
 
 impl TreeId {
+    /// Every tree, by its number.
+    #[cfg(any(test, feature = "etcd"))]
+    pub const ALL: [TreeId; 11] = [
+        TreeId::Items,
+        TreeId::Expiry,
+        TreeId::TmNode,
+        TreeId::NodeTms,
+        TreeId::Events,
+        TreeId::Meta,
+        TreeId::Allowlist,
+        TreeId::Reports,
+        TreeId::History,
+        TreeId::HistoryEnds,
+        TreeId::Idempotency,
+    ];
+
+    /// The tree's name: sled's for most, and the etcd store's folded keys.
+    #[cfg(feature = "etcd")]
+    pub fn name(self) -> &'static str {
+        match self {
+            TreeId::Items => "items",
+            TreeId::Expiry => "expiry",
+            TreeId::TmNode => "tm_node",
+            TreeId::NodeTms => "node_tms",
+            TreeId::Events => "events",
+            TreeId::Meta => "meta",
+            TreeId::Allowlist => "allowlist",
+            TreeId::Reports => "reports",
+            TreeId::History => "history",
+            TreeId::HistoryEnds => "history_ends",
+            TreeId::Idempotency => "idempotency",
+        }
+    }
+
     /// This tree among `trees`.
     pub fn of(self, trees: &Trees) -> &Tree {
         match self {
@@ -154,6 +188,28 @@ impl<'a> Logged<'a> {
     }
 }
 
+/// Applies `writes`, in order, to `trees`: one atomic batch per tree (a replay of a whole
+/// commit is made atomic by whoever reads only after it: the etcd store replays its log
+/// before it opens).
+#[cfg(any(test, feature = "etcd"))]
+pub(crate) fn replay(trees: &Trees, writes: &[Write]) -> sled::Result<()> {
+    for id in TreeId::ALL {
+        let mut batch = sled::Batch::default();
+        let mut any = false;
+        for write in writes.iter().filter(|w| w.tree == id) {
+            any = true;
+            match &write.value {
+                Some(value) => batch.insert(write.key.as_slice(), value.as_slice()),
+                None => batch.remove(write.key.as_slice()),
+            }
+        }
+        if any {
+            id.of(trees).apply_batch(batch)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -180,46 +236,11 @@ mod tests {
         }
     }
 
-    /// Every tree, by its number.
-    const ALL: [TreeId; 11] = [
-        TreeId::Items,
-        TreeId::Expiry,
-        TreeId::TmNode,
-        TreeId::NodeTms,
-        TreeId::Events,
-        TreeId::Meta,
-        TreeId::Allowlist,
-        TreeId::Reports,
-        TreeId::History,
-        TreeId::HistoryEnds,
-        TreeId::Idempotency,
-    ];
-
-    /// Applies `writes`, in order, to `trees`: what a follower of the handed-over writes
-    /// does.
-    fn replay(trees: &Trees, writes: &[Write]) -> sled::Result<()> {
-        for id in ALL {
-            let mut batch = sled::Batch::default();
-            let mut any = false;
-            for write in writes.iter().filter(|w| w.tree == id) {
-                any = true;
-                match &write.value {
-                    Some(value) => batch.insert(write.key.as_slice(), value.as_slice()),
-                    None => batch.remove(write.key.as_slice()),
-                }
-            }
-            if any {
-                id.of(trees).apply_batch(batch)?;
-            }
-        }
-        Ok(())
-    }
-
     type Contents = BTreeMap<(u8, Vec<u8>), Vec<u8>>;
 
     fn contents(trees: &Trees) -> Contents {
         let mut all = Contents::new();
-        for id in ALL {
+        for id in TreeId::ALL {
             for entry in id.of(trees) {
                 let (key, value) = entry.unwrap();
                 all.insert((id as u8, key.to_vec()), value.to_vec());
@@ -352,9 +373,9 @@ mod tests {
         drop(handles);
 
         let replica = sled::Config::new().temporary(true).open().unwrap();
-        let trees = crate::store::open::trees_of(&replica).unwrap();
+        let trees = Trees::of(&replica).unwrap();
         for ((tree, key), value) in &before {
-            let id = ALL[usize::from(*tree)];
+            let id = TreeId::ALL[usize::from(*tree)];
             id.of(&trees)
                 .insert(key.as_slice(), value.as_slice())
                 .unwrap();
@@ -376,12 +397,22 @@ mod tests {
         let differ: Vec<_> = after
             .iter()
             .filter(|(key, value)| replayed.get(key) != Some(value))
-            .map(|((tree, key), _)| (ALL[usize::from(*tree)], String::from_utf8_lossy(key)))
+            .map(|((tree, key), _)| {
+                (
+                    TreeId::ALL[usize::from(*tree)],
+                    String::from_utf8_lossy(key),
+                )
+            })
             .chain(
                 replayed
                     .keys()
                     .filter(|key| !after.contains_key(key))
-                    .map(|(tree, key)| (ALL[usize::from(*tree)], String::from_utf8_lossy(key))),
+                    .map(|(tree, key)| {
+                        (
+                            TreeId::ALL[usize::from(*tree)],
+                            String::from_utf8_lossy(key),
+                        )
+                    }),
             )
             .collect();
         assert!(differ.is_empty(), "replayed state differs at {differ:?}");

@@ -2,6 +2,7 @@
 //! spoken to over real HTTP.
 //!
 //! - `process`: starting, killing and stopping the daemon; its offline subcommands;
+//! - `etcd`: an etcd cluster of the test's own (`--store etcd`);
 //! - `http`: JSON requests and the pieces of their answers;
 //! - `sse`: the change feed's client;
 //! - `raw`: a raw-socket HTTP/1.1 client;
@@ -13,6 +14,7 @@
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+mod etcd;
 mod http;
 mod metrics;
 mod offline;
@@ -25,6 +27,7 @@ mod tools;
 
 use std::time::{Duration, Instant};
 
+pub use etcd::*;
 pub use http::*;
 pub use metrics::*;
 pub use offline::*;

@@ -68,8 +68,79 @@ impl Workspace {
     }
 }
 
+/// A daemon started and not yet listening (a standby waits for the writer key first).
+pub struct Starting {
+    /// Taken when it listens (`None` only then): dropped before that, it is killed.
+    child: Option<Child>,
+    first_line: mpsc::Receiver<Option<String>>,
+    data_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Starting {
+    /// The daemon, once it said where it listens; `None` if it has not within `timeout`.
+    pub fn listening_within(mut self, timeout: Duration) -> Result<Daemon, Starting> {
+        let line = match self.first_line.recv_timeout(timeout) {
+            Ok(Some(line)) => line,
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(self),
+            other => panic!(
+                "blocklistd did not report its address ({other:?}); log:\n{}",
+                self.log_text()
+            ),
+        };
+        let addr = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("an address");
+        Ok(Daemon {
+            child: self.child.take().expect("taken once"),
+            addr,
+            data_dir: self.data_dir.clone(),
+            log: self.log.clone(),
+            client: reqwest::Client::builder()
+                .timeout(DEADLINE)
+                .build()
+                .expect("client"),
+        })
+    }
+
+    /// The daemon, once listening; panics with its log if it is not within [`DEADLINE`].
+    pub fn listening(self) -> Daemon {
+        match self.listening_within(DEADLINE) {
+            Ok(daemon) => daemon,
+            Err(starting) => panic!(
+                "blocklistd did not report its address in time; log:\n{}",
+                starting.log_text()
+            ),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Daemon {
     pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
+        Daemon::spawn(data_dir, log, extra).listening()
+    }
+
+    /// Starts a daemon without waiting for it to listen.
+    pub fn spawn(data_dir: &Path, log: &Path, extra: &[&str]) -> Starting {
         let mut command = Command::new(&*BIN);
         if !extra.contains(&"--listen") {
             command.arg("--listen").arg("127.0.0.1:0");
@@ -89,38 +160,23 @@ impl Daemon {
             .spawn()
             .expect("start blocklistd");
         let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
+        let (tx, first_line) = mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
             let first = lines.next().and_then(Result::ok);
             let _ = tx.send(first);
             for _ in lines {} // keep the pipe drained
         });
-        let line = match rx.recv_timeout(DEADLINE) {
-            Ok(Some(line)) => line,
-            other => {
-                let _ = child.kill();
-                panic!(
-                    "blocklistd did not report its address ({other:?}); log:\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-            }
-        };
-        let addr = line
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .expect("an address");
-        Daemon {
-            child,
-            addr,
+        Starting {
+            child: Some(child),
+            first_line,
             data_dir: data_dir.to_owned(),
             log: log.to_owned(),
-            client: reqwest::Client::builder()
-                .timeout(DEADLINE)
-                .build()
-                .expect("client"),
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn url(&self, path: &str) -> String {

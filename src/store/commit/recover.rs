@@ -93,8 +93,10 @@ impl Committer {
     /// After a storage error: if the data dir takes a synced write again, closes and
     /// reopens the database, and reloads the counters from what is really on disk.
     fn recover(&mut self) -> Result<(), CommitError> {
-        probe_storage(&self.config.data_dir)
-            .map_err(|e| CommitError::StorageStillFailing(Arc::new(e)))?;
+        if self.config.on_disk() {
+            probe_storage(&self.config.data_dir)
+                .map_err(|e| CommitError::StorageStillFailing(Arc::new(e)))?;
+        }
         tracing::info!("storage works again; reopening the database");
         if let Some(old) = self.handles.take() {
             self.slot.store(None);

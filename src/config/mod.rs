@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+mod store;
+
+pub use store::{StoreFlags, StoreKind};
+
 use crate::model::Kind;
 use crate::policy::{slot, Overrides};
 use crate::store::{HistoryRetention, Retention, StoreConfig};
@@ -139,6 +143,9 @@ pub struct Config {
         global = true
     )]
     pub data_dir: PathBuf,
+
+    #[command(flatten)]
+    pub store: StoreFlags,
 
     /// sled page cache, in MiB. sled counts nodes at their encoded size, so the memory it
     /// holds runs to several times this (1M items loaded: RSS ~270 MB at 8, ~295 at 16).
@@ -361,7 +368,7 @@ impl Config {
             metrics: std::sync::Arc::default(),
             new_policy: crate::policy::Policy::default(),
             policy: self.policy_overrides(),
-            replica: None,
+            ..StoreConfig::new(self.data_dir.clone())
         }
     }
 

@@ -1,0 +1,109 @@
+//! Where the store lives: the data dir (`--store sled`, the default) or an etcd cluster.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// Which store the daemon keeps the blocklist in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// sled, in the data dir.
+    Sled,
+    /// An etcd cluster, under --etcd-prefix (the `etcd` build feature).
+    Etcd,
+}
+
+/// The store's flags.
+#[derive(Debug, Clone, Args)]
+pub struct StoreFlags {
+    /// Where the blocklist lives: `sled` in --data-dir, or `etcd` in the cluster at
+    /// --etcd-endpoints (no data dir then; one daemon writes a prefix, another started on
+    /// it waits as a standby).
+    #[arg(long = "store", env = "BLOCKLISTD_STORE", value_enum, default_value_t = StoreKind::Sled)]
+    pub kind: StoreKind,
+
+    /// etcd's client URLs, comma-separated.
+    #[arg(
+        long,
+        env = "BLOCKLISTD_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_endpoints: Vec<String>,
+
+    /// Every key the daemon writes in etcd is under this prefix, so one cluster can hold
+    /// several blocklists or serve other users. Ends with `/`.
+    #[arg(long, env = "BLOCKLISTD_ETCD_PREFIX", default_value = "/blocklistd/",
+          value_parser = parse_prefix)]
+    pub etcd_prefix: String,
+
+    /// etcd user, with --etcd-password-file.
+    #[arg(long, env = "BLOCKLISTD_ETCD_USER", requires = "etcd_password_file")]
+    pub etcd_user: Option<String>,
+
+    /// A file holding the etcd user's password (its first line).
+    #[arg(long, env = "BLOCKLISTD_ETCD_PASSWORD_FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
+
+    /// The writer's lease, in seconds: how long after a writer dies a standby takes over.
+    #[arg(long, env = "BLOCKLISTD_ETCD_LEASE_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(2..=3600))]
+    pub etcd_lease_secs: u32,
+
+    /// etcd's --max-request-bytes: a group's writes larger than this go in several parts.
+    #[arg(long, env = "BLOCKLISTD_ETCD_MAX_REQUEST_BYTES", default_value_t = 1536 * 1024,
+          value_parser = clap::value_parser!(u64).range(64 * 1024..=1024 * 1024 * 1024))]
+    pub etcd_max_request_bytes: u64,
+
+    /// etcd's --max-txn-ops: folding the log into one key per stored key puts at most this
+    /// many keys per transaction.
+    #[arg(long, env = "BLOCKLISTD_ETCD_MAX_TXN_OPS", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub etcd_max_txn_ops: u32,
+
+    /// How many log entries wait before they are folded into one key per stored key. For
+    /// tests: small values fold often.
+    #[arg(long, env = "BLOCKLISTD_ETCD_FOLD_ENTRIES", hide = true, default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub etcd_fold_entries: u64,
+
+    /// The deadline of each call to etcd, in ms: past it the write fails (503) rather than
+    /// wait on a cluster without quorum.
+    #[arg(long, env = "BLOCKLISTD_ETCD_TIMEOUT_MS", default_value_t = 3_000,
+          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub etcd_timeout_ms: u64,
+}
+
+fn parse_prefix(text: &str) -> Result<String, String> {
+    if !text.ends_with('/') || text.len() < 2 {
+        return Err("must end with `/` and name something, e.g. /blocklistd/".into());
+    }
+    Ok(text.to_owned())
+}
+
+impl StoreFlags {
+    /// The etcd store's settings; the password read from its file.
+    #[cfg(feature = "etcd")]
+    pub fn etcd(&self, name: String) -> Result<crate::store::etcd::EtcdConfig, String> {
+        let user = match (&self.etcd_user, &self.etcd_password_file) {
+            (Some(user), Some(file)) => {
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| format!("--etcd-password-file {}: {e}", file.display()))?;
+                let password = text.lines().next().unwrap_or_default().to_owned();
+                Some((user.clone(), password))
+            }
+            _ => None,
+        };
+        Ok(crate::store::etcd::EtcdConfig {
+            endpoints: self.etcd_endpoints.clone(),
+            prefix: self.etcd_prefix.clone(),
+            user,
+            lease_ttl_secs: i64::from(self.etcd_lease_secs),
+            max_request_bytes: usize::try_from(self.etcd_max_request_bytes).unwrap_or(usize::MAX),
+            max_txn_ops: self.etcd_max_txn_ops as usize,
+            fold_entries: self.etcd_fold_entries,
+            call_timeout: std::time::Duration::from_millis(self.etcd_timeout_ms),
+            name,
+        })
+    }
+}

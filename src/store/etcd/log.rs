@@ -1,0 +1,426 @@
+//! The log of groups under the prefix, and its folding into one key per stored key.
+//!
+//! Keys under the prefix `P`:
+//! - `P/log/<entry>` (20 decimal digits): a group's writes — a format byte and how many
+//!   parts follow (bincode), then the first part of the encoded [`Write`]s;
+//! - `P/log/<entry>/<part>` (10 digits): a further part, when the writes exceed what one
+//!   etcd request may carry (`--etcd-max-request-bytes`). Parts are put before their
+//!   entry, so an entry that exists has all its parts; parts without an entry (a writer
+//!   stopped between them) are never replayed, and a later entry of the same number
+//!   overwrites them;
+//! - `P/kv/<tree>/<key>`: the value every entry up to `P/applied` left under `key` of
+//!   `tree` (a removed key has none), and `P/applied`: that entry's number.
+//!
+//! Every put compares the writer key's create revision with the fence; an entry's put also
+//! requires the entry absent. An entry is put once the syncer has flushed its groups, and
+//! acknowledged once etcd answered.
+//!
+//! **Folding** keeps the log short: once enough entries piled up, the writer puts the last
+//! value of every key they wrote under `P/kv/` (in transactions of at most
+//! `--etcd-max-txn-ops`), then `P/applied`, then deletes the entries up to it. It runs on
+//! etcd's runtime, beside the next groups' entries; a fold cut short leaves values of
+//! entries still in the log, which the next restore replays over them in order, so the
+//! result is the same.
+//!
+//! A **restore** reads, at one etcd revision, `P/applied`, every `P/kv/` key and every
+//! entry after `P/applied`, and replays them in that order.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use super::{etcd_error, Etcd};
+use crate::store::writes::{replay, Replicate, TreeId, Write};
+use crate::store::{StoreError, Trees};
+
+/// The format byte of a log entry; the only one so far.
+const ENTRY_FORMAT: u8 = 1;
+
+/// Room left in a request beside the part itself: the keys, the compares, gRPC framing.
+const REQUEST_OVERHEAD: usize = 4 * 1024;
+
+/// How many log keys one read of a restore asks for (each at most one request's size),
+/// and how many folded keys.
+const LOG_PAGE: i64 = 16;
+const KV_PAGE: i64 = 2_000;
+
+/// Folding also starts once the entries waiting wrote this many keys (beside
+/// `--etcd-fold-entries` entries): what waits is held in memory.
+const FOLD_KEYS: usize = 50_000;
+
+/// Where the log stands, on the writer.
+#[derive(Debug, Default)]
+pub(super) struct Log {
+    /// The number the next entry gets.
+    next_entry: u64,
+    /// The last value of every key the entries after the last fold wrote (`None`:
+    /// removed), and the last of those entries; what the next fold puts.
+    unfolded: BTreeMap<(TreeId, Vec<u8>), Option<Vec<u8>>>,
+    unfolded_through: u64,
+    unfolded_entries: u64,
+    /// A fold is running on etcd's runtime.
+    folding: bool,
+}
+
+/// A log entry's head: how many parts follow its own.
+#[derive(Serialize, Deserialize)]
+struct Head {
+    format: u8,
+    parts: u32,
+}
+
+impl Etcd {
+    fn entry_key(&self, entry: u64) -> String {
+        self.key(&format!("log/{entry:020}"))
+    }
+
+    fn part_key(&self, entry: u64, part: u32) -> String {
+        self.key(&format!("log/{entry:020}/{part:010}"))
+    }
+
+    fn applied_key(&self) -> String {
+        self.key("applied")
+    }
+
+    fn kv_prefix(&self) -> String {
+        self.key("kv/")
+    }
+
+    /// Reads every key from `from` up to `end` (excluded) at one revision (the first
+    /// page's, when `revision` is 0), `page` keys a request; returns that revision.
+    fn scan(
+        &self,
+        what: &str,
+        from: Vec<u8>,
+        end: &[u8],
+        mut revision: i64,
+        page: i64,
+        mut each: impl FnMut(&KeyValue) -> Result<(), StoreError>,
+    ) -> Result<i64, StoreError> {
+        let mut from = from;
+        loop {
+            let mut kv = self
+                .client
+                .kv_client()
+                .max_decoding_message_size(usize::MAX);
+            let options = GetOptions::new()
+                .with_range(end)
+                .with_limit(page)
+                .with_revision(revision);
+            let start = from.clone();
+            let response = self.call(what, async move { kv.get(start, Some(options)).await })?;
+            if revision == 0 {
+                revision = response
+                    .header()
+                    .map_or(0, etcd_client::ResponseHeader::revision);
+            }
+            for kv in response.kvs() {
+                each(kv)?;
+            }
+            let Some(last) = response.kvs().last() else {
+                return Ok(revision);
+            };
+            if !response.more() {
+                return Ok(revision);
+            }
+            from = last.key().to_vec();
+            from.push(0);
+        }
+    }
+
+    /// Rebuilds the mirror: the folded state and every entry after it, read at one
+    /// revision, replayed onto `trees` (empty); takes the next entry's number. Returns how
+    /// many keys and entries it read (0: a new prefix).
+    pub fn restore(&self, trees: &Trees) -> Result<u64, StoreError> {
+        let mut client = self.client.clone();
+        let key = self.applied_key();
+        let response = self.call("reading the log's start", async move {
+            client.get(key, None).await
+        })?;
+        let revision = response
+            .header()
+            .map_or(0, etcd_client::ResponseHeader::revision);
+        let applied = match response.kvs().first() {
+            Some(kv) => kv
+                .value_str()
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
+                .ok_or_else(|| StoreError::Etcd(format!("{} is malformed", self.applied_key())))?,
+            None => 0,
+        };
+        let prefix = self.kv_prefix();
+        let mut folded = 0u64;
+        self.scan(
+            "reading the folded state",
+            prefix.clone().into_bytes(),
+            self.key("kv0").as_bytes(), // '0' follows '/'
+            revision,
+            KV_PAGE,
+            |kv| {
+                let (tree, key) = parse_kv_key(&kv.key()[prefix.len()..])
+                    .ok_or_else(|| StoreError::Etcd(format!("malformed key {:?}", kv.key_str())))?;
+                tree.of(trees).insert(key, kv.value())?;
+                folded += 1;
+                Ok(())
+            },
+        )?;
+        let log_prefix = self.key("log/");
+        let mut pending: Option<(u64, u32, Vec<u8>)> = None;
+        let mut entries = 0u64;
+        let mut next_entry = applied + 1;
+        self.scan(
+            "reading the log",
+            self.entry_key(applied + 1).into_bytes(),
+            self.key("log0").as_bytes(),
+            revision,
+            LOG_PAGE,
+            |kv| {
+                let key = kv.key_str().map_err(|e| etcd_error("a log key", e))?;
+                let malformed = || StoreError::Etcd(format!("malformed log key {key}"));
+                let rest = key.get(log_prefix.len()..).ok_or_else(malformed)?;
+                match rest.split_once('/') {
+                    None => {
+                        if let Some(entry) = pending.take() {
+                            replay_entry(trees, entry)?;
+                            entries += 1;
+                        }
+                        let number: u64 = rest.parse().map_err(|_| malformed())?;
+                        let (head, first) = decode_head(kv.value())
+                            .map_err(|e| etcd_error(&format!("log entry {key}"), e))?;
+                        if head.format != ENTRY_FORMAT {
+                            return Err(StoreError::Etcd(format!(
+                                "log entry {key} has format {}, which this build does not read",
+                                head.format
+                            )));
+                        }
+                        pending = Some((number, head.parts, kv.value()[first..].to_vec()));
+                        next_entry = number + 1;
+                    }
+                    Some((entry, part)) => {
+                        let entry: u64 = entry.parse().map_err(|_| malformed())?;
+                        let part: u32 = part.parse().map_err(|_| malformed())?;
+                        // Parts of the entry being read; any other is an orphan.
+                        if let Some((number, parts, bytes)) = pending.as_mut() {
+                            if *number == entry && part <= *parts {
+                                bytes.extend_from_slice(kv.value());
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(entry) = pending.take() {
+            replay_entry(trees, entry)?;
+            entries += 1;
+        }
+        *self.log.lock().expect("not poisoned") = Log {
+            next_entry,
+            ..Log::default()
+        };
+        tracing::info!(
+            applied,
+            folded,
+            entries,
+            revision,
+            "rebuilt the store from etcd"
+        );
+        Ok(folded + entries)
+    }
+
+    /// Puts `bytes` as log entry `entry`, in parts where it must, fenced.
+    fn append(&self, entry: u64, fence: i64, bytes: &[u8]) -> Result<(), StoreError> {
+        let room = self
+            .config
+            .max_request_bytes
+            .saturating_sub(REQUEST_OVERHEAD)
+            .max(1024);
+        let mut chunks = bytes.chunks(room);
+        let first = chunks.next().unwrap_or_default();
+        let rest: Vec<&[u8]> = chunks.collect();
+        let fenced = Compare::create_revision(self.writer_key(), CompareOp::Equal, fence);
+        for (n, part) in rest.iter().enumerate() {
+            let op = TxnOp::put(self.part_key(entry, n as u32 + 1), part.to_vec(), None);
+            self.commit_if(vec![fenced.clone()], vec![op])?;
+        }
+        let head = Head {
+            format: ENTRY_FORMAT,
+            parts: rest.len() as u32,
+        };
+        let mut value = bincode::serde::encode_to_vec(&head, bincode::config::standard())
+            .map_err(|e| etcd_error("encoding a log entry", e))?;
+        value.extend_from_slice(first);
+        let key = self.entry_key(entry);
+        let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
+        self.commit_if(vec![fenced, absent], vec![TxnOp::put(key, value, None)])
+    }
+
+    /// Runs `ops` if every compare holds. Refused: this daemon is not the writer any
+    /// more (or the entry exists, which only another writer could have made).
+    fn commit_if(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<(), StoreError> {
+        let client = self.client.clone();
+        let succeeded = self.call("writing the log", commit_if(client, compares, ops))?;
+        if succeeded {
+            Ok(())
+        } else {
+            self.deposed();
+            Err(StoreError::NotWriter(
+                "the writer key is no longer this daemon's".into(),
+            ))
+        }
+    }
+
+    /// Hands the entries' folding to etcd's runtime when enough wait and none runs.
+    fn fold_if_due(&self, log: &mut Log, fence: i64) {
+        if log.folding
+            || (log.unfolded_entries < self.config.fold_entries && log.unfolded.len() < FOLD_KEYS)
+        {
+            return;
+        }
+        log.folding = true;
+        let through = log.unfolded_through;
+        let unfolded = std::mem::take(&mut log.unfolded);
+        log.unfolded_entries = 0;
+        let fold = Fold {
+            client: self.client.clone(),
+            fenced: Compare::create_revision(self.writer_key(), CompareOp::Equal, fence),
+            kv_prefix: self.kv_prefix(),
+            applied_key: self.applied_key(),
+            log_start: self.key("log/"),
+            log_end: self.entry_key(through + 1),
+            max_ops: self.config.max_txn_ops.max(1),
+            timeout: self.config.call_timeout,
+        };
+        let state = self.log.clone();
+        let lease_lost = self.lease_lost.clone();
+        self.runtime().spawn(async move {
+            let keys = unfolded.len();
+            let result = fold.run(&unfolded, through).await;
+            let mut log = state.lock().expect("not poisoned");
+            log.folding = false;
+            match result {
+                Ok(()) => tracing::debug!(through, keys, "folded the log"),
+                Err(e) => {
+                    if !lease_lost.load(Ordering::SeqCst) {
+                        tracing::warn!(error = %e, through, "folding the log failed; retried later");
+                    }
+                    // Newer writes win over the ones handed back.
+                    let newer = std::mem::replace(&mut log.unfolded, unfolded);
+                    log.unfolded.extend(newer);
+                    log.unfolded_through = log.unfolded_through.max(through);
+                    log.unfolded_entries += 1;
+                }
+            }
+        });
+    }
+}
+
+impl Replicate for Etcd {
+    fn replicate(&self, writes: &[Write]) -> Result<(), StoreError> {
+        let fence = self.fence()?;
+        let bytes = bincode::serde::encode_to_vec(writes, bincode::config::standard())
+            .map_err(|e| etcd_error("encoding a log entry", e))?;
+        let log = self.log.clone();
+        let mut log = log.lock().expect("not poisoned");
+        let entry = log.next_entry;
+        // Whether a failed put took is unknown: the reopen reads the log again.
+        self.append(entry, fence, &bytes)?;
+        log.next_entry = entry + 1;
+        for write in writes {
+            log.unfolded
+                .insert((write.tree, write.key.clone()), write.value.clone());
+        }
+        log.unfolded_through = entry;
+        log.unfolded_entries += 1;
+        self.fold_if_due(&mut log, fence);
+        Ok(())
+    }
+}
+
+/// What a fold needs, moved onto etcd's runtime.
+struct Fold {
+    client: Client,
+    fenced: Compare,
+    kv_prefix: String,
+    applied_key: String,
+    log_start: String,
+    log_end: String,
+    max_ops: usize,
+    timeout: std::time::Duration,
+}
+
+impl Fold {
+    /// Puts the last values, then `P/applied`, then deletes the folded entries: each step
+    /// fenced, in order.
+    async fn run(
+        &self,
+        unfolded: &BTreeMap<(TreeId, Vec<u8>), Option<Vec<u8>>>,
+        through: u64,
+    ) -> Result<(), String> {
+        let ops: Vec<TxnOp> = unfolded
+            .iter()
+            .map(|((tree, key), value)| {
+                let mut name = format!("{}{}/", self.kv_prefix, tree.name()).into_bytes();
+                name.extend_from_slice(key);
+                match value {
+                    Some(value) => TxnOp::put(name, value.clone(), None),
+                    None => TxnOp::delete(name, None),
+                }
+            })
+            .collect();
+        for chunk in ops.chunks(self.max_ops) {
+            self.step(chunk.to_vec()).await?;
+        }
+        self.step(vec![TxnOp::put(
+            self.applied_key.clone(),
+            through.to_string(),
+            None,
+        )])
+        .await?;
+        let folded = DeleteOptions::new().with_range(self.log_end.clone());
+        self.step(vec![TxnOp::delete(self.log_start.clone(), Some(folded))])
+            .await
+    }
+
+    async fn step(&self, ops: Vec<TxnOp>) -> Result<(), String> {
+        let txn = commit_if(self.client.clone(), vec![self.fenced.clone()], ops);
+        match tokio::time::timeout(self.timeout, txn).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err("the writer key is no longer this daemon's".into()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+}
+
+async fn commit_if(
+    mut client: Client,
+    compares: Vec<Compare>,
+    ops: Vec<TxnOp>,
+) -> Result<bool, etcd_client::Error> {
+    let txn = Txn::new().when(compares).and_then(ops);
+    client.txn(txn).await.map(|r| r.succeeded())
+}
+
+/// The tree and the key of a folded key, after `P/kv/`.
+fn parse_kv_key(rest: &[u8]) -> Option<(TreeId, &[u8])> {
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let name = std::str::from_utf8(&rest[..slash]).ok()?;
+    let tree = TreeId::ALL.into_iter().find(|t| t.name() == name)?;
+    Some((tree, &rest[slash + 1..]))
+}
+
+fn decode_head(bytes: &[u8]) -> Result<(Head, usize), bincode::error::DecodeError> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+}
+
+/// Replays one whole entry onto `trees`.
+fn replay_entry(trees: &Trees, (number, _, bytes): (u64, u32, Vec<u8>)) -> Result<(), StoreError> {
+    let (writes, _): (Vec<Write>, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+            .map_err(|e| etcd_error(&format!("log entry {number}"), e))?;
+    replay(trees, &writes)?;
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! The etcd store (`--store etcd`, the `etcd` feature): the blocklist lives in an etcd
+//! cluster, under one key prefix, and outlives the machine.
+//!
+//! The committer, its transaction and every rule run unchanged on a **mirror**: a temporary
+//! sled database the writer rebuilds from etcd when it opens ([`super::mirror`]). What
+//! makes a group durable is not sled's flush but etcd: the group's writes
+//! ([`super::writes`]) become the next entry of a log under the prefix ([`log`]), put only
+//! if the writer key's create revision is still this daemon's. That compare is the
+//! **fence**: a writer whose lease ended — paused, partitioned — can never write again,
+//! whatever its clock says, because a new writer's key has another create revision.
+//!
+//! etcd acknowledges a put once a quorum has it in its fsynced WAL; only then does the
+//! syncer answer the group. A failed or unanswered put fails the groups like a failed
+//! flush, and the committer reopens: it rebuilds the mirror from what etcd really holds (an
+//! entry whose put timed out may or may not be there), first winning the writer key again
+//! if its lease ended; until then writes and reads answer 503.
+//!
+//! Keys under the prefix `P`: `P/writer`, the writer's name under its lease, created only
+//! when absent; the log and the folded state ([`log`]).
+//!
+//! The etcd client is async; the committer and the syncer are plain threads. Every call
+//! runs on a small runtime of this module's own, under a deadline
+//! ([`EtcdConfig::call_timeout`]), and the calling thread waits for it.
+
+mod log;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+
+use super::StoreError;
+
+/// How to reach the cluster and where the blocklist lives in it.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Every key is under it; ends with `/`.
+    pub prefix: String,
+    pub user: Option<(String, String)>,
+    /// The writer key's lease, in seconds: how long a dead writer holds the prefix.
+    pub lease_ttl_secs: i64,
+    /// etcd's `--max-request-bytes`: no put may be larger.
+    pub max_request_bytes: usize,
+    /// etcd's `--max-txn-ops`: no transaction may hold more operations.
+    pub max_txn_ops: usize,
+    /// How many log entries wait before they are folded ([`log`]).
+    pub fold_entries: u64,
+    /// The deadline of every call to etcd.
+    pub call_timeout: Duration,
+    /// Who this daemon is, written in the writer key for operators and standbys.
+    pub name: String,
+}
+
+/// The connection to the cluster, and this daemon's standing as its writer.
+pub(crate) struct Etcd {
+    config: EtcdConfig,
+    /// Taken only by `drop`, which shuts it down without waiting (it may be dropped on a
+    /// runtime's thread, where waiting is not allowed).
+    runtime: Option<tokio::runtime::Runtime>,
+    client: Client,
+    writer: Mutex<Standing>,
+    /// Set by the keep-alive task when the lease is gone: the next write is refused here
+    /// (etcd would refuse it too, by the fence).
+    lease_lost: Arc<AtomicBool>,
+    /// Where the log stands ([`log`]).
+    log: Arc<Mutex<log::Log>>,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("endpoints", &self.config.endpoints)
+            .field("prefix", &self.config.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What this daemon holds: its lease, and the writer key's create revision (the fence; 0
+/// while it is not the writer).
+#[derive(Debug, Default)]
+struct Standing {
+    lease: i64,
+    fence: i64,
+}
+
+fn etcd_error(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Etcd(format!("{what}: {e}"))
+}
+
+impl Etcd {
+    /// Connects to the cluster (nothing is written yet).
+    pub fn connect(config: EtcdConfig) -> Result<Arc<Etcd>, StoreError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd")
+            .enable_all()
+            .build()?;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(config.call_timeout)
+            .with_timeout(config.call_timeout);
+        if let Some((user, password)) = &config.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let endpoints = config.endpoints.clone();
+        let client = wait_for(
+            &runtime,
+            config.call_timeout,
+            Client::connect(endpoints, Some(options)),
+        )
+        .map_err(|e| etcd_error("connecting to etcd", e))?;
+        Ok(Arc::new(Etcd {
+            config,
+            runtime: Some(runtime),
+            client,
+            writer: Mutex::new(Standing::default()),
+            lease_lost: Arc::new(AtomicBool::new(false)),
+            log: Arc::default(),
+        }))
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("taken only by drop")
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.config.prefix)
+    }
+
+    fn writer_key(&self) -> String {
+        self.key("writer")
+    }
+
+    /// Runs `call` on this module's runtime under the call deadline.
+    fn call<T, F>(&self, what: &str, call: F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        wait_for(self.runtime(), self.config.call_timeout, call).map_err(|e| etcd_error(what, e))
+    }
+
+    /// The fence every write compares: the writer key's create revision, while this
+    /// daemon is the writer with a live lease.
+    fn fence(&self) -> Result<i64, StoreError> {
+        let mut standing = self.writer.lock().expect("not poisoned");
+        if standing.fence == 0 || self.lease_lost.load(Ordering::SeqCst) {
+            standing.fence = 0;
+            return Err(StoreError::NotWriter(
+                "this daemon's lease has ended".into(),
+            ));
+        }
+        Ok(standing.fence)
+    }
+
+    /// Forgets the fence: etcd refused a write by it, so another daemon holds the key.
+    fn deposed(&self) {
+        self.writer.lock().expect("not poisoned").fence = 0;
+    }
+
+    /// Makes this daemon the writer of the prefix: a lease, kept alive, and the writer key
+    /// created under it if absent. With `wait`, waits (as a standby) while another daemon
+    /// holds the key; without, fails at once. Already the writer with a live lease: nothing
+    /// to do.
+    pub fn campaign(&self, wait: bool) -> Result<(), StoreError> {
+        let mut standing = self.writer.lock().expect("not poisoned");
+        if standing.fence != 0 && !self.lease_lost.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        standing.fence = 0;
+        let ttl = self.config.lease_ttl_secs;
+        let mut client = self.client.clone();
+        let lease = self.call("granting the writer's lease", async move {
+            client.lease_grant(ttl, None).await.map(|r| r.id())
+        })?;
+        standing.lease = lease;
+        self.lease_lost.store(false, Ordering::SeqCst);
+        self.keep_alive(lease);
+        let mut announced = false;
+        loop {
+            let key = self.writer_key();
+            let name = self.config.name.clone();
+            let mut client = self.client.clone();
+            let (won, holder, revision) =
+                self.call("campaigning for the writer key", async move {
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(
+                            key.clone(),
+                            name,
+                            Some(PutOptions::new().with_lease(lease)),
+                        )])
+                        .or_else([TxnOp::get(key, None)]);
+                    let response = client.txn(txn).await?;
+                    let revision = response
+                        .header()
+                        .map_or(0, etcd_client::ResponseHeader::revision);
+                    let holder = response.op_responses().into_iter().find_map(|op| match op {
+                        TxnOpResponse::Get(get) => get
+                            .kvs()
+                            .first()
+                            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                        _ => None,
+                    });
+                    Ok((response.succeeded(), holder, revision))
+                })?;
+            if won {
+                // The put's revision is the key's create revision: the fence.
+                standing.fence = revision;
+                tracing::info!(prefix = %self.config.prefix, fence = revision, "this daemon is the writer");
+                return Ok(());
+            }
+            let holder = holder.unwrap_or_default();
+            if !wait {
+                return Err(StoreError::NotWriter(holder));
+            }
+            if !announced {
+                tracing::info!(
+                    prefix = %self.config.prefix,
+                    writer = %holder,
+                    "another daemon writes this prefix; waiting as a standby until its lease ends"
+                );
+                announced = true;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Keeps `lease` alive from the runtime, at a third of its time to live; marks it lost
+    /// when etcd says it has ended or stops answering for longer than it lives.
+    fn keep_alive(&self, lease: i64) {
+        let mut client = self.client.clone();
+        let lost = self.lease_lost.clone();
+        let ttl = Duration::from_secs(self.config.lease_ttl_secs.max(1).unsigned_abs());
+        self.runtime().spawn(async move {
+            let mut last_renewed = tokio::time::Instant::now();
+            let mut renewal = None;
+            loop {
+                if lost.load(Ordering::SeqCst) {
+                    return;
+                }
+                if renewal.is_none() {
+                    renewal = client.lease_keep_alive(lease).await.ok();
+                }
+                let alive = match renewal.as_mut() {
+                    Some((keeper, responses)) => match keeper.keep_alive().await {
+                        Ok(()) => match tokio::time::timeout(ttl, responses.message()).await {
+                            Ok(Ok(Some(answer))) => Some(answer.ttl() > 0),
+                            _ => None,
+                        },
+                        Err(_) => None,
+                    },
+                    None => None,
+                };
+                match alive {
+                    Some(true) => last_renewed = tokio::time::Instant::now(),
+                    Some(false) => {
+                        tracing::warn!(lease, "the writer's lease has ended");
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    None => renewal = None,
+                }
+                if last_renewed.elapsed() >= ttl {
+                    tracing::warn!(lease, "the writer's lease could not be renewed in time");
+                    lost.store(true, Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(ttl / 3).await;
+            }
+        });
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Runs `future` on `runtime` and waits for it from the calling thread (any thread: a
+/// runtime worker too, since it does not enter the runtime), at most `timeout`.
+fn wait_for<T, E, F>(
+    runtime: &tokio::runtime::Runtime,
+    timeout: Duration,
+    future: F,
+) -> Result<T, String>
+where
+    F: Future<Output = Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let (send, receive) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let outcome = match tokio::time::timeout(timeout, future).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        };
+        let _ = send.send(outcome);
+    });
+    receive
+        .recv()
+        .unwrap_or_else(|_| Err("the etcd runtime stopped".into()))
+}

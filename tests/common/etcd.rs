@@ -1,0 +1,161 @@
+//! An etcd cluster of the tests' own: Debian's `etcd` (etcd-server) on private loopback
+//! ports and directories, each member killed and restarted at will.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{available, DEADLINE};
+
+struct Member {
+    name: String,
+    client: String,
+    peer: String,
+    child: Option<Child>,
+}
+
+/// A running cluster; every member is killed on drop.
+pub struct EtcdCluster {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+impl EtcdCluster {
+    /// Starts `size` members and waits until the cluster takes a write; `None` (after the
+    /// skip-or-fail rule) when etcd is not installed.
+    pub fn start(size: usize, test: &str) -> Option<EtcdCluster> {
+        let installed = super::runs("etcd", "--version");
+        if !available(
+            "etcd is not installed (Debian: etcd-server)",
+            installed,
+            test,
+        ) {
+            return None;
+        }
+        let members = (0..size)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: format!("http://127.0.0.1:{}", free_port()),
+                peer: format!("http://127.0.0.1:{}", free_port()),
+                child: None,
+            })
+            .collect();
+        let mut cluster = EtcdCluster {
+            dir: tempfile::tempdir().expect("temp dir"),
+            members,
+        };
+        for i in 0..size {
+            cluster.start_member(i);
+        }
+        cluster.wait_writable();
+        Some(cluster)
+    }
+
+    fn start_member(&mut self, i: usize) {
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer))
+            .collect();
+        let member = &self.members[i];
+        let log = self.dir.path().join(format!("{}.log", member.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = Command::new("etcd")
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(self.data_dir(i))
+            .args(["--listen-client-urls", &member.client])
+            .args(["--advertise-client-urls", &member.client])
+            .args(["--listen-peer-urls", &member.peer])
+            .args(["--initial-advertise-peer-urls", &member.peer])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", "new"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd");
+        self.members[i].child = Some(child);
+    }
+
+    fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(&self.members[i].name)
+    }
+
+    /// The client URLs, as `--etcd-endpoints` takes them.
+    pub fn endpoints(&self) -> String {
+        let urls: Vec<&str> = self.members.iter().map(|m| m.client.as_str()).collect();
+        urls.join(",")
+    }
+
+    /// `etcdctl` against the cluster: its stdout, or a panic with its stderr.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        let output = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoints(), "--command-timeout", "3s"])
+            .args(args)
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            output.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits until a write through `etcdctl` succeeds.
+    pub fn wait_writable(&self) {
+        let start = Instant::now();
+        loop {
+            let ok = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &self.endpoints(), "--command-timeout", "1s"])
+                .args(["put", "/harness/ready", "yes"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(start.elapsed() < DEADLINE, "etcd did not become writable");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILL of every member.
+    pub fn kill_all(&mut self) {
+        for member in &mut self.members {
+            if let Some(mut child) = member.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Starts every member again on its data dir, and waits until it takes writes.
+    pub fn restart_all(&mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                self.start_member(i);
+            }
+        }
+        self.wait_writable();
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}

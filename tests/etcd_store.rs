@@ -1,0 +1,378 @@
+//! `--store etcd`: the blocklist in an etcd cluster of the test's own. A killed writer
+//! loses nothing it acknowledged and a standby takes over; a paused or deposed writer is
+//! fenced; a cluster that goes away makes writes 503 until it is back.
+//!
+//! Built with the `etcd` feature only (`cargo test --features etcd`): its client's build
+//! needs `protoc`.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+/// The lease the tests' writers hold: a dead writer holds the prefix this long.
+const LEASE_SECS: u64 = 2;
+
+/// Flags of a daemon on `cluster`, under `prefix`.
+fn on_etcd(cluster: &EtcdCluster, prefix: &str) -> Vec<String> {
+    let lease = LEASE_SECS.to_string();
+    [
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &cluster.endpoints(),
+        "--etcd-prefix",
+        prefix,
+        "--etcd-lease-secs",
+        &lease,
+        "--etcd-timeout-ms",
+        "1000",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn spawn(ws: &Workspace, cluster: &EtcdCluster, prefix: &str, n: usize) -> Starting {
+    let flags = on_etcd(cluster, prefix);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let log = ws.tmp.path().join(format!("daemon-{n}.log"));
+    Daemon::spawn(&ws.data_dir(), &log, &flags)
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+async fn add(d: &Daemon, kind: &str, id: &str) -> StatusCode {
+    let (status, body) = d
+        .post(
+            &format!("/blocklist/{kind}"),
+            json!([item(id, "MARK_BLOCKED", "c")]),
+        )
+        .await;
+    assert!(
+        status == StatusCode::CREATED || status == StatusCode::SERVICE_UNAVAILABLE,
+        "{status} {body}"
+    );
+    status
+}
+
+/// Waits for `starting` to listen, at most `limit`; how long it took.
+fn takes_over(starting: Starting, limit: Duration) -> (Daemon, Duration) {
+    let begun = Instant::now();
+    match starting.listening_within(limit) {
+        Ok(daemon) => (daemon, begun.elapsed()),
+        Err(starting) => panic!(
+            "the standby did not take over within {limit:?}; its log:\n{}",
+            starting.log_text()
+        ),
+    }
+}
+
+/// A writer killed with SIGKILL: the standby, waiting meanwhile without listening, takes
+/// over within the lease and 2 s, with every acknowledged change (items, a registration,
+/// a keyed write that replays, the feed from its start), and writes on from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store killed writer") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let writer = spawn(&ws, &cluster, "/t/", 1).listening();
+    for i in 0..20 {
+        assert_eq!(
+            add(&writer, "nodes", &format!("n{i}")).await,
+            StatusCode::CREATED
+        );
+    }
+    let (status, body) = writer
+        .call(
+            Method::PUT,
+            "/taskmanagers/tm-1",
+            Some(json!({"node": "n1"})),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    let keyed = |d: &Daemon| {
+        d.client
+            .post(d.url("/blocklist/taskmanagers"))
+            .header("idempotency-key", "retry-1")
+            .json(&json!([item("tm-9", "MARK_BLOCKED", "keyed")]))
+            .send()
+    };
+    let first = keyed(&writer).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first_body = first.text().await.unwrap();
+    let before = writer.export().await;
+    let revision = writer.revision().await;
+
+    let standby = spawn(&ws, &cluster, "/t/", 2);
+    let Err(standby) = standby.listening_within(Duration::from_secs(1)) else {
+        panic!("a second daemon on the prefix served while the writer lives");
+    };
+    eventually("the standby says it waits", || async {
+        standby.log_text().contains("waiting as a standby")
+    })
+    .await;
+
+    let mirror_of = |pid: u32| {
+        let prefix = format!("blocklistd-mirror.{pid}.");
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+    };
+    let killed = writer.pid();
+    assert!(
+        mirror_of(killed),
+        "the writer keeps its mirror in the temp dir"
+    );
+    writer.kill9();
+    let (next, took) = takes_over(standby, Duration::from_secs(LEASE_SECS + 4));
+    assert!(
+        !mirror_of(killed),
+        "the killed writer's mirror is left behind"
+    );
+    eprintln!("takeover after kill -9: {took:?}");
+    assert!(
+        took <= Duration::from_secs(LEASE_SECS + 2),
+        "took {took:?}, more than the lease and 2 s"
+    );
+    assert_eq!(
+        next.export().await,
+        before,
+        "the new writer's state differs"
+    );
+    assert_eq!(next.revision().await, revision);
+    let again = keyed(&next).await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true")
+    );
+    assert_eq!(again.text().await.unwrap(), first_body);
+    let mut feed = Watch::open(&next, Some(0), None).await.expect("the feed");
+    assert_consecutive(&feed.take(revision as usize).await, 0);
+    let (status, written) = revision_of(
+        &next,
+        Method::POST,
+        "/blocklist/nodes",
+        Some(json!([item("after", "MARK_BLOCKED", "c")])),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        written,
+        revision + 1,
+        "revisions go on from the last acknowledged"
+    );
+}
+
+/// A writer stopped (SIGSTOP) past its lease: the standby takes over; resumed, the old
+/// writer answers a write 503 and its write is nowhere, on either daemon.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_writer_is_fenced() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store paused writer") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let old = spawn(&ws, &cluster, "/t/", 1).listening();
+    assert_eq!(add(&old, "nodes", "before").await, StatusCode::CREATED);
+    signal(old.pid(), "-STOP");
+    let (new, _) = takes_over(
+        spawn(&ws, &cluster, "/t/", 2),
+        Duration::from_secs(LEASE_SECS + 4),
+    );
+    signal(old.pid(), "-CONT");
+    assert_eq!(
+        add(&old, "nodes", "from-the-paused").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        add(&new, "nodes", "from-the-new").await,
+        StatusCode::CREATED
+    );
+    let listed = ids(&new.listing().await["blockedNodes"]);
+    assert_eq!(listed, ["before", "from-the-new"]);
+    let (status, _) = old.get("/blocklist/nodes/from-the-paused").await;
+    assert_ne!(
+        status,
+        StatusCode::OK,
+        "the paused writer shows a write it never made durable"
+    );
+}
+
+/// The fence itself, without the lease's help: another owner of the writer key (made by
+/// hand, as a writer elected after this one's lease ended would) while this writer's lease
+/// lives. Its next write is refused by etcd's compare of the key's create revision.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_after_the_writer_key_changed_hands_is_refused() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store fence") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let writer = spawn(&ws, &cluster, "/t/", 1).listening();
+    assert_eq!(add(&writer, "nodes", "kept").await, StatusCode::CREATED);
+    cluster.etcdctl(&["del", "/t/writer"]);
+    cluster.etcdctl(&["put", "/t/writer", "someone else"]);
+    assert_eq!(
+        add(&writer, "nodes", "fenced").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let log = cluster.etcdctl(&["get", "--prefix", "/t/log/"]);
+    assert!(!log.contains("fenced"), "a fenced write reached the log");
+    // Its key back (the other owner gone): the writer wins it again and writes on.
+    cluster.etcdctl(&["del", "/t/writer"]);
+    eventually("the writer writes again", || async {
+        add(&writer, "nodes", "again").await == StatusCode::CREATED
+    })
+    .await;
+    assert_eq!(
+        ids(&writer.listing().await["blockedNodes"]),
+        ["again", "kept"]
+    );
+}
+
+/// The whole cluster killed under a running writer: writes answer 503 within the call
+/// deadline, nothing is lost, and once etcd is back the daemon writes again by itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_fail_fast_while_etcd_is_down_and_resume_by_themselves() {
+    let Some(mut cluster) = EtcdCluster::start(1, "etcd_store etcd down") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let writer = spawn(&ws, &cluster, "/t/", 1).listening();
+    assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
+    cluster.kill_all();
+    let begun = Instant::now();
+    assert_eq!(
+        add(&writer, "nodes", "while-down").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        begun.elapsed()
+    );
+    cluster.restart_all();
+    eventually("writes succeed again", || async {
+        add(&writer, "nodes", "after").await == StatusCode::CREATED
+    })
+    .await;
+    let listed = ids(&writer.listing().await["blockedNodes"]);
+    assert!(listed.contains(&"before".to_owned()) && listed.contains(&"after".to_owned()));
+}
+
+/// Two prefixes on one cluster are two blocklists.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_prefixes_are_two_blocklists() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store prefixes") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let a = spawn(&ws, &cluster, "/a/", 1).listening();
+    let b = spawn(&ws, &cluster, "/b/", 2).listening();
+    assert_eq!(add(&a, "nodes", "only-a").await, StatusCode::CREATED);
+    assert_eq!(
+        ids(&b.listing().await["blockedNodes"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(ids(&a.listing().await["blockedNodes"]), ["only-a"]);
+    let keys = cluster.etcdctl(&["get", "--prefix", "/", "--keys-only"]);
+    assert!(
+        keys.lines()
+            .filter(|k| !k.is_empty())
+            .all(|k| k.starts_with("/a/") || k.starts_with("/b/") || k.starts_with("/harness/")),
+        "{keys}"
+    );
+}
+
+/// Groups larger than one etcd request go in parts, and the log is folded into one key
+/// per stored key as it grows; a new writer rebuilt from the folded state and the entries
+/// after it holds exactly what the old one acknowledged.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_groups_and_a_folded_log_restore_exactly() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store folded log") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let small = [
+        "--etcd-max-request-bytes",
+        "65536",
+        "--etcd-fold-entries",
+        "5",
+        "--etcd-max-txn-ops",
+        "16",
+    ];
+    let flags: Vec<String> = on_etcd(&cluster, "/t/")
+        .into_iter()
+        .chain(small.map(str::to_owned))
+        .collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let writer = Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d1.log"), &flags).listening();
+    // One add of 2,000 items with long causes: far more than 64 KiB of writes.
+    let cause = "x".repeat(200);
+    let batch: Vec<_> = (0..2_000)
+        .map(|i| item(&format!("big-{i}"), "MARK_BLOCKED", &cause))
+        .collect();
+    let (status, body) = writer.post("/blocklist/nodes", json!(batch)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let parts = cluster.etcdctl(&["get", "--prefix", "/t/log/", "--keys-only"]);
+    assert!(
+        parts
+            .lines()
+            .any(|k| k.starts_with("/t/log/") && k.matches('/').count() == 4),
+        "the big group went as one request: {parts}"
+    );
+    for i in 0..30 {
+        assert_eq!(
+            add(&writer, "taskmanagers", &format!("tm-{i}")).await,
+            StatusCode::CREATED
+        );
+    }
+    let (status, _) = writer.delete("/blocklist/taskmanagers/tm-3").await;
+    assert!(status.is_success());
+    eventually("the log is folded", || async {
+        cluster
+            .etcdctl(&["get", "/t/applied", "--print-value-only"])
+            .trim()
+            .parse::<u64>()
+            .is_ok_and(|n| n >= 5)
+    })
+    .await;
+    let before = writer.export().await;
+    writer.kill9();
+    let (next, _) = takes_over(
+        Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d2.log"), &flags),
+        Duration::from_secs(LEASE_SECS + 4),
+    );
+    assert_eq!(next.export().await, before, "the rebuilt state differs");
+    let log = cluster.etcdctl(&["get", "--prefix", "/t/log/", "--keys-only"]);
+    let applied: u64 = cluster
+        .etcdctl(&["get", "/t/applied", "--print-value-only"])
+        .trim()
+        .parse()
+        .unwrap();
+    let first_left = log
+        .lines()
+        .filter_map(|k| k.strip_prefix("/t/log/"))
+        .filter_map(|k| k.split('/').next()?.parse::<u64>().ok())
+        .min();
+    assert!(
+        first_left.is_none_or(|n| n > applied),
+        "entries up to {applied} are folded: {log}"
+    );
+    let _ = parts;
+}
