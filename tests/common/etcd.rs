@@ -133,6 +133,14 @@ impl EtcdCluster {
         }
     }
 
+    /// SIGKILL of member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGKILL of every member.
     pub fn kill_all(&mut self) {
         for member in &mut self.members {
@@ -143,7 +151,9 @@ impl EtcdCluster {
         }
     }
 
-    /// Starts every member again on its data dir, and waits until it takes writes.
+    /// Starts every member again on its data dir, and waits until the cluster takes writes
+    /// and every member answers as healthy (a member still rejoining is a second failure
+    /// for the next test step).
     pub fn restart_all(&mut self) {
         for i in 0..self.members.len() {
             if self.members[i].child.is_none() {
@@ -151,6 +161,25 @@ impl EtcdCluster {
             }
         }
         self.wait_writable();
+        let start = Instant::now();
+        for member in &self.members {
+            while !Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &member.client, "--command-timeout", "1s"])
+                .args(["endpoint", "health"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                assert!(
+                    start.elapsed() < DEADLINE,
+                    "{} did not become healthy",
+                    member.name
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 }
 

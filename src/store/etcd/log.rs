@@ -101,7 +101,7 @@ impl Etcd {
     ) -> Result<i64, StoreError> {
         let mut from = from;
         loop {
-            let mut kv = self
+            let kv = self
                 .client
                 .kv_client()
                 .max_decoding_message_size(usize::MAX);
@@ -110,7 +110,10 @@ impl Etcd {
                 .with_limit(page)
                 .with_revision(revision);
             let start = from.clone();
-            let response = self.call(what, async move { kv.get(start, Some(options)).await })?;
+            let response = self.call(what, move || {
+                let (mut kv, start, options) = (kv.clone(), start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })?;
             if revision == 0 {
                 revision = response
                     .header()
@@ -134,10 +137,11 @@ impl Etcd {
     /// revision, replayed onto `trees` (empty); takes the next entry's number. Returns how
     /// many keys and entries it read (0: a new prefix).
     pub fn restore(&self, trees: &Trees) -> Result<u64, StoreError> {
-        let mut client = self.client.clone();
+        let client = self.client.clone();
         let key = self.applied_key();
-        let response = self.call("reading the log's start", async move {
-            client.get(key, None).await
+        let response = self.call("reading the log's start", move || {
+            let (mut client, key) = (client.clone(), key.clone());
+            async move { client.get(key, None).await }
         })?;
         let revision = response
             .header()
@@ -252,23 +256,60 @@ impl Etcd {
         let mut value = bincode::serde::encode_to_vec(&head, bincode::config::standard())
             .map_err(|e| etcd_error("encoding a log entry", e))?;
         value.extend_from_slice(first);
-        let key = self.entry_key(entry);
-        let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
-        self.commit_if(vec![fenced, absent], vec![TxnOp::put(key, value, None)])
+        self.put_entry(self.entry_key(entry), &value, fenced)
     }
 
-    /// Runs `ops` if every compare holds. Refused: this daemon is not the writer any
-    /// more (or the entry exists, which only another writer could have made).
+    /// Runs `ops` if every compare holds (a repeated attempt included). Refused: this
+    /// daemon is not the writer any more.
     fn commit_if(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<(), StoreError> {
-        let client = self.client.clone();
-        let succeeded = self.call("writing the log", commit_if(client, compares, ops))?;
-        if succeeded {
+        if self.try_commit_if(compares, ops)? {
             Ok(())
         } else {
-            self.deposed();
-            Err(StoreError::NotWriter(
-                "the writer key is no longer this daemon's".into(),
-            ))
+            Err(self.refused())
+        }
+    }
+
+    fn try_commit_if(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<bool, StoreError> {
+        let client = self.client.clone();
+        self.call("writing the log", move || {
+            commit_if(client.clone(), compares.clone(), ops.clone())
+        })
+    }
+
+    fn refused(&self) -> StoreError {
+        self.deposed();
+        StoreError::NotWriter("the writer key is no longer this daemon's".into())
+    }
+
+    /// Puts log entry `key` with `value` if absent, fenced. A refusal after an attempt
+    /// whose answer was lost may be that attempt's own put: read back, the entry holding
+    /// this value while the fence still holds is a success.
+    fn put_entry(&self, key: String, value: &[u8], fenced: Compare) -> Result<(), StoreError> {
+        let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
+        let put = TxnOp::put(key.clone(), value.to_vec(), None);
+        if self.try_commit_if(vec![fenced.clone(), absent], vec![put])? {
+            return Ok(());
+        }
+        let read = TxnOp::get(key, None);
+        let client = self.client.clone();
+        let found = self.call("reading a log entry back", move || {
+            let (mut client, fenced, read) = (client.clone(), fenced.clone(), read.clone());
+            async move {
+                let txn = Txn::new().when([fenced]).and_then([read]);
+                let response = client.txn(txn).await?;
+                let value = response.op_responses().into_iter().find_map(|op| match op {
+                    etcd_client::TxnOpResponse::Get(get) => {
+                        get.kvs().first().map(|kv| kv.value().to_vec())
+                    }
+                    _ => None,
+                });
+                Ok(response.succeeded().then_some(value).flatten())
+            }
+        })?;
+        if found.as_deref() == Some(value) {
+            Ok(())
+        } else {
+            Err(self.refused())
         }
     }
 

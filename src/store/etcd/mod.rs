@@ -100,9 +100,12 @@ impl Etcd {
             .thread_name("etcd")
             .enable_all()
             .build()?;
+        // A member without a leader (an election, a partition) refuses at once rather than
+        // wait, and the call tries again (`Etcd::call`).
         let mut options = ConnectOptions::new()
             .with_connect_timeout(config.call_timeout)
-            .with_timeout(config.call_timeout);
+            .with_timeout(config.call_timeout)
+            .with_require_leader(true);
         if let Some((user, password)) = &config.user {
             options = options.with_user(user.clone(), password.clone());
         }
@@ -135,13 +138,40 @@ impl Etcd {
         self.key("writer")
     }
 
-    /// Runs `call` on this module's runtime under the call deadline.
-    fn call<T, F>(&self, what: &str, call: F) -> Result<T, StoreError>
+    /// Runs the call `make` builds on this module's runtime, again while it fails in a way
+    /// another attempt may get past (a member down, an election), until the call deadline:
+    /// the client neither retries nor skips a dead endpoint by itself. Only calls whose
+    /// repetition is harmless come here: reads, a lease grant (one left over ends by
+    /// itself), puts of the same value, and writes guarded by compares that a repeat fails
+    /// (whose caller then reads back what took).
+    fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T, StoreError>
     where
-        F: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
         T: Send + 'static,
     {
-        wait_for(self.runtime(), self.config.call_timeout, call).map_err(|e| etcd_error(what, e))
+        let deadline = self.config.call_timeout;
+        let attempts = async move {
+            let until = tokio::time::Instant::now() + deadline;
+            let mut pause = Duration::from_millis(20);
+            // An attempt may hang on a member that went away mid-request; it gets a part of
+            // the deadline, and the next goes where the client's balancer sends it.
+            let attempt = (deadline / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
+            loop {
+                let error = match tokio::time::timeout(attempt, make()).await {
+                    Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(e)) if !retryable(&e) => return Err(e.to_string()),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("no answer within {attempt:?}"),
+                };
+                if tokio::time::Instant::now() + pause >= until {
+                    return Err(error);
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
+        };
+        wait_for(self.runtime(), deadline, attempts).map_err(|e| etcd_error(what, e))
     }
 
     /// The fence every write compares: the writer key's create revision, while this
@@ -172,21 +202,36 @@ impl Etcd {
             return Ok(());
         }
         standing.fence = 0;
-        let ttl = self.config.lease_ttl_secs;
-        let mut client = self.client.clone();
-        let lease = self.call("granting the writer's lease", async move {
-            client.lease_grant(ttl, None).await.map(|r| r.id())
-        })?;
-        standing.lease = lease;
-        self.lease_lost.store(false, Ordering::SeqCst);
-        self.keep_alive(lease);
+        // The lease is kept while it lives: a key this daemon created under it (by an
+        // attempt whose answer was lost, or before a refusal it could not explain) is
+        // then recognised as its own, not taken for another writer's.
+        if standing.lease == 0 || self.lease_lost.load(Ordering::SeqCst) {
+            let old = std::mem::take(&mut standing.lease);
+            let ttl = self.config.lease_ttl_secs;
+            let client = self.client.clone();
+            let lease = self.call("granting the writer's lease", move || {
+                let mut client = client.clone();
+                async move {
+                    if old != 0 {
+                        // Frees at once any key the ended lease still holds.
+                        let _ = client.lease_revoke(old).await;
+                    }
+                    client.lease_grant(ttl, None).await.map(|r| r.id())
+                }
+            })?;
+            standing.lease = lease;
+            self.lease_lost.store(false, Ordering::SeqCst);
+            self.keep_alive(lease);
+        }
+        let lease = standing.lease;
         let mut announced = false;
         loop {
             let key = self.writer_key();
             let name = self.config.name.clone();
-            let mut client = self.client.clone();
-            let (won, holder, revision) =
-                self.call("campaigning for the writer key", async move {
+            let client = self.client.clone();
+            let (won, holder) = self.call("campaigning for the writer key", move || {
+                let (key, name, mut client) = (key.clone(), name.clone(), client.clone());
+                async move {
                     let txn = Txn::new()
                         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
                         .and_then([TxnOp::put(
@@ -199,22 +244,33 @@ impl Etcd {
                     let revision = response
                         .header()
                         .map_or(0, etcd_client::ResponseHeader::revision);
+                    if response.succeeded() {
+                        // The put's revision is the key's create revision: the fence.
+                        return Ok((Some(revision), String::new()));
+                    }
                     let holder = response.op_responses().into_iter().find_map(|op| match op {
-                        TxnOpResponse::Get(get) => get
-                            .kvs()
-                            .first()
-                            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
+                            let name = String::from_utf8_lossy(kv.value()).into_owned();
+                            (kv.lease(), kv.create_revision(), name)
+                        }),
                         _ => None,
                     });
-                    Ok((response.succeeded(), holder, revision))
-                })?;
-            if won {
-                // The put's revision is the key's create revision: the fence.
-                standing.fence = revision;
-                tracing::info!(prefix = %self.config.prefix, fence = revision, "this daemon is the writer");
+                    Ok(match holder {
+                        // An earlier attempt of this call created it, and its answer was
+                        // lost: won all the same.
+                        Some((holder, created, _)) if holder == lease => {
+                            (Some(created), String::new())
+                        }
+                        Some((_, _, name)) => (None, name),
+                        None => (None, String::new()),
+                    })
+                }
+            })?;
+            if let Some(fence) = won {
+                standing.fence = fence;
+                tracing::info!(prefix = %self.config.prefix, fence, "this daemon is the writer");
                 return Ok(());
             }
-            let holder = holder.unwrap_or_default();
             if !wait {
                 return Err(StoreError::NotWriter(holder));
             }
@@ -230,34 +286,25 @@ impl Etcd {
         }
     }
 
-    /// Keeps `lease` alive from the runtime, at a third of its time to live; marks it lost
-    /// when etcd says it has ended or stops answering for longer than it lives.
+    /// Keeps `lease` alive from the runtime, renewing at a third of its time to live; marks
+    /// it lost when etcd says it has ended, or when no renewal has been confirmed for as
+    /// long as it lives (counted from when the last confirmed one was sent, so etcd cannot
+    /// have let it end earlier). Each step has a quarter of the time to live, and a failed
+    /// one is retried at once on a new stream: the client keeps a stream to a member that
+    /// died.
     fn keep_alive(&self, lease: i64) {
-        let mut client = self.client.clone();
+        let client = self.client.clone();
         let lost = self.lease_lost.clone();
         let ttl = Duration::from_secs(self.config.lease_ttl_secs.max(1).unsigned_abs());
         self.runtime().spawn(async move {
+            let step = ttl / 4;
             let mut last_renewed = tokio::time::Instant::now();
             let mut renewal = None;
-            loop {
-                if lost.load(Ordering::SeqCst) {
-                    return;
-                }
-                if renewal.is_none() {
-                    renewal = client.lease_keep_alive(lease).await.ok();
-                }
-                let alive = match renewal.as_mut() {
-                    Some((keeper, responses)) => match keeper.keep_alive().await {
-                        Ok(()) => match tokio::time::timeout(ttl, responses.message()).await {
-                            Ok(Ok(Some(answer))) => Some(answer.ttl() > 0),
-                            _ => None,
-                        },
-                        Err(_) => None,
-                    },
-                    None => None,
-                };
+            while !lost.load(Ordering::SeqCst) {
+                let sent = tokio::time::Instant::now();
+                let alive = renew(&client, lease, &mut renewal, step).await;
                 match alive {
-                    Some(true) => last_renewed = tokio::time::Instant::now(),
+                    Some(true) => last_renewed = sent,
                     Some(false) => {
                         tracing::warn!(lease, "the writer's lease has ended");
                         lost.store(true, Ordering::SeqCst);
@@ -270,10 +317,42 @@ impl Etcd {
                     lost.store(true, Ordering::SeqCst);
                     return;
                 }
-                tokio::time::sleep(ttl / 3).await;
+                let pause = if alive.is_some() {
+                    ttl / 3
+                } else {
+                    Duration::from_millis(50)
+                };
+                tokio::time::sleep(pause).await;
             }
         });
     }
+}
+
+type Renewal = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+
+/// One renewal of `lease` on `renewal`'s stream (opened when there is none), each step
+/// within `step`: `Some(alive)` as etcd answered, `None` when it did not.
+async fn renew(
+    client: &Client,
+    lease: i64,
+    renewal: &mut Option<Renewal>,
+    step: Duration,
+) -> Option<bool> {
+    if renewal.is_none() {
+        let mut client = client.clone();
+        let opened = tokio::time::timeout(step, client.lease_keep_alive(lease)).await;
+        *renewal = Some(opened.ok()?.ok()?);
+    }
+    let (keeper, responses) = renewal.as_mut()?;
+    tokio::time::timeout(step, keeper.keep_alive())
+        .await
+        .ok()?
+        .ok()?;
+    let answer = tokio::time::timeout(step, responses.message())
+        .await
+        .ok()?
+        .ok()??;
+    Some(answer.ttl() > 0)
 }
 
 impl Drop for Etcd {
@@ -281,6 +360,23 @@ impl Drop for Etcd {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// Whether another attempt of a call that failed so may succeed.
+fn retryable(error: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match error {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => matches!(
+            status.code(),
+            Code::Unavailable
+                | Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::Aborted
+                | Code::Cancelled
+        ),
+        _ => false,
     }
 }
 
