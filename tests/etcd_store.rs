@@ -422,3 +422,43 @@ async fn a_dead_member_of_three_costs_no_write() {
         writer.log_text()
     );
 }
+
+/// Folding runs on the store's etcd runtime beside the next entries' puts: under
+/// concurrent writes, with a fold after every entry, every write is still answered 201.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_go_on_while_the_log_is_folded() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store folding under load") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let flags: Vec<String> = on_etcd(&cluster, "/t/")
+        .into_iter()
+        .chain(["--etcd-fold-entries".to_owned(), "1".to_owned()])
+        .collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let writer = Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d.log"), &flags).listening();
+    let writer = std::sync::Arc::new(writer);
+    let tasks: Vec<_> = (0..32)
+        .map(|w| {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                for i in 0..20 {
+                    statuses.push(add(&writer, "nodes", &format!("w{w}-{i}")).await);
+                }
+                statuses
+            })
+        })
+        .collect();
+    for task in tasks {
+        let statuses = tokio::time::timeout(DEADLINE, task)
+            .await
+            .expect("the writes hung")
+            .unwrap();
+        assert!(
+            statuses.iter().all(|s| *s == StatusCode::CREATED),
+            "{statuses:?}"
+        );
+    }
+    assert_eq!(ids(&writer.listing().await["blockedNodes"]).len(), 640);
+}

@@ -363,11 +363,12 @@ impl Replicate for Etcd {
         let fence = self.fence()?;
         let bytes = bincode::serde::encode_to_vec(writes, bincode::config::standard())
             .map_err(|e| etcd_error("encoding a log entry", e))?;
-        let log = self.log.clone();
-        let mut log = log.lock().expect("not poisoned");
-        let entry = log.next_entry;
+        // Only the syncer appends, so the number cannot move meanwhile; the lock is not
+        // held across the call, which runs on the runtime a fold needs it on.
+        let entry = self.log.lock().expect("not poisoned").next_entry;
         // Whether a failed put took is unknown: the reopen reads the log again.
         self.append(entry, fence, &bytes)?;
+        let mut log = self.log.lock().expect("not poisoned");
         log.next_entry = entry + 1;
         for write in writes {
             log.unfolded
