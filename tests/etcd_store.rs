@@ -20,11 +20,7 @@ const LEASE_SECS: u64 = 2;
 
 /// Flags of a daemon on `cluster`, under `prefix`, with a call deadline of 1 s.
 fn on_etcd(cluster: &EtcdCluster, prefix: &str) -> Vec<String> {
-    on_etcd_within(cluster, prefix, 1_000)
-}
-
-fn on_etcd_within(cluster: &EtcdCluster, prefix: &str, timeout_ms: u64) -> Vec<String> {
-    on_etcd_with(cluster, prefix, timeout_ms, LEASE_SECS)
+    on_etcd_with(cluster, prefix, 1_000, LEASE_SECS)
 }
 
 fn on_etcd_with(
@@ -51,8 +47,14 @@ fn on_etcd_with(
     .to_vec()
 }
 
-fn spawn(ws: &Workspace, cluster: &EtcdCluster, prefix: &str, n: usize) -> Starting {
-    let flags = on_etcd(cluster, prefix);
+/// `flags` with `extra` after them.
+fn with(mut flags: Vec<String>, extra: &[&str]) -> Vec<String> {
+    flags.extend(extra.iter().map(|f| (*f).to_owned()));
+    flags
+}
+
+/// Starts daemon number `n` of the test with `flags`.
+fn spawn(ws: &Workspace, flags: &[String], n: usize) -> Starting {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let log = ws.tmp.path().join(format!("daemon-{n}.log"));
     Daemon::spawn(&ws.data_dir(), &log, &flags)
@@ -101,7 +103,7 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
         return;
     };
     let ws = Workspace::new();
-    let writer = spawn(&ws, &cluster, "/t/", 1).listening();
+    let writer = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     for i in 0..20 {
         assert_eq!(
             add(&writer, "nodes", &format!("n{i}")).await,
@@ -129,7 +131,7 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
     let before = writer.export().await;
     let revision = writer.revision().await;
 
-    let standby = spawn(&ws, &cluster, "/t/", 2);
+    let standby = spawn(&ws, &on_etcd(&cluster, "/t/"), 2);
     let Err(standby) = standby.listening_within(Duration::from_secs(1)) else {
         panic!("a second daemon on the prefix served while the writer lives");
     };
@@ -202,11 +204,11 @@ async fn a_paused_writer_is_fenced() {
         return;
     };
     let ws = Workspace::new();
-    let old = spawn(&ws, &cluster, "/t/", 1).listening();
+    let old = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     assert_eq!(add(&old, "nodes", "before").await, StatusCode::CREATED);
     signal(old.pid(), "-STOP");
     let (new, _) = takes_over(
-        spawn(&ws, &cluster, "/t/", 2),
+        spawn(&ws, &on_etcd(&cluster, "/t/"), 2),
         Duration::from_secs(LEASE_SECS + 4),
     );
     signal(old.pid(), "-CONT");
@@ -237,7 +239,7 @@ async fn a_write_after_the_writer_key_changed_hands_is_refused() {
         return;
     };
     let ws = Workspace::new();
-    let writer = spawn(&ws, &cluster, "/t/", 1).listening();
+    let writer = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     assert_eq!(add(&writer, "nodes", "kept").await, StatusCode::CREATED);
     cluster.etcdctl(&["del", "/t/writer"]);
     cluster.etcdctl(&["put", "/t/writer", "someone else"]);
@@ -267,7 +269,7 @@ async fn writes_fail_fast_while_etcd_is_down_and_resume_by_themselves() {
         return;
     };
     let ws = Workspace::new();
-    let writer = spawn(&ws, &cluster, "/t/", 1).listening();
+    let writer = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
     cluster.kill_all();
     let begun = Instant::now();
@@ -296,8 +298,8 @@ async fn two_prefixes_are_two_blocklists() {
         return;
     };
     let ws = Workspace::new();
-    let a = spawn(&ws, &cluster, "/a/", 1).listening();
-    let b = spawn(&ws, &cluster, "/b/", 2).listening();
+    let a = spawn(&ws, &on_etcd(&cluster, "/a/"), 1).listening();
+    let b = spawn(&ws, &on_etcd(&cluster, "/b/"), 2).listening();
     assert_eq!(add(&a, "nodes", "only-a").await, StatusCode::CREATED);
     assert_eq!(
         ids(&b.listing().await["blockedNodes"]),
@@ -330,12 +332,8 @@ async fn large_groups_and_a_folded_log_restore_exactly() {
         "--etcd-max-txn-ops",
         "16",
     ];
-    let flags: Vec<String> = on_etcd(&cluster, "/t/")
-        .into_iter()
-        .chain(small.map(str::to_owned))
-        .collect();
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let writer = Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d1.log"), &flags).listening();
+    let flags = with(on_etcd(&cluster, "/t/"), &small);
+    let writer = spawn(&ws, &flags, 1).listening();
     // One add of 2,000 items with long causes: far more than 64 KiB of writes.
     let cause = "x".repeat(200);
     let batch: Vec<_> = (0..2_000)
@@ -368,10 +366,7 @@ async fn large_groups_and_a_folded_log_restore_exactly() {
     .await;
     let before = writer.export().await;
     writer.kill9();
-    let (next, _) = takes_over(
-        Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d2.log"), &flags),
-        Duration::from_secs(LEASE_SECS + 4),
-    );
+    let (next, _) = takes_over(spawn(&ws, &flags, 2), Duration::from_secs(LEASE_SECS + 4));
     assert_eq!(next.export().await, before, "the rebuilt state differs");
     let log = cluster.etcdctl(&["get", "--prefix", "/t/log/", "--keys-only"]);
     let applied: u64 = cluster
@@ -388,7 +383,45 @@ async fn large_groups_and_a_folded_log_restore_exactly() {
         first_left.is_none_or(|n| n > applied),
         "entries up to {applied} are folded: {log}"
     );
-    let _ = parts;
+    // The entries the new writer rebuilt from but were not folded yet are folded with its
+    // own: a third writer, rebuilt after its folds, holds everything too.
+    assert!(
+        first_left.is_some(),
+        "the test needs entries left unfolded at the kill"
+    );
+    let last_left = log
+        .lines()
+        .filter_map(|k| {
+            k.strip_prefix("/t/log/")?
+                .split('/')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap();
+    for i in 0..12 {
+        assert_eq!(
+            add(&next, "nodes", &format!("later-{i}")).await,
+            StatusCode::CREATED
+        );
+    }
+    eventually("the new writer folds past what it rebuilt from", || async {
+        cluster
+            .etcdctl(&["get", "/t/applied", "--print-value-only"])
+            .trim()
+            .parse::<u64>()
+            .is_ok_and(|n| n > last_left)
+    })
+    .await;
+    let before = next.export().await;
+    next.kill9();
+    let (third, _) = takes_over(spawn(&ws, &flags, 3), Duration::from_secs(LEASE_SECS + 4));
+    assert_eq!(
+        third.export().await,
+        before,
+        "the state rebuilt after the second writer's folds differs"
+    );
 }
 
 /// One member of three killed, then another restarted, under a stream of writes: every
@@ -402,8 +435,7 @@ async fn a_dead_member_of_three_costs_no_write() {
     // The default call deadline, 3 s: an etcd leader's loss takes its election, 1–2 s,
     // which a 2 s lease would not outlive.
     let flags = on_etcd_with(&cluster, "/t/", 3_000, 5);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let writer = Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d.log"), &flags).listening();
+    let writer = spawn(&ws, &flags, 1).listening();
     assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
     let mut refused = Vec::new();
     for round in 0..3 {
@@ -431,12 +463,8 @@ async fn writes_go_on_while_the_log_is_folded() {
         return;
     };
     let ws = Workspace::new();
-    let flags: Vec<String> = on_etcd(&cluster, "/t/")
-        .into_iter()
-        .chain(["--etcd-fold-entries".to_owned(), "1".to_owned()])
-        .collect();
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let writer = Daemon::spawn(&ws.data_dir(), &ws.tmp.path().join("d.log"), &flags).listening();
+    let flags = with(on_etcd(&cluster, "/t/"), &["--etcd-fold-entries", "1"]);
+    let writer = spawn(&ws, &flags, 1).listening();
     let writer = std::sync::Arc::new(writer);
     let tasks: Vec<_> = (0..32)
         .map(|w| {

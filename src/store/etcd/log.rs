@@ -64,6 +64,17 @@ pub(super) struct Log {
     folding: bool,
 }
 
+impl Log {
+    /// Entry `number`'s writes wait to be folded.
+    fn unfold(&mut self, number: u64, writes: Vec<Write>) {
+        for write in writes {
+            self.unfolded.insert((write.tree, write.key), write.value);
+        }
+        self.unfolded_through = number;
+        self.unfolded_entries += 1;
+    }
+}
+
 /// A log entry's head: how many parts follow its own.
 #[derive(Serialize, Deserialize)]
 struct Head {
@@ -173,7 +184,12 @@ impl Etcd {
         let log_prefix = self.key("log/");
         let mut pending: Option<(u64, u32, Vec<u8>)> = None;
         let mut entries = 0u64;
-        let mut next_entry = applied + 1;
+        // The entries after `applied` are replayed, and wait to be folded again: a fold
+        // deletes every entry up to the last it folds.
+        let mut log = Log {
+            next_entry: applied + 1,
+            ..Log::default()
+        };
         self.scan(
             "reading the log",
             self.entry_key(applied + 1).into_bytes(),
@@ -187,7 +203,7 @@ impl Etcd {
                 match rest.split_once('/') {
                     None => {
                         if let Some(entry) = pending.take() {
-                            replay_entry(trees, entry)?;
+                            replay_entry(trees, entry, &mut log)?;
                             entries += 1;
                         }
                         let number: u64 = rest.parse().map_err(|_| malformed())?;
@@ -200,7 +216,7 @@ impl Etcd {
                             )));
                         }
                         pending = Some((number, head.parts, kv.value()[first..].to_vec()));
-                        next_entry = number + 1;
+                        log.next_entry = number + 1;
                     }
                     Some((entry, part)) => {
                         let entry: u64 = entry.parse().map_err(|_| malformed())?;
@@ -217,13 +233,10 @@ impl Etcd {
             },
         )?;
         if let Some(entry) = pending.take() {
-            replay_entry(trees, entry)?;
+            replay_entry(trees, entry, &mut log)?;
             entries += 1;
         }
-        *self.log.lock().expect("not poisoned") = Log {
-            next_entry,
-            ..Log::default()
-        };
+        *self.log.lock().expect("not poisoned") = log;
         tracing::info!(
             applied,
             folded,
@@ -370,12 +383,7 @@ impl Replicate for Etcd {
         self.append(entry, fence, &bytes)?;
         let mut log = self.log.lock().expect("not poisoned");
         log.next_entry = entry + 1;
-        for write in writes {
-            log.unfolded
-                .insert((write.tree, write.key.clone()), write.value.clone());
-        }
-        log.unfolded_through = entry;
-        log.unfolded_entries += 1;
+        log.unfold(entry, writes.to_vec());
         self.fold_if_due(&mut log, fence);
         Ok(())
     }
@@ -458,11 +466,16 @@ fn decode_head(bytes: &[u8]) -> Result<(Head, usize), bincode::error::DecodeErro
     bincode::serde::decode_from_slice(bytes, bincode::config::standard())
 }
 
-/// Replays one whole entry onto `trees`.
-fn replay_entry(trees: &Trees, (number, _, bytes): (u64, u32, Vec<u8>)) -> Result<(), StoreError> {
+/// Replays one whole entry onto `trees`; its writes are also the next fold's to put.
+fn replay_entry(
+    trees: &Trees,
+    (number, _, bytes): (u64, u32, Vec<u8>),
+    log: &mut Log,
+) -> Result<(), StoreError> {
     let (writes, _): (Vec<Write>, usize) =
         bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
             .map_err(|e| etcd_error(&format!("log entry {number}"), e))?;
     replay(trees, &writes)?;
+    log.unfold(number, writes);
     Ok(())
 }
