@@ -490,3 +490,48 @@ async fn writes_go_on_while_the_log_is_folded() {
     }
     assert_eq!(ids(&writer.listing().await["blockedNodes"]).len(), 640);
 }
+
+/// etcd past its space quota (its NOSPACE alarm): a write is answered 503 with what an
+/// operator must do, and what was acknowledged before reads again once the store rebuilt.
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_out_of_space_is_a_503_that_says_so() {
+    let Some(cluster) = EtcdCluster::start_with(
+        1,
+        &["--quota-backend-bytes", "4194304"],
+        "etcd_store nospace",
+    ) else {
+        return;
+    };
+    let ws = Workspace::new();
+    let writer = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
+    assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
+    let cause = "x".repeat(1_000);
+    let mut answer = None;
+    for round in 0..200 {
+        let batch: Vec<_> = (0..500)
+            .map(|i| item(&format!("fill-{round}-{i}"), "MARK_BLOCKED", &cause))
+            .collect();
+        let (status, body) = writer.post("/blocklist/nodes", json!(batch)).await;
+        if status != StatusCode::CREATED {
+            answer = Some((status, body));
+            break;
+        }
+    }
+    let (status, body) = answer.expect("etcd took 100 MB under a 4 MiB quota");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let message = body["errors"][0].as_str().unwrap();
+    assert!(
+        message.contains("space quota is exceeded (NOSPACE alarm)"),
+        "{message}"
+    );
+    // Once rebuilt from what etcd holds (the failed write's mirror is dropped), reads answer.
+    let deadline = Instant::now() + DEADLINE;
+    while writer.get("/blocklist/nodes/before").await.0 != StatusCode::OK {
+        assert!(
+            Instant::now() < deadline,
+            "what was acknowledged does not read again; log:\n{}",
+            writer.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -122,6 +122,9 @@ impl ApiError {
             // Details of internal failures go to the log, not to the client.
             // A write answered this may still have been applied: its transaction committed
             // and only the flush failed, and the reopen found it on disk.
+            ApiError::Store(e) if e.operator_action().is_some() => {
+                vec![e.operator_action().unwrap_or_default().into()]
+            }
             ApiError::Store(e) if e.is_unavailable() => vec![
                 "the store is unavailable (storage error); retry later. A write answered this \
                  was not acknowledged and may or may not have been applied: retry it with the \

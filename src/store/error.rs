@@ -137,7 +137,32 @@ fn damage_lines(files: &[String]) -> String {
     text
 }
 
+/// What etcd answers a write past its space quota with (its NOSPACE alarm).
+const ETCD_NOSPACE: &str = "database space exceeded";
+
 impl StoreError {
+    /// What an operator must do before a 503 can clear, when the client may be told: etcd
+    /// out of space (`--store etcd`). `None` for every other failure, whose details stay in
+    /// the log.
+    pub fn operator_action(&self) -> Option<&'static str> {
+        let inner = match self {
+            StoreError::NotCommitted(
+                CommitError::SyncFailed(e)
+                | CommitError::ReopenFailed(e)
+                | CommitError::TransactionFailed(e),
+            ) => e.as_ref(),
+            other => other,
+        };
+        match inner {
+            StoreError::Etcd(message) if message.contains(ETCD_NOSPACE) => Some(
+                "etcd refuses writes: its space quota is exceeded (NOSPACE alarm). An operator \
+                 must compact and defragment etcd and disarm the alarm \
+                 (docs/operations.md, \"Running on etcd\")",
+            ),
+            _ => None,
+        }
+    }
+
     /// Whether the failure is the storage's (disk full, I/O error, shutting down) rather than
     /// a problem with the data: the HTTP layer answers 503 for these.
     pub fn is_unavailable(&self) -> bool {

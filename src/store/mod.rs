@@ -277,11 +277,19 @@ impl Store {
         } else {
             None
         };
+        let wake = {
+            let commits = commits.clone();
+            Box::new(move || {
+                // A full queue holds a request, which reopens the store just the same.
+                let _ = commits.try_send(Message::Wake);
+            })
+        };
         let (stages, syncer) = sync::spawn(
             feed.clone(),
             config.metrics.clone(),
             sync_failed.clone(),
             config.replica.clone(),
+            wake,
         )?;
         let committer = commit::Committer {
             handles: Some(handles),

@@ -42,6 +42,9 @@ pub(crate) struct Syncer {
     pub stash: Vec<Event>,
     /// Where the groups' writes go before they are answered, if anywhere.
     pub replica: Option<Arc<dyn Replicate>>,
+    /// Tells the committer a pass failed, so that it reopens the store without waiting for
+    /// a write.
+    pub wake: Box<dyn Fn() + Send>,
 }
 
 /// Starts the durability thread; it ends when the committer drops its sender.
@@ -50,6 +53,7 @@ pub(crate) fn spawn(
     metrics: Arc<Metrics>,
     failed: Arc<AtomicBool>,
     replica: Option<Arc<dyn Replicate>>,
+    wake: Box<dyn Fn() + Send>,
 ) -> std::io::Result<(SyncSender<Stage>, std::thread::JoinHandle<()>)> {
     let (sender, stages) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
     let syncer = Syncer {
@@ -59,6 +63,7 @@ pub(crate) fn spawn(
         failed,
         stash: Vec::new(),
         replica,
+        wake,
     };
     let handle = std::thread::Builder::new()
         .name("syncer".into())
@@ -123,6 +128,7 @@ impl Syncer {
             Err(e) => {
                 tracing::error!(error = %e, groups = groups.len(), "group commit failed");
                 self.failed.store(true, Ordering::SeqCst);
+                (self.wake)();
                 for group in groups.drain(..) {
                     self.stash.extend(group.events);
                     for answer in group.answers {

@@ -18,6 +18,8 @@ struct Member {
 pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    /// Flags every member gets besides its own.
+    extra: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -29,6 +31,11 @@ impl EtcdCluster {
     /// Starts `size` members and waits until the cluster takes a write; `None` (after the
     /// skip-or-fail rule) when etcd is not installed.
     pub fn start(size: usize, test: &str) -> Option<EtcdCluster> {
+        EtcdCluster::start_with(size, &[], test)
+    }
+
+    /// [`EtcdCluster::start`], every member with `extra` flags too.
+    pub fn start_with(size: usize, extra: &[&str], test: &str) -> Option<EtcdCluster> {
         let installed = super::runs("etcd", "--version");
         if !available(
             "etcd is not installed (Debian: etcd-server)",
@@ -48,6 +55,7 @@ impl EtcdCluster {
         let mut cluster = EtcdCluster {
             dir: tempfile::tempdir().expect("temp dir"),
             members,
+            extra: extra.iter().map(|f| (*f).to_owned()).collect(),
         };
         for i in 0..size {
             cluster.start_member(i);
@@ -79,6 +87,7 @@ impl EtcdCluster {
             .args(["--initial-advertise-peer-urls", &member.peer])
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -106,6 +106,9 @@ pub(crate) enum Message {
     /// Stop after committing what came before. A message rather than the channel closing:
     /// HTTP handlers still hold clones of the store.
     Shutdown,
+    /// From the syncer: a pass failed, so the store must be reopened now, not at the next
+    /// write (readers wait for that reopen).
+    Wake,
 }
 
 /// One request to the committer, by operation.

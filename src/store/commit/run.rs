@@ -57,6 +57,9 @@ impl Committer {
         loop {
             match next {
                 Message::Shutdown => return true,
+                // Nothing to apply: the batch, empty or not, commits, and a commit first
+                // reopens a store whose flush failed.
+                Message::Wake => {}
                 Message::Write(op) => {
                     weight += op.weight();
                     batch.push(*op);
