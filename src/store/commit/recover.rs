@@ -108,6 +108,9 @@ impl Committer {
             }
             drop(old);
         }
+        // The prunes not yet handed over were of the database just closed; the reopened
+        // one prunes again what is due in it.
+        self.pruned.take();
         let reopen_failed = |e: StoreError| CommitError::ReopenFailed(Arc::new(e));
         let Opened {
             handles,

@@ -27,10 +27,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
+use super::members::{Attempt, Members};
 use super::{etcd_error, Etcd};
 use crate::store::writes::{replay, Replicate, TreeId, Write};
 use crate::store::{StoreError, Trees};
@@ -112,17 +114,14 @@ impl Etcd {
     ) -> Result<i64, StoreError> {
         let mut from = from;
         loop {
-            let kv = self
-                .client
-                .kv_client()
-                .max_decoding_message_size(usize::MAX);
             let options = GetOptions::new()
                 .with_range(end)
                 .with_limit(page)
                 .with_revision(revision);
             let start = from.clone();
-            let response = self.call(what, move || {
-                let (mut kv, start, options) = (kv.clone(), start.clone(), options.clone());
+            let response = self.call(what, move |client| {
+                let mut kv = client.kv_client().max_decoding_message_size(usize::MAX);
+                let (start, options) = (start.clone(), options.clone());
                 async move { kv.get(start, Some(options)).await }
             })?;
             if revision == 0 {
@@ -148,10 +147,9 @@ impl Etcd {
     /// revision, replayed onto `trees` (empty); takes the next entry's number. Returns how
     /// many keys and entries it read (0: a new prefix).
     pub fn restore(&self, trees: &Trees) -> Result<u64, StoreError> {
-        let client = self.client.clone();
         let key = self.applied_key();
-        let response = self.call("reading the log's start", move || {
-            let (mut client, key) = (client.clone(), key.clone());
+        let response = self.call("reading the log's start", move |mut client| {
+            let key = key.clone();
             async move { client.get(key, None).await }
         })?;
         let revision = response
@@ -283,9 +281,8 @@ impl Etcd {
     }
 
     fn try_commit_if(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<bool, StoreError> {
-        let client = self.client.clone();
-        self.call("writing the log", move || {
-            commit_if(client.clone(), compares.clone(), ops.clone())
+        self.call("writing the log", move |client| {
+            commit_if(client, compares.clone(), ops.clone())
         })
     }
 
@@ -304,9 +301,8 @@ impl Etcd {
             return Ok(());
         }
         let read = TxnOp::get(key, None);
-        let client = self.client.clone();
-        let found = self.call("reading a log entry back", move || {
-            let (mut client, fenced, read) = (client.clone(), fenced.clone(), read.clone());
+        let found = self.call("reading a log entry back", move |mut client| {
+            let (fenced, read) = (fenced.clone(), read.clone());
             async move {
                 let txn = Txn::new().when([fenced]).and_then([read]);
                 let response = client.txn(txn).await?;
@@ -338,7 +334,7 @@ impl Etcd {
         let unfolded = std::mem::take(&mut log.unfolded);
         log.unfolded_entries = 0;
         let fold = Fold {
-            client: self.client.clone(),
+            members: self.members.clone(),
             fenced: Compare::create_revision(self.writer_key(), CompareOp::Equal, fence),
             kv_prefix: self.kv_prefix(),
             applied_key: self.applied_key(),
@@ -374,6 +370,11 @@ impl Etcd {
 impl Replicate for Etcd {
     fn replicate(&self, writes: &[Write]) -> Result<(), StoreError> {
         let fence = self.fence()?;
+        // A group that changed nothing (a wake-up, dry runs alone) has nothing to log: an
+        // empty entry would cost a put, and fail like any other while etcd refuses puts.
+        if writes.is_empty() {
+            return Ok(());
+        }
         let bytes = bincode::serde::encode_to_vec(writes, bincode::config::standard())
             .map_err(|e| etcd_error("encoding a log entry", e))?;
         // Only the syncer appends, so the number cannot move meanwhile; the lock is not
@@ -391,7 +392,7 @@ impl Replicate for Etcd {
 
 /// What a fold needs, moved onto etcd's runtime.
 struct Fold {
-    client: Client,
+    members: Arc<Members>,
     fenced: Compare,
     kv_prefix: String,
     applied_key: String,
@@ -434,13 +435,13 @@ impl Fold {
             .await
     }
 
+    /// One attempt: a failed fold is handed back and retried with the next.
     async fn step(&self, ops: Vec<TxnOp>) -> Result<(), String> {
-        let txn = commit_if(self.client.clone(), vec![self.fenced.clone()], ops);
-        match tokio::time::timeout(self.timeout, txn).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err("the writer key is no longer this daemon's".into()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        let txn = |client| commit_if(client, vec![self.fenced.clone()], ops.clone());
+        match self.members.attempt(self.timeout, &txn).await {
+            Attempt::Done(true) => Ok(()),
+            Attempt::Done(false) => Err("the writer key is no longer this daemon's".into()),
+            Attempt::Again(error) | Attempt::Failed(error) => Err(error),
         }
     }
 }

@@ -23,6 +23,7 @@
 //! ([`EtcdConfig::call_timeout`]), and the calling thread waits for it.
 
 mod log;
+mod members;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 
+use self::members::{Attempt, Members};
 use super::StoreError;
 
 /// How to reach the cluster and where the blocklist lives in it.
@@ -62,7 +64,7 @@ pub(crate) struct Etcd {
     /// Taken only by `drop`, which shuts it down without waiting (it may be dropped on a
     /// runtime's thread, where waiting is not allowed).
     runtime: Option<tokio::runtime::Runtime>,
-    client: Client,
+    members: Arc<Members>,
     writer: Mutex<Standing>,
     /// Set by the keep-alive task when the lease is gone: the next write is refused here
     /// (etcd would refuse it too, by the fence).
@@ -93,7 +95,8 @@ fn etcd_error(what: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 impl Etcd {
-    /// Connects to the cluster (nothing is written yet).
+    /// Prepares the connections to the cluster's members (each is opened on first use;
+    /// nothing is sent yet).
     pub fn connect(config: EtcdConfig) -> Result<Arc<Etcd>, StoreError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -109,17 +112,14 @@ impl Etcd {
         if let Some((user, password)) = &config.user {
             options = options.with_user(user.clone(), password.clone());
         }
-        let endpoints = config.endpoints.clone();
-        let client = wait_for(
-            &runtime,
-            config.call_timeout,
-            Client::connect(endpoints, Some(options)),
-        )
-        .map_err(|e| etcd_error("connecting to etcd", e))?;
+        if config.endpoints.is_empty() {
+            return Err(etcd_error("connecting to etcd", "no endpoints given"));
+        }
+        let members = Arc::new(Members::new(config.endpoints.clone(), options));
         Ok(Arc::new(Etcd {
             config,
             runtime: Some(runtime),
-            client,
+            members,
             writer: Mutex::new(Standing::default()),
             lease_lost: Arc::new(AtomicBool::new(false)),
             log: Arc::default(),
@@ -138,31 +138,31 @@ impl Etcd {
         self.key("writer")
     }
 
-    /// Runs the call `make` builds on this module's runtime, again while it fails in a way
-    /// another attempt may get past (a member down, an election), until the call deadline:
-    /// the client neither retries nor skips a dead endpoint by itself. Only calls whose
-    /// repetition is harmless come here: reads, a lease grant (one left over ends by
-    /// itself), puts of the same value, and writes guarded by compares that a repeat fails
-    /// (whose caller then reads back what took).
+    /// Runs the call `make` builds (for a member's client) on this module's runtime, again
+    /// while it fails in a way another attempt may get past (a member down, an election),
+    /// until the call deadline; a failed attempt moves the next to another member
+    /// ([`members`]). Only calls whose repetition is harmless come here: reads, a lease
+    /// grant (one left over ends by itself), puts of the same value, and writes guarded by
+    /// compares that a repeat fails (whose caller then reads back what took).
     fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T, StoreError>
     where
-        F: Fn() -> Fut + Send + 'static,
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
         T: Send + 'static,
     {
         let deadline = self.config.call_timeout;
+        let members = self.members.clone();
         let attempts = async move {
             let until = tokio::time::Instant::now() + deadline;
             let mut pause = Duration::from_millis(20);
             // An attempt may hang on a member that went away mid-request; it gets a part of
-            // the deadline, and the next goes where the client's balancer sends it.
+            // the deadline, and the next goes to another member.
             let attempt = (deadline / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
             loop {
-                let error = match tokio::time::timeout(attempt, make()).await {
-                    Ok(Ok(value)) => return Ok(value),
-                    Ok(Err(e)) if !retryable(&e) => return Err(e.to_string()),
-                    Ok(Err(e)) => e.to_string(),
-                    Err(_) => format!("no answer within {attempt:?}"),
+                let error = match members.attempt(attempt, &make).await {
+                    Attempt::Done(value) => return Ok(value),
+                    Attempt::Failed(error) => return Err(error),
+                    Attempt::Again(error) => error,
                 };
                 if tokio::time::Instant::now() + pause >= until {
                     return Err(error);
@@ -208,9 +208,7 @@ impl Etcd {
         if standing.lease == 0 || self.lease_lost.load(Ordering::SeqCst) {
             let old = std::mem::take(&mut standing.lease);
             let ttl = self.config.lease_ttl_secs;
-            let client = self.client.clone();
-            let lease = self.call("granting the writer's lease", move || {
-                let mut client = client.clone();
+            let lease = self.call("granting the writer's lease", move |mut client| {
                 async move {
                     if old != 0 {
                         // Frees at once any key the ended lease still holds.
@@ -228,44 +226,44 @@ impl Etcd {
         loop {
             let key = self.writer_key();
             let name = self.config.name.clone();
-            let client = self.client.clone();
-            let (won, holder) = self.call("campaigning for the writer key", move || {
-                let (key, name, mut client) = (key.clone(), name.clone(), client.clone());
-                async move {
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                        .and_then([TxnOp::put(
-                            key.clone(),
-                            name,
-                            Some(PutOptions::new().with_lease(lease)),
-                        )])
-                        .or_else([TxnOp::get(key, None)]);
-                    let response = client.txn(txn).await?;
-                    let revision = response
-                        .header()
-                        .map_or(0, etcd_client::ResponseHeader::revision);
-                    if response.succeeded() {
-                        // The put's revision is the key's create revision: the fence.
-                        return Ok((Some(revision), String::new()));
-                    }
-                    let holder = response.op_responses().into_iter().find_map(|op| match op {
-                        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
-                            let name = String::from_utf8_lossy(kv.value()).into_owned();
-                            (kv.lease(), kv.create_revision(), name)
-                        }),
-                        _ => None,
-                    });
-                    Ok(match holder {
-                        // An earlier attempt of this call created it, and its answer was
-                        // lost: won all the same.
-                        Some((holder, created, _)) if holder == lease => {
-                            (Some(created), String::new())
+            let (won, holder) =
+                self.call("campaigning for the writer key", move |mut client| {
+                    let (key, name) = (key.clone(), name.clone());
+                    async move {
+                        let txn = Txn::new()
+                            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                            .and_then([TxnOp::put(
+                                key.clone(),
+                                name,
+                                Some(PutOptions::new().with_lease(lease)),
+                            )])
+                            .or_else([TxnOp::get(key, None)]);
+                        let response = client.txn(txn).await?;
+                        let revision = response
+                            .header()
+                            .map_or(0, etcd_client::ResponseHeader::revision);
+                        if response.succeeded() {
+                            // The put's revision is the key's create revision: the fence.
+                            return Ok((Some(revision), String::new()));
                         }
-                        Some((_, _, name)) => (None, name),
-                        None => (None, String::new()),
-                    })
-                }
-            })?;
+                        let holder = response.op_responses().into_iter().find_map(|op| match op {
+                            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
+                                let name = String::from_utf8_lossy(kv.value()).into_owned();
+                                (kv.lease(), kv.create_revision(), name)
+                            }),
+                            _ => None,
+                        });
+                        Ok(match holder {
+                            // An earlier attempt of this call created it, and its answer was
+                            // lost: won all the same.
+                            Some((holder, created, _)) if holder == lease => {
+                                (Some(created), String::new())
+                            }
+                            Some((_, _, name)) => (None, name),
+                            None => (None, String::new()),
+                        })
+                    }
+                })?;
             if let Some(fence) = won {
                 standing.fence = fence;
                 tracing::info!(prefix = %self.config.prefix, fence, "this daemon is the writer");
@@ -290,10 +288,10 @@ impl Etcd {
     /// it lost when etcd says it has ended, or when no renewal has been confirmed for as
     /// long as it lives (counted from when the last confirmed one was sent, so etcd cannot
     /// have let it end earlier). Each step has a quarter of the time to live, and a failed
-    /// one is retried at once on a new stream: the client keeps a stream to a member that
-    /// died.
+    /// one is retried at once on a new stream, to the next member: a stream to a member
+    /// that died stays open.
     fn keep_alive(&self, lease: i64) {
-        let client = self.client.clone();
+        let members = self.members.clone();
         let lost = self.lease_lost.clone();
         let ttl = Duration::from_secs(self.config.lease_ttl_secs.max(1).unsigned_abs());
         self.runtime().spawn(async move {
@@ -302,7 +300,7 @@ impl Etcd {
             let mut renewal = None;
             while !lost.load(Ordering::SeqCst) {
                 let sent = tokio::time::Instant::now();
-                let alive = renew(&client, lease, &mut renewal, step).await;
+                let alive = renew(&members, lease, &mut renewal, step).await;
                 match alive {
                     Some(true) => last_renewed = sent,
                     Some(false) => {
@@ -328,31 +326,58 @@ impl Etcd {
     }
 }
 
-type Renewal = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+/// A keep-alive stream, and the member it goes to.
+type Renewal = (
+    usize,
+    etcd_client::LeaseKeeper,
+    etcd_client::LeaseKeepAliveStream,
+);
 
-/// One renewal of `lease` on `renewal`'s stream (opened when there is none), each step
-/// within `step`: `Some(alive)` as etcd answered, `None` when it did not.
+/// One renewal of `lease` on `renewal`'s stream (opened to the current member when there
+/// is none), each step within `step`: `Some(alive)` as etcd answered, `None` when it did
+/// not (and the next stream goes to the next member).
 async fn renew(
-    client: &Client,
+    members: &Members,
     lease: i64,
     renewal: &mut Option<Renewal>,
     step: Duration,
 ) -> Option<bool> {
     if renewal.is_none() {
-        let mut client = client.clone();
-        let opened = tokio::time::timeout(step, client.lease_keep_alive(lease)).await;
-        *renewal = Some(opened.ok()?.ok()?);
+        let (member, client) = members.current().await;
+        let opened = match client {
+            Ok(mut client) => tokio::time::timeout(step, client.lease_keep_alive(lease))
+                .await
+                .map_err(|_| format!("no answer within {step:?}"))
+                .and_then(|opened| opened.map_err(|e| e.to_string())),
+            Err(e) => Err(e.to_string()),
+        };
+        match opened {
+            Ok((keeper, responses)) => *renewal = Some((member, keeper, responses)),
+            Err(error) => {
+                members.failed(member, &error);
+                return None;
+            }
+        }
     }
-    let (keeper, responses) = renewal.as_mut()?;
-    tokio::time::timeout(step, keeper.keep_alive())
-        .await
-        .ok()?
-        .ok()?;
-    let answer = tokio::time::timeout(step, responses.message())
-        .await
-        .ok()?
-        .ok()??;
-    Some(answer.ttl() > 0)
+    let (member, keeper, responses) = renewal.as_mut()?;
+    let answer = async {
+        tokio::time::timeout(step, keeper.keep_alive())
+            .await
+            .map_err(|_| format!("no answer within {step:?}"))?
+            .map_err(|e| e.to_string())?;
+        tokio::time::timeout(step, responses.message())
+            .await
+            .map_err(|_| format!("no answer within {step:?}"))?
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the keep-alive stream ended".to_string())
+    };
+    match answer.await {
+        Ok(answer) => Some(answer.ttl() > 0),
+        Err(error) => {
+            members.failed(*member, &error);
+            None
+        }
+    }
 }
 
 impl Drop for Etcd {
@@ -360,23 +385,6 @@ impl Drop for Etcd {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
-    }
-}
-
-/// Whether another attempt of a call that failed so may succeed.
-fn retryable(error: &etcd_client::Error) -> bool {
-    use tonic::Code;
-    match error {
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(status) => matches!(
-            status.code(),
-            Code::Unavailable
-                | Code::Unknown
-                | Code::DeadlineExceeded
-                | Code::Aborted
-                | Code::Cancelled
-        ),
-        _ => false,
     }
 }
 
