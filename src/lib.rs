@@ -54,7 +54,7 @@ use std::future::Future;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Config, StoreKind};
+use crate::config::{Config, Opener};
 use crate::http::{AppState, Auth, Limits};
 use crate::store::{Store, StoreConfig, StoreError};
 
@@ -77,30 +77,16 @@ pub enum Error {
 /// The store's settings: the data dir's, or, with `--store etcd`, the cluster's (connected;
 /// nothing written yet).
 fn store_config(config: &Config) -> Result<StoreConfig, Error> {
-    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
     let mut store = config.store();
-    match config.store.kind {
-        StoreKind::Sled => {}
-        #[cfg(feature = "etcd")]
-        StoreKind::Etcd => {
-            let name = format!(
-                "blocklistd pid {} listening on {}",
-                std::process::id(),
-                config.listen
-            );
-            let etcd = config.store.etcd(name).map_err(Error::Config)?;
-            store.in_etcd(store::etcd::Etcd::connect(etcd)?);
-        }
-        #[cfg(not(feature = "etcd"))]
-        StoreKind::Etcd => {
-            return Err(Error::Config(
-                "this blocklistd was built without the etcd store: build it with `cargo build \
-                 --release --features etcd` (its etcd client needs protoc, Debian: \
-                 protobuf-compiler)"
-                    .into(),
-            ))
-        }
-    }
+    let name = format!(
+        "blocklistd pid {} listening on {}",
+        std::process::id(),
+        config.listen
+    );
+    config
+        .store
+        .place(&mut store, name, Opener::Daemon)
+        .map_err(Error::Config)?;
     Ok(store)
 }
 

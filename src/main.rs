@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::Offline(work)) = cli.command {
-        return exit(runtime.block_on(blocklistd::offline::run(work, &cli.serve.data_dir)));
+        return exit(runtime.block_on(blocklistd::offline::run(work, &cli.serve)));
     }
     let shutdown = match runtime.block_on(async { shutdown_signal() }) {
         Ok(shutdown) => shutdown,

@@ -1,5 +1,6 @@
 //! The offline subcommands: `check`, `export`, `salvage`, `import` on a stopped daemon's
-//! data dir. Each reports its progress through a [`Meter`] on stderr and ends with one
+//! data dir, or (`--store etcd`) on an etcd prefix no daemon writes (`salvage` excepted:
+//! it reads a damaged data dir's files). Each reports its progress through a [`Meter`] on stderr and ends with one
 //! summary line there (none with `--quiet`); stdout carries only the work's own output.
 
 use std::io::{Read, Write};
@@ -7,20 +8,59 @@ use std::path::Path;
 
 use crate::backup;
 use crate::clock::now_ms;
-use crate::config::{ImportMode, Offline};
+use crate::config::{Config, ImportMode, Offline, Opener, StoreKind};
 use crate::progress::{Meter, Output, Progress, Unit};
-use crate::store::{self, DiskUsage, Store, StoreConfig};
+use crate::store::{self, DiskUsage, Store, StoreConfig, StoreError};
 
 /// Runs a subcommand; the process exit code is 0 on success, 1 otherwise.
-pub async fn run(command: Offline, data_dir: &Path) -> Result<(), String> {
+pub async fn run(command: Offline, config: &Config) -> Result<(), String> {
     let output = Output::for_stderr(command.progress().quiet);
+    let place = Place { config };
     match command {
-        Offline::Check { .. } => check(data_dir, output),
-        Offline::Export { out, .. } => export(data_dir, &out, output),
+        Offline::Check { .. } => check(place, output),
+        Offline::Export { out, .. } => export(place, &out, output),
         Offline::Salvage { out, scratch, .. } => {
-            salvage(data_dir, &out, scratch.as_deref(), output)
+            if place.in_etcd() {
+                return Err(
+                    "salvage reads a damaged data dir's files (--store sled); an etcd \
+                     prefix is read whole by `export`"
+                        .into(),
+                );
+            }
+            salvage(&config.data_dir, &out, scratch.as_deref(), output)
         }
-        Offline::Import { file, mode, .. } => import(data_dir, &file, mode, output).await,
+        Offline::Import { file, mode, .. } => import(place, &file, mode, output).await,
+    }
+}
+
+/// Where a subcommand works: the data dir, or the etcd prefix.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    config: &'a Config,
+}
+
+impl Place<'_> {
+    fn in_etcd(self) -> bool {
+        self.config.store.kind == StoreKind::Etcd
+    }
+
+    /// The data dir, or the prefix, as the summaries name it.
+    fn name(self) -> String {
+        if self.in_etcd() {
+            format!("etcd prefix {}", self.config.store.etcd_prefix)
+        } else {
+            self.config.data_dir.display().to_string()
+        }
+    }
+
+    /// The store's settings; `create`: whether an empty place gets a new store.
+    fn store_config(self, create: bool) -> Result<StoreConfig, String> {
+        let mut store = StoreConfig::new(&self.config.data_dir);
+        let name = format!("blocklistd offline tool, pid {}", std::process::id());
+        self.config
+            .store
+            .place(&mut store, name, Opener::Tool { create })?;
+        Ok(store)
     }
 }
 
@@ -29,17 +69,25 @@ const RECORDS: Unit = Unit::Count("records");
 const ENTRIES: Unit = Unit::Count("entries");
 
 /// Opens an existing store (never creates one: a typo must not make an empty database).
-fn open_existing(dir: &Path, meter: &Meter) -> Result<Store, String> {
-    if !dir.join("db").exists() {
+fn open_existing(place: Place, meter: &Meter) -> Result<Store, String> {
+    let dir = &place.config.data_dir;
+    if !place.in_etcd() && !dir.join("db").exists() {
         return Err(format!("{} holds no blocklistd database", dir.display()));
     }
-    open(dir, meter)
+    open(place, false, meter)
 }
 
-/// Opens (or creates) the store; sled's recovery of a large log takes a while.
-fn open(dir: &Path, meter: &Meter) -> Result<Store, String> {
-    meter.wait("opening the data dir");
-    Store::open(&StoreConfig::new(dir)).map_err(|e| e.to_string())
+/// Opens (or, with `create`, creates) the store; sled's recovery of a large log takes a
+/// while, and so does the rebuild from a prefix. On etcd, another writer's key is waited
+/// for one lease (a killed daemon's), then named.
+fn open(place: Place, create: bool, meter: &Meter) -> Result<Store, String> {
+    meter.wait("opening the store");
+    Store::open(&place.store_config(create)?).map_err(|e| match e {
+        StoreError::NotWriter(writer) => {
+            format!("a daemon writes {} ({writer}): stop it first", place.name())
+        }
+        e => e.to_string(),
+    })
 }
 
 fn close(store: Store) -> Result<(), String> {
@@ -50,9 +98,9 @@ fn close(store: Store) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn check(dir: &Path, output: Output) -> Result<(), String> {
+fn check(place: Place, output: Output) -> Result<(), String> {
     let meter = Meter::new("check", output);
-    let store = open_existing(dir, &meter)?;
+    let store = open_existing(place, &meter)?;
     let problems = store.verify_reporting(&meter).map_err(|e| e.to_string())?;
     // The sizes read the same trees again (and `meta`): as many entries as verify read.
     meter.stage("measuring the trees", ENTRIES, Some(meter.done()));
@@ -71,7 +119,7 @@ fn check(dir: &Path, output: Output) -> Result<(), String> {
         store.revision(),
         store.first_retained(),
     );
-    meter.wait("closing the data dir");
+    meter.wait("closing the store");
     close(store)?;
     let read = meter.done();
     // The bar goes before the report is printed: on a terminal both share the screen.
@@ -91,11 +139,14 @@ fn check(dir: &Path, output: Output) -> Result<(), String> {
     println!(
         "{}: {} items ({unreclaimed} expired, storage not reclaimed yet), {} expiry entries, \
          revision {revision}, events from {first}",
-        dir.display(),
+        place.name(),
         entries("items"),
         entries("expiry"),
     );
-    print_disk_usage(&usage);
+    // A prefix's mirror is a temporary copy: its files say nothing of etcd's.
+    if !place.in_etcd() {
+        print_disk_usage(&usage);
+    }
     if problems.is_empty() {
         println!("ok: every invariant holds");
         Ok(())
@@ -132,11 +183,11 @@ fn print_disk_usage(usage: &DiskUsage) {
     );
 }
 
-fn export(dir: &Path, out: &Path, output: Output) -> Result<(), String> {
+fn export(place: Place, out: &Path, output: Output) -> Result<(), String> {
     let meter = Meter::new("export", output);
-    let store = open_existing(dir, &meter)?;
+    let store = open_existing(place, &meter)?;
     let exported = backup::export_reporting(&store, now_ms(), &meter).map_err(|e| e.to_string());
-    meter.wait("closing the data dir");
+    meter.wait("closing the store");
     close(store)?;
     let exported = exported?;
     write_out(out, &exported.text, &meter)?;
@@ -265,7 +316,12 @@ fn salvage(dir: &Path, out: &Path, scratch: Option<&Path>, output: Output) -> Re
     Ok(())
 }
 
-async fn import(dir: &Path, file: &Path, mode: ImportMode, output: Output) -> Result<(), String> {
+async fn import(
+    place: Place<'_>,
+    file: &Path,
+    mode: ImportMode,
+    output: Output,
+) -> Result<(), String> {
     let meter = Meter::new("import", output);
     let text = read_in(file, &meter).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     meter.stage("checking", Unit::Bytes, Some(text.len() as u64));
@@ -273,8 +329,10 @@ async fn import(dir: &Path, file: &Path, mode: ImportMode, output: Output) -> Re
         .map_err(|errors| format!("nothing was imported:\n{}", errors.join("\n")))?;
     drop(text);
     let records = parsed.records() as u64;
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let store = open(dir, &meter)?;
+    if !place.in_etcd() {
+        std::fs::create_dir_all(&place.config.data_dir).map_err(|e| e.to_string())?;
+    }
+    let store = open(place, true, &meter)?;
     let result = backup::import_reporting(
         &store,
         parsed,
@@ -283,7 +341,7 @@ async fn import(dir: &Path, file: &Path, mode: ImportMode, output: Output) -> Re
         &meter,
     )
     .await;
-    meter.wait("closing the data dir");
+    meter.wait("closing the store");
     close(store)?;
     let done = result.map_err(|e| e.to_string())?;
     meter.finish(

@@ -20,31 +20,7 @@ const LEASE_SECS: u64 = 2;
 
 /// Flags of a daemon on `cluster`, under `prefix`, with a call deadline of 1 s.
 fn on_etcd(cluster: &EtcdCluster, prefix: &str) -> Vec<String> {
-    on_etcd_with(cluster, prefix, 1_000, LEASE_SECS)
-}
-
-fn on_etcd_with(
-    cluster: &EtcdCluster,
-    prefix: &str,
-    timeout_ms: u64,
-    lease_secs: u64,
-) -> Vec<String> {
-    let lease = lease_secs.to_string();
-    let timeout = timeout_ms.to_string();
-    [
-        "--store",
-        "etcd",
-        "--etcd-endpoints",
-        &cluster.endpoints(),
-        "--etcd-prefix",
-        prefix,
-        "--etcd-lease-secs",
-        &lease,
-        "--etcd-timeout-ms",
-        &timeout,
-    ]
-    .map(str::to_owned)
-    .to_vec()
+    cluster.daemon_flags(prefix, LEASE_SECS, 1_000)
 }
 
 /// `flags` with `extra` after them.
@@ -434,7 +410,7 @@ async fn a_dead_member_of_three_costs_no_write() {
     let ws = Workspace::new();
     // The default call deadline, 3 s: an etcd leader's loss takes its election, 1–2 s,
     // which a 2 s lease would not outlive.
-    let flags = on_etcd_with(&cluster, "/t/", 3_000, 5);
+    let flags = cluster.daemon_flags("/t/", 5, 3_000);
     let writer = spawn(&ws, &flags, 1).listening();
     assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
     let mut refused = Vec::new();

@@ -313,16 +313,7 @@ async fn a_key_past_retention_is_forgotten_and_its_record_pruned() {
     let written = send(&d, Method::POST, "/blocklist/nodes", None, Some(&other)).await;
     assert_eq!(written.status, StatusCode::CREATED);
     assert!(d.terminate().success());
-    let db = open_sled(ws.data_dir());
-    let records = db.open_tree("idempotency").unwrap();
-    assert_eq!(
-        records.len(),
-        0,
-        "{:?}",
-        records.iter().keys().collect::<Vec<_>>()
-    );
-    drop((records, db));
-    wait_until_unlocked(&ws.data_dir());
+    assert_eq!(ws.tree_entries(&["idempotency"]), [0]);
     assert_check_passes(&ws.data_dir());
 }
 
@@ -820,8 +811,12 @@ fn record_keys(dir: &std::path::Path) -> RecordKeys {
 
 /// `blocklistd check` on a stopped daemon's data dir passes.
 fn assert_check_passes(dir: &std::path::Path) {
-    let (status, stderr) = run_to_exit(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
-    assert!(status.success(), "{stderr}");
+    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A small answer is kept in its record's head (one key beside its time entry); an answer
@@ -830,6 +825,9 @@ fn assert_check_passes(dir: &std::path::Path) {
 /// accepts them.
 #[tokio::test]
 async fn small_answers_are_one_key_and_large_ones_replay_whole() {
+    if skip_on_etcd("the records' layout in sled's keys") {
+        return;
+    }
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     let kept = Kept::write(&d).await;
@@ -858,6 +856,9 @@ async fn small_answers_are_one_key_and_large_ones_replay_whole() {
 /// the upgrade to schema 9 exactly as first answered, and `blocklistd check` accepts them.
 #[tokio::test]
 async fn records_of_schema_8_replay_after_the_upgrade() {
+    if skip_on_etcd("a schema 8 data dir, upgraded") {
+        return;
+    }
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     let kept = Kept::write(&d).await;

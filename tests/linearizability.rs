@@ -18,7 +18,8 @@
 //!
 //! The defaults fit a plain `cargo test` on a small machine. For a longer campaign, set:
 //!
-//! - `BLOCKLISTD_LIN_KILLS`: how many kills (default 100),
+//! - `BLOCKLISTD_LIN_KILLS`: how many kills (default 100; 30 on etcd, where each restart waits
+//!   out the killed writer's lease),
 //! - `BLOCKLISTD_LIN_CLIENTS`: clients that write and read (default 8),
 //! - `BLOCKLISTD_LIN_READERS`: clients that only read and check (default 8),
 //! - `BLOCKLISTD_LIN_IDS`: task-manager ids they share (default 4),
@@ -42,7 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checker::{Action, Block, Call, End, Op, Outcome};
-use common::{Daemon, Workspace, DEADLINE};
+use common::{on_etcd, Daemon, Workspace, DEADLINE};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -81,7 +82,8 @@ impl Settings {
             .unwrap()
             .as_nanos() as u64;
         Settings {
-            kills: var("BLOCKLISTD_LIN_KILLS", 100) as usize,
+            // On etcd each restart waits out the killed writer's lease (2 s).
+            kills: var("BLOCKLISTD_LIN_KILLS", if on_etcd() { 30 } else { 100 }) as usize,
             clients: var("BLOCKLISTD_LIN_CLIENTS", 8) as usize,
             readers: var("BLOCKLISTD_LIN_READERS", 8) as usize,
             ids: var("BLOCKLISTD_LIN_IDS", 4) as usize,

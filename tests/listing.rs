@@ -326,6 +326,9 @@ fn corrupt(ws: &Workspace, key: &[u8]) {
 
 #[tokio::test]
 async fn a_store_error_mid_body_cuts_the_body_off_and_before_it_is_a_500() {
+    if skip_on_etcd("values corrupted in the data dir's sled database") {
+        return;
+    }
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     bulk_add(&d, "taskmanagers", "tm-", 5_000).await;

@@ -386,6 +386,9 @@ async fn sigterm_completes_requests_in_flight_and_exits_0() {
 
 #[tokio::test]
 async fn check_finds_nothing_wrong_in_a_sound_store_and_names_a_broken_invariant() {
+    if skip_on_etcd("an index broken in the data dir's sled database") {
+        return;
+    }
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     let mut timed = item("n1", "MARK_BLOCKED", "c");

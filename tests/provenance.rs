@@ -91,18 +91,6 @@ fn assert_check_passes(dir: &Path) {
     assert!(stdout.contains("ok: every invariant holds"), "{stdout}");
 }
 
-/// How many entries each tree named in `names` holds in the stopped daemon's data dir.
-fn tree_lens(dir: &Path, names: &[&str]) -> Vec<usize> {
-    let db = open_sled(dir);
-    let lens = names
-        .iter()
-        .map(|name| db.open_tree(name).unwrap().len())
-        .collect();
-    drop(db);
-    wait_until_unlocked(dir);
-    lens
-}
-
 /// The fields of an item as the listing shows them (without `reports`, and without a
 /// node's `taskManagers`).
 fn without_reports(item: &Value) -> Value {
@@ -196,7 +184,7 @@ async fn reports_accumulate_with_sources_and_times_and_stay_bounded() {
         );
     }
     assert!(d.terminate().success());
-    assert_eq!(tree_lens(&ws.data_dir(), &["reports"]), [32]);
+    assert_eq!(ws.tree_entries(&["reports"]), [32]);
     assert_check_passes(&ws.data_dir());
 }
 
@@ -349,10 +337,7 @@ async fn history_is_bounded_per_id() {
     assert_eq!(history(&d, "/blocklist/taskmanagers/other").await.len(), 1);
     assert!(d.terminate().success());
     // Stored: tm's 3 entries and counter, other's entry and counter; one index entry each.
-    assert_eq!(
-        tree_lens(&ws.data_dir(), &["history", "history_ends"]),
-        [6, 4]
-    );
+    assert_eq!(ws.tree_entries(&["history", "history_ends"]), [6, 4]);
     assert_check_passes(&ws.data_dir());
 }
 

@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 mod store;
 
-pub use store::{StoreFlags, StoreKind};
+pub use store::{Opener, StoreFlags, StoreKind};
 
 use crate::model::Kind;
 use crate::policy::{slot, Overrides};

@@ -19,7 +19,8 @@ pub struct StoreFlags {
     /// Where the blocklist lives: `sled` in --data-dir, or `etcd` in the cluster at
     /// --etcd-endpoints (no data dir then; one daemon writes a prefix, another started on
     /// it waits as a standby).
-    #[arg(long = "store", env = "BLOCKLISTD_STORE", value_enum, default_value_t = StoreKind::Sled)]
+    #[arg(long = "store", env = "BLOCKLISTD_STORE", value_enum, default_value_t = StoreKind::Sled,
+          global = true)]
     pub kind: StoreKind,
 
     /// etcd's client URLs, comma-separated.
@@ -27,50 +28,61 @@ pub struct StoreFlags {
         long,
         env = "BLOCKLISTD_ETCD_ENDPOINTS",
         value_delimiter = ',',
-        default_value = "http://127.0.0.1:2379"
+        default_value = "http://127.0.0.1:2379",
+        global = true
     )]
     pub etcd_endpoints: Vec<String>,
 
     /// Every key the daemon writes in etcd is under this prefix, so one cluster can hold
     /// several blocklists or serve other users. Ends with `/`.
     #[arg(long, env = "BLOCKLISTD_ETCD_PREFIX", default_value = "/blocklistd/",
-          value_parser = parse_prefix)]
+          value_parser = parse_prefix, global = true)]
     pub etcd_prefix: String,
 
     /// etcd user, with --etcd-password-file.
-    #[arg(long, env = "BLOCKLISTD_ETCD_USER", requires = "etcd_password_file")]
+    #[arg(
+        long,
+        env = "BLOCKLISTD_ETCD_USER",
+        requires = "etcd_password_file",
+        global = true
+    )]
     pub etcd_user: Option<String>,
 
     /// A file holding the etcd user's password (its first line).
-    #[arg(long, env = "BLOCKLISTD_ETCD_PASSWORD_FILE", requires = "etcd_user")]
+    #[arg(
+        long,
+        env = "BLOCKLISTD_ETCD_PASSWORD_FILE",
+        requires = "etcd_user",
+        global = true
+    )]
     pub etcd_password_file: Option<PathBuf>,
 
     /// The writer's lease, in seconds: how long after a writer dies a standby takes over.
     #[arg(long, env = "BLOCKLISTD_ETCD_LEASE_SECS", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(2..=3600))]
+          value_parser = clap::value_parser!(u32).range(2..=3600), global = true)]
     pub etcd_lease_secs: u32,
 
     /// etcd's --max-request-bytes: a group's writes larger than this go in several parts.
     #[arg(long, env = "BLOCKLISTD_ETCD_MAX_REQUEST_BYTES", default_value_t = 1536 * 1024,
-          value_parser = clap::value_parser!(u64).range(64 * 1024..=1024 * 1024 * 1024))]
+          value_parser = clap::value_parser!(u64).range(64 * 1024..=1024 * 1024 * 1024), global = true)]
     pub etcd_max_request_bytes: u64,
 
     /// etcd's --max-txn-ops: folding the log into one key per stored key puts at most this
     /// many keys per transaction.
     #[arg(long, env = "BLOCKLISTD_ETCD_MAX_TXN_OPS", default_value_t = 128,
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000), global = true)]
     pub etcd_max_txn_ops: u32,
 
     /// How many log entries wait before they are folded into one key per stored key. For
     /// tests: small values fold often.
     #[arg(long, env = "BLOCKLISTD_ETCD_FOLD_ENTRIES", hide = true, default_value_t = 1_000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..), global = true)]
     pub etcd_fold_entries: u64,
 
     /// The deadline of each call to etcd, in ms: past it the write fails (503) rather than
     /// wait on a cluster without quorum.
     #[arg(long, env = "BLOCKLISTD_ETCD_TIMEOUT_MS", default_value_t = 3_000,
-          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+          value_parser = clap::value_parser!(u64).range(100..=60_000), global = true)]
     pub etcd_timeout_ms: u64,
 }
 
@@ -81,10 +93,53 @@ fn parse_prefix(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// Who opens the store, which decides how an etcd prefix is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opener {
+    /// The daemon: waits as a standby while another daemon writes the prefix, and
+    /// creates the store in an empty one.
+    Daemon,
+    /// An offline tool: waits one lease for a killed daemon's key, no longer; `create`:
+    /// whether an empty prefix gets a new store (`import`) or is an error (`check`).
+    Tool { create: bool },
+}
+
 impl StoreFlags {
+    /// Puts `store` where the flags say: left in its data dir for sled, or connected to
+    /// the etcd cluster (nothing sent yet) under the name `name` for operators.
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    pub fn place(
+        &self,
+        store: &mut crate::store::StoreConfig,
+        name: String,
+        opener: Opener,
+    ) -> Result<(), String> {
+        match self.kind {
+            StoreKind::Sled => Ok(()),
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd => {
+                let mut etcd = self.etcd(name)?;
+                if let Opener::Tool { create } = opener {
+                    etcd.patience = Some(etcd.lease_and_a_second());
+                    etcd.create = create;
+                }
+                let etcd = crate::store::etcd::Etcd::connect(etcd).map_err(|e| e.to_string())?;
+                store.in_etcd(etcd);
+                Ok(())
+            }
+            #[cfg(not(feature = "etcd"))]
+            StoreKind::Etcd => Err(
+                "this blocklistd was built without the etcd store: build it \
+                 with `cargo build --release --features etcd` (its etcd client needs protoc, \
+                 Debian: protobuf-compiler)"
+                    .into(),
+            ),
+        }
+    }
+
     /// The etcd store's settings; the password read from its file.
     #[cfg(feature = "etcd")]
-    pub fn etcd(&self, name: String) -> Result<crate::store::etcd::EtcdConfig, String> {
+    fn etcd(&self, name: String) -> Result<crate::store::etcd::EtcdConfig, String> {
         let user = match (&self.etcd_user, &self.etcd_password_file) {
             (Some(user), Some(file)) => {
                 let text = std::fs::read_to_string(file)
@@ -104,6 +159,8 @@ impl StoreFlags {
             fold_entries: self.etcd_fold_entries,
             call_timeout: std::time::Duration::from_millis(self.etcd_timeout_ms),
             name,
+            patience: None,
+            create: true,
         })
     }
 }

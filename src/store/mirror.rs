@@ -19,7 +19,7 @@ use super::{codec, migrate, Result, StoreConfig, StoreError, POLICY_KEY, SEGMENT
 pub(super) fn open_mirror(config: &StoreConfig, etcd: &Etcd) -> Result<sled::Db> {
     // At the first open [`super::Store::open`] has waited as a standby already; at a
     // reopen, a daemon that lost the writer key fails here (retried every second).
-    etcd.campaign(false)?;
+    etcd.campaign(Some(std::time::Duration::ZERO))?;
     remove_stale_mirrors();
     let db = sled::Config::new()
         .path(mirror_path())
@@ -32,6 +32,12 @@ pub(super) fn open_mirror(config: &StoreConfig, etcd: &Etcd) -> Result<sled::Db>
     migrate::upgrade(&db)?;
     let trees = super::Trees::of(&db)?;
     let entries = etcd.restore(&trees)?;
+    if entries == 0 && !etcd.creates() {
+        return Err(StoreError::Etcd(format!(
+            "the prefix {} holds no blocklistd store",
+            etcd.prefix()
+        )));
+    }
     if entries == 0 {
         let policy = config.policy.apply(config.new_policy.clone());
         trees

@@ -137,6 +137,9 @@ struct Shared {
     committer: Mutex<Option<JoinHandle<()>>>,
     sweep: Arc<SweepSignal>,
     feed: Arc<Feed>,
+    /// The etcd store's connection: the writer key is given up at a clean stop.
+    #[cfg(feature = "etcd")]
+    etcd: Option<Arc<etcd::Etcd>>,
 }
 
 /// An open database and its trees.
@@ -205,8 +208,8 @@ impl Store {
         }
         #[cfg(feature = "etcd")]
         if let Some(etcd) = &config.etcd {
-            // A standby until the prefix has no other writer.
-            etcd.campaign(true)?;
+            // A standby until the prefix has no other writer (an offline tool, a while).
+            etcd.campaign(etcd.patience())?;
         }
         let Opened {
             handles,
@@ -332,6 +335,8 @@ impl Store {
                 committer: Mutex::new(Some(handle)),
                 sweep,
                 feed,
+                #[cfg(feature = "etcd")]
+                etcd: config.etcd.clone(),
             }),
         };
         if wanted != policy {
@@ -376,6 +381,11 @@ impl Store {
             // clones of the store.
             let _ = self.shared.commits.blocking_send(Message::Shutdown);
             let _ = handle.join();
+            // The committer wrote its last group: nothing more is written to etcd.
+            #[cfg(feature = "etcd")]
+            if let Some(etcd) = &self.shared.etcd {
+                etcd.resign();
+            }
         }
         self.handles()?.db.flush()?;
         Ok(())

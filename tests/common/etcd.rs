@@ -2,7 +2,8 @@
 //! ports and directories, each member killed and restarted at will.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use super::{available, DEADLINE};
@@ -12,6 +13,9 @@ struct Member {
     client: String,
     peer: String,
     child: Option<Child>,
+    /// The write end of the pipe a shared member's watchdog reads: it closes when the test
+    /// process ends, however it ends, and the watchdog kills the member.
+    lifeline: Option<ChildStdin>,
 }
 
 /// A running cluster; every member is killed on drop.
@@ -20,7 +24,21 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     /// Flags every member gets besides its own.
     extra: Vec<String>,
+    /// Lives as long as the test process (never dropped): each member runs under a
+    /// watchdog that kills it and removes its directory when the process ends.
+    shared: bool,
 }
+
+/// The one-member cluster the suites' daemons run on when `BLOCKLISTD_TEST_STORE=etcd`
+/// (`super::process`), started on first use and shared by the test process's tests, each
+/// daemon under a prefix of its own.
+pub static SHARED_ETCD: LazyLock<EtcdCluster> = LazyLock::new(|| {
+    assert!(
+        super::runs("etcd", "--version"),
+        "BLOCKLISTD_TEST_STORE=etcd, and etcd is not installed (Debian: etcd-server)"
+    );
+    EtcdCluster::launch(1, &[], true)
+});
 
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -44,24 +62,30 @@ impl EtcdCluster {
         ) {
             return None;
         }
+        Some(EtcdCluster::launch(size, extra, false))
+    }
+
+    fn launch(size: usize, extra: &[&str], shared: bool) -> EtcdCluster {
         let members = (0..size)
             .map(|i| Member {
                 name: format!("m{i}"),
                 client: format!("http://127.0.0.1:{}", free_port()),
                 peer: format!("http://127.0.0.1:{}", free_port()),
                 child: None,
+                lifeline: None,
             })
             .collect();
         let mut cluster = EtcdCluster {
             dir: tempfile::tempdir().expect("temp dir"),
             members,
             extra: extra.iter().map(|f| (*f).to_owned()).collect(),
+            shared,
         };
         for i in 0..size {
             cluster.start_member(i);
         }
         cluster.wait_writable();
-        Some(cluster)
+        cluster
     }
 
     fn start_member(&mut self, i: usize) {
@@ -77,7 +101,21 @@ impl EtcdCluster {
             .append(true)
             .open(log)
             .expect("log file");
-        let child = Command::new("etcd")
+        let mut command = if self.shared {
+            // The watchdog: etcd in the background, and when the pipe on stdin closes (the
+            // test process ended), its end.
+            let mut sh = Command::new("sh");
+            sh.arg("-c")
+                .arg(r#"etcd "$@" & e=$!; read -r _; kill -9 $e; wait $e; rm -rf "$0""#)
+                .arg(self.dir.path())
+                .stdin(Stdio::piped());
+            sh
+        } else {
+            let mut etcd = Command::new("etcd");
+            etcd.stdin(Stdio::null());
+            etcd
+        };
+        let mut child = command
             .args(["--name", &member.name])
             .arg("--data-dir")
             .arg(self.data_dir(i))
@@ -88,16 +126,37 @@ impl EtcdCluster {
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new"])
             .args(&self.extra)
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start etcd");
+        self.members[i].lifeline = child.stdin.take();
         self.members[i].child = Some(child);
     }
 
     fn data_dir(&self, i: usize) -> PathBuf {
         self.dir.path().join(&self.members[i].name)
+    }
+
+    /// The flags of a daemon (or an offline tool) on this cluster, under `prefix`, whose
+    /// writer key lives `lease_secs`, each call to etcd within `timeout_ms`.
+    pub fn daemon_flags(&self, prefix: &str, lease_secs: u64, timeout_ms: u64) -> Vec<String> {
+        let lease = lease_secs.to_string();
+        let timeout = timeout_ms.to_string();
+        [
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            &self.endpoints(),
+            "--etcd-prefix",
+            prefix,
+            "--etcd-lease-secs",
+            &lease,
+            "--etcd-timeout-ms",
+            &timeout,
+        ]
+        .map(str::to_owned)
+        .to_vec()
     }
 
     /// The client URLs, as `--etcd-endpoints` takes them.

@@ -3,9 +3,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use blocklistd::config::Opener;
 use blocklistd::store::{Store, StoreConfig};
+use clap::Parser;
 
-use super::{Workspace, DEADLINE};
+use super::{on_etcd, store_flags, Workspace, DEADLINE};
 
 impl Workspace {
     /// Opens the store offline (no daemon running) and returns what `verify` finds, and the
@@ -14,7 +16,7 @@ impl Workspace {
         let dir = self.data_dir();
         // On a plain thread: the store's shutdown blocks, which a tokio worker may not do.
         let result = std::thread::spawn(move || {
-            let store = Store::open(&StoreConfig::new(dir)).expect("open the store offline");
+            let store = Store::open(&offline_config(&dir)).expect("open the store offline");
             let problems = store.verify().expect("verify");
             let sizes = store.tree_sizes().expect("tree sizes");
             store.shutdown().expect("shutdown");
@@ -25,6 +27,51 @@ impl Workspace {
         wait_until_unlocked(&self.data_dir());
         result
     }
+}
+
+impl Workspace {
+    /// How many entries each tree named in `names` holds in the stopped daemon's store
+    /// (its data dir, or its prefix on etcd), read through the store opened offline.
+    pub fn tree_entries(&self, names: &[&str]) -> Vec<u64> {
+        let dir = self.data_dir();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let entries = std::thread::spawn(move || {
+            let store = Store::open(&offline_config(&dir)).expect("open the store offline");
+            let usage = store.disk_usage().expect("the trees' sizes");
+            store.shutdown().expect("shutdown");
+            names
+                .iter()
+                .map(|name| {
+                    usage
+                        .trees
+                        .iter()
+                        .find(|t| &t.name == name)
+                        .unwrap_or_else(|| panic!("no tree {name}"))
+                        .entries
+                })
+                .collect()
+        })
+        .join()
+        .expect("tree_entries thread");
+        wait_until_unlocked(&self.data_dir());
+        entries
+    }
+}
+
+/// The store's settings as an offline tool opens it: the data dir's, or on etcd
+/// (`BLOCKLISTD_TEST_STORE`) the data dir's prefix, waiting one lease for a killed daemon.
+pub fn offline_config(dir: &Path) -> StoreConfig {
+    let mut config = StoreConfig::new(dir);
+    if on_etcd() {
+        let mut args = vec!["blocklistd".to_owned()];
+        args.extend(store_flags(dir));
+        let cli = blocklistd::config::Cli::try_parse_from(args).expect("the store's flags");
+        cli.serve
+            .store
+            .place(&mut config, "a test".into(), Opener::Tool { create: false })
+            .expect("connect to etcd");
+    }
+    config
 }
 
 /// Opens the sled database in `dir` directly, with the segment size it was created with.

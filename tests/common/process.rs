@@ -33,6 +33,40 @@ pub static BIN: LazyLock<PathBuf> = LazyLock::new(|| {
     bin
 });
 
+/// Whether the suites' daemons run on etcd (`BLOCKLISTD_TEST_STORE=etcd`; else on sled).
+pub fn on_etcd() -> bool {
+    std::env::var("BLOCKLISTD_TEST_STORE").is_ok_and(|store| store == "etcd")
+}
+
+/// Ends the calling test at once, with a line saying why, when the suites run on etcd:
+/// for a test of what only the sled store has (its files, its offline commands).
+#[must_use]
+pub fn skip_on_etcd(why: &str) -> bool {
+    if on_etcd() {
+        eprintln!("on sled only: {why}");
+    }
+    on_etcd()
+}
+
+/// The flags that put a daemon on the shared etcd member, under a prefix of its data
+/// dir's own: a restart on the same data dir finds what it wrote.
+pub fn store_flags(data_dir: &Path) -> Vec<String> {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(data_dir);
+    vec![
+        "--store".into(),
+        "etcd".into(),
+        "--etcd-endpoints".into(),
+        super::SHARED_ETCD.endpoints(),
+        "--etcd-prefix".into(),
+        format!("/suite/{hash:016x}/"),
+        // etcd's shortest: a restarted daemon waits this long for its killed
+        // predecessor's key.
+        "--etcd-lease-secs".into(),
+        "2".into(),
+    ]
+}
+
 /// A running daemon. Killed (SIGKILL) on drop.
 pub struct Daemon {
     child: Child,
@@ -142,6 +176,9 @@ impl Daemon {
     /// Starts a daemon without waiting for it to listen.
     pub fn spawn(data_dir: &Path, log: &Path, extra: &[&str]) -> Starting {
         let mut command = Command::new(&*BIN);
+        if on_etcd() && !extra.contains(&"--store") {
+            command.args(store_flags(data_dir));
+        }
         if !extra.contains(&"--listen") {
             command.arg("--listen").arg("127.0.0.1:0");
         }
@@ -230,12 +267,18 @@ fn wait_exit(child: &mut Child) -> ExitStatus {
     }
 }
 
-/// Runs the binary (an offline subcommand) to completion and returns what it printed.
+/// Runs the binary (an offline subcommand) to completion and returns what it printed. On
+/// etcd (`BLOCKLISTD_TEST_STORE`) it works on the prefix of the data dir it is given.
 pub fn blocklistd(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new(&*BIN)
-        .args(args)
-        .output()
-        .expect("run blocklistd")
+    let mut command = Command::new(&*BIN);
+    let data_dir = args
+        .iter()
+        .position(|a| *a == "--data-dir")
+        .and_then(|i| args.get(i + 1));
+    if let Some(dir) = data_dir.filter(|_| on_etcd() && !args.iter().any(|a| *a == "--store")) {
+        command.args(store_flags(Path::new(dir)));
+    }
+    command.args(args).output().expect("run blocklistd")
 }
 
 /// `blocklistd import --data-dir data_dir file` (merging), which must succeed.

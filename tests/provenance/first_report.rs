@@ -102,6 +102,6 @@ async fn the_first_report_reads_the_same_before_and_after_the_next() {
     );
     assert!(d.terminate().success());
     // n1 and n2 (its second block): two each; n3: none.
-    assert_eq!(tree_lens(&ws.data_dir(), &["reports"]), [4]);
+    assert_eq!(ws.tree_entries(&["reports"]), [4]);
     assert_check_passes(&ws.data_dir());
 }

@@ -45,16 +45,19 @@ impl Members {
         }
     }
 
-    /// The current member: its number, and its client.
-    pub async fn current(&self) -> (usize, Result<Client, etcd_client::Error>) {
-        let member = self.current.load(Ordering::SeqCst);
-        let client = self.clients[member]
+    /// The number of the member calls go to now.
+    pub fn current(&self) -> usize {
+        self.current.load(Ordering::SeqCst)
+    }
+
+    /// Member `member`'s client, connected on first use.
+    pub async fn client(&self, member: usize) -> Result<Client, etcd_client::Error> {
+        self.clients[member]
             .get_or_try_init(|| {
                 Client::connect([self.urls[member].as_str()], Some(self.options.clone()))
             })
             .await
-            .cloned();
-        (member, client)
+            .cloned()
     }
 
     /// Runs the call `make` builds once, on the current member, within `within`; moves on
@@ -64,9 +67,10 @@ impl Members {
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let (member, client) = self.current().await;
+        let member = self.current();
+        // The connection too: opening one to a member that went away may hang.
         let outcome = tokio::time::timeout(within, async {
-            match client {
+            match self.client(member).await {
                 Ok(client) => make(client).await,
                 Err(e) => Err(e),
             }

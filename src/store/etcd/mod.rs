@@ -56,6 +56,20 @@ pub struct EtcdConfig {
     pub call_timeout: Duration,
     /// Who this daemon is, written in the writer key for operators and standbys.
     pub name: String,
+    /// How long the first open waits while another daemon holds the writer key: `None`,
+    /// as long as it takes (a standby daemon); an offline tool waits one lease, the
+    /// longest a killed daemon's key outlives it.
+    pub patience: Option<Duration>,
+    /// Whether an empty prefix may get a new store (the daemon, `import`); `check` and
+    /// `export` refuse one, so that a mistyped prefix does not look like an empty store.
+    pub create: bool,
+}
+
+impl EtcdConfig {
+    /// The patience of an offline tool: one lease, and a second for the clocks.
+    pub fn lease_and_a_second(&self) -> Duration {
+        Duration::from_secs(self.lease_ttl_secs.max(1).unsigned_abs() + 1)
+    }
 }
 
 /// The connection to the cluster, and this daemon's standing as its writer.
@@ -192,11 +206,27 @@ impl Etcd {
         self.writer.lock().expect("not poisoned").fence = 0;
     }
 
+    /// The prefix the store lives under.
+    pub fn prefix(&self) -> &str {
+        &self.config.prefix
+    }
+
+    /// Whether an empty prefix may get a new store ([`EtcdConfig::create`]).
+    pub fn creates(&self) -> bool {
+        self.config.create
+    }
+
+    /// How long the first open waits for the writer key ([`EtcdConfig::patience`]).
+    pub fn patience(&self) -> Option<Duration> {
+        self.config.patience
+    }
+
     /// Makes this daemon the writer of the prefix: a lease, kept alive, and the writer key
-    /// created under it if absent. With `wait`, waits (as a standby) while another daemon
-    /// holds the key; without, fails at once. Already the writer with a live lease: nothing
-    /// to do.
-    pub fn campaign(&self, wait: bool) -> Result<(), StoreError> {
+    /// created under it if absent. While another daemon holds the key, waits (as a
+    /// standby) up to `patience` (`None`: as long as it takes), then fails naming it.
+    /// Already the writer with a live lease: nothing to do.
+    pub fn campaign(&self, patience: Option<Duration>) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
         let mut standing = self.writer.lock().expect("not poisoned");
         if standing.fence != 0 && !self.lease_lost.load(Ordering::SeqCst) {
             return Ok(());
@@ -269,7 +299,7 @@ impl Etcd {
                 tracing::info!(prefix = %self.config.prefix, fence, "this daemon is the writer");
                 return Ok(());
             }
-            if !wait {
+            if patience.is_some_and(|patience| started.elapsed() >= patience) {
                 return Err(StoreError::NotWriter(holder));
             }
             if !announced {
@@ -343,14 +373,15 @@ async fn renew(
     step: Duration,
 ) -> Option<bool> {
     if renewal.is_none() {
-        let (member, client) = members.current().await;
-        let opened = match client {
-            Ok(mut client) => tokio::time::timeout(step, client.lease_keep_alive(lease))
-                .await
-                .map_err(|_| format!("no answer within {step:?}"))
-                .and_then(|opened| opened.map_err(|e| e.to_string())),
-            Err(e) => Err(e.to_string()),
+        let member = members.current();
+        let open = async {
+            let mut client = members.client(member).await?;
+            client.lease_keep_alive(lease).await
         };
+        let opened = tokio::time::timeout(step, open)
+            .await
+            .map_err(|_| format!("no answer within {step:?}"))
+            .and_then(|opened| opened.map_err(|e| e.to_string()));
         match opened {
             Ok((keeper, responses)) => *renewal = Some((member, keeper, responses)),
             Err(error) => {
@@ -380,8 +411,34 @@ async fn renew(
     }
 }
 
+impl Etcd {
+    /// Gives the writer key up at a clean stop, by revoking its lease: a standby takes
+    /// over at once instead of after the lease. Called once nothing more is written.
+    pub fn resign(&self) {
+        let lease = {
+            let mut standing = self.writer.lock().expect("not poisoned");
+            standing.fence = 0;
+            std::mem::take(&mut standing.lease)
+        };
+        if lease == 0 {
+            return;
+        }
+        self.lease_lost.store(true, Ordering::SeqCst);
+        match self.call("giving the writer key up", move |mut client| async move {
+            client.lease_revoke(lease).await
+        }) {
+            Ok(_) => tracing::info!(prefix = %self.config.prefix, "gave the writer key up"),
+            // It ends with the lease all the same.
+            Err(e) => tracing::warn!(error = %e, "could not give the writer key up"),
+        }
+    }
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
+        // An open that failed, or an offline tool, ends here: its key must not hold the
+        // prefix for a lease.
+        self.resign();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
