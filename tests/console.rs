@@ -286,8 +286,7 @@ async fn a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_land
         .execute("document.getElementById('grid').focus()", vec![])
         .await
         .unwrap();
-    let active = browser.client.active_element().await.unwrap();
-    active.send_keys(&Key::Down).await.unwrap();
+    browser.press(Key::Down).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let focused = browser
         .client
@@ -295,8 +294,7 @@ async fn a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_land
         .await
         .unwrap();
     assert_eq!(focused, "node/n1");
-    let active = browser.client.active_element().await.unwrap();
-    active.send_keys(&Key::Enter).await.unwrap();
+    browser.press(Key::Enter).await;
     browser
         .until("the item opened", DEADLINE, "return document.getElementById('detail').hidden ? '' : document.getElementById('detail-title').textContent", |t| t == "Node n1")
         .await;

@@ -162,6 +162,18 @@ impl Browser {
     }
 
     /// Types `text` into the field `css`, replacing what it held.
+    /// Presses `key` (down, then up) as a keyboard would: into whatever has the focus,
+    /// without WebDriver's element checks (a row repainted under the focus may fail those
+    /// for a moment while a keyboard reaches it all the same).
+    pub async fn press(&self, key: fantoccini::key::Key) {
+        use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+        let value: char = key.into();
+        let press = KeyActions::new("keyboard".into())
+            .then(KeyAction::Down { value })
+            .then(KeyAction::Up { value });
+        self.client.perform_actions(press).await.unwrap();
+    }
+
     pub async fn fill(&self, css: &str, text: &str) {
         let field = self.client.find(Locator::Css(css)).await.unwrap();
         field.clear().await.unwrap();
