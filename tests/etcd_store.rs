@@ -204,6 +204,17 @@ async fn a_paused_writer_is_fenced() {
         StatusCode::OK,
         "the paused writer shows a write it never made durable"
     );
+    // The deposed daemon is not ready (a load balancer sends its requests elsewhere), the
+    // new writer is.
+    let (status, body) = old.get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["etcd"], "not the writer", "{body}");
+    let (status, body) = new.get("/readyz").await;
+    assert_eq!(
+        (status, &body["etcd"]),
+        (StatusCode::OK, &json!("writer")),
+        "{body}"
+    );
 }
 
 /// The fence itself, without the lease's help: another owner of the writer key (made by
@@ -510,4 +521,9 @@ async fn etcd_out_of_space_is_a_503_that_says_so() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // /readyz says it, and is ready: reads are served, and no daemon could write.
+    let (status, body) = writer.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let etcd = body["etcd"].as_str().unwrap_or_default();
+    assert!(etcd.contains("NOSPACE alarm"), "{body}");
 }

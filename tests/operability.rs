@@ -320,7 +320,19 @@ async fn probes_answer() {
     let (status, body) = d.get("/readyz").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], "ready");
+    assert_eq!(body["store"], "open");
     assert_eq!(body["sweeper"], "running");
+    // Where the daemon stands in etcd, on etcd only.
+    let etcd = if on_etcd() {
+        json!("writer")
+    } else {
+        Value::Null
+    };
+    assert_eq!(
+        body.get("etcd").cloned().unwrap_or(Value::Null),
+        etcd,
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

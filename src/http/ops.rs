@@ -43,10 +43,13 @@ pub(super) async fn healthz() -> Json<Health> {
 /// Readiness of the store, its committer and the sweeper.
 #[derive(Serialize, ToSchema)]
 pub(super) struct Readiness {
-    /// `ready` when the committer and the sweeper run, else `not ready`.
+    /// `ready` when the store is open, the committer and the sweeper run and (on etcd)
+    /// this daemon is the writer, else `not ready`.
     #[schema(schema_with = ready_status)]
     status: &'static str,
-    /// Always `open`: the listener opens only after the store did.
+    /// `open`, or `reopening` for the moments after a storage error (reads and writes
+    /// answer 503 meanwhile).
+    #[schema(pattern = "^(open|reopening)$")]
     store: &'static str,
     /// `running` or `stopped`.
     committer: &'static str,
@@ -54,6 +57,13 @@ pub(super) struct Readiness {
     sweeper: &'static str,
     /// The current revision.
     revision: u64,
+    /// With `--store etcd` only: `writer` while this daemon holds the prefix's writer key,
+    /// `not the writer` while it is trying to win it back (a lease that ended: it answers
+    /// 503), or, while etcd refuses its writes for a reason only an operator can clear
+    /// (its NOSPACE alarm), what to do — reads are served then, and the status stays
+    /// `ready`, since no other daemon could write either.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcd: Option<&'static str>,
 }
 
 fn ready_status() -> Schema {
@@ -61,12 +71,13 @@ fn ready_status() -> Schema {
         .schema_type(Type::String)
         .enum_values(Some(["ready", "not ready"]))
         .description(Some(
-            "`ready` when the committer and the sweeper run, else `not ready`",
+            "`ready` when the store is open, the committer and the sweeper run and (on etcd) \
+             this daemon is the writer, else `not ready`",
         ))
         .into()
 }
 
-/// Readiness: the store is open, its committer runs, and the sweeper runs
+/// Readiness: the store is open, its committer and sweeper run, and on etcd it is the writer
 ///
 /// Migrations ran before the listener opened.
 #[utoipa::path(
@@ -75,27 +86,32 @@ fn ready_status() -> Schema {
     tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Readiness),
-        (status = 503, description = "Not ready: the committer or the sweeper stopped", body = Readiness),
+        (status = 503, description = "Not ready: the store is being reopened, the committer or the sweeper stopped, or (on etcd) this daemon is not the writer", body = Readiness),
     ),
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let committer = state.store.committer_alive();
     let sweeper = !state.sweeper.is_finished();
+    let open = state.store.is_open();
+    let etcd = state.store.etcd_standing();
+    let writer = etcd.is_none_or(|etcd| etcd.writer);
+    let ready = committer && sweeper && open && writer;
     let readiness = Readiness {
-        status: if committer && sweeper {
-            "ready"
-        } else {
-            "not ready"
-        },
-        store: "open",
+        status: if ready { "ready" } else { "not ready" },
+        store: if open { "open" } else { "reopening" },
         committer: if committer { "running" } else { "stopped" },
         sweeper: if sweeper { "running" } else { "stopped" },
         revision: state.store.revision(),
+        etcd: etcd.map(|etcd| match (etcd.writer, etcd.refusal) {
+            (true, Some(refusal)) => refusal,
+            (true, None) => "writer",
+            (false, _) => "not the writer",
+        }),
     };
     // Sent as a `serde_json::Value`, whose object keys are sorted (`committer` first): that
     // is this body's key order on the wire, while the struct keeps the documented order.
     let body = serde_json::to_value(readiness).expect("readiness serializes");
-    let status = if committer && sweeper {
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

@@ -142,6 +142,15 @@ struct Shared {
     etcd: Option<Arc<etcd::Etcd>>,
 }
 
+/// Where a daemon on the etcd store stands.
+#[derive(Debug, Clone, Copy)]
+pub struct EtcdStanding {
+    /// It holds the writer key with a live lease: it writes, and its reads are current.
+    pub writer: bool,
+    /// What an operator must do since etcd refused its last write so (the NOSPACE alarm).
+    pub refusal: Option<&'static str>,
+}
+
 /// An open database and its trees.
 pub(crate) struct Handles {
     pub db: Db,
@@ -394,6 +403,23 @@ impl Store {
     /// The open database, or 503 while it is being reopened.
     fn handles(&self) -> Result<Arc<Handles>> {
         self.shared.handles.load_full().ok_or(StoreError::Reopening)
+    }
+
+    /// Whether the database is open (not being reopened after a storage error).
+    pub fn is_open(&self) -> bool {
+        self.shared.handles.load().is_some()
+    }
+
+    /// Where this daemon stands in etcd (`None` on sled): for `/readyz`.
+    pub fn etcd_standing(&self) -> Option<EtcdStanding> {
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = &self.shared.etcd {
+            return Some(EtcdStanding {
+                writer: etcd.is_writer(),
+                refusal: etcd.refusal(),
+            });
+        }
+        None
     }
 
     /// Whether the committer thread is still running.

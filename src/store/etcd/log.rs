@@ -381,7 +381,12 @@ impl Replicate for Etcd {
         // held across the call, which runs on the runtime a fold needs it on.
         let entry = self.log.lock().expect("not poisoned").next_entry;
         // Whether a failed put took is unknown: the reopen reads the log again.
-        self.append(entry, fence, &bytes)?;
+        let appended = self.append(entry, fence, &bytes);
+        *self.refusal.lock().expect("not poisoned") = appended
+            .as_ref()
+            .err()
+            .and_then(StoreError::operator_action);
+        appended?;
         let mut log = self.log.lock().expect("not poisoned");
         log.next_entry = entry + 1;
         log.unfold(entry, writes.to_vec());

@@ -85,6 +85,9 @@ pub(crate) struct Etcd {
     lease_lost: Arc<AtomicBool>,
     /// Where the log stands ([`log`]).
     log: Arc<Mutex<log::Log>>,
+    /// What an operator must do since etcd last refused a write so (its NOSPACE alarm),
+    /// until a write takes again: `/readyz` says it.
+    refusal: Mutex<Option<&'static str>>,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -137,6 +140,7 @@ impl Etcd {
             writer: Mutex::new(Standing::default()),
             lease_lost: Arc::new(AtomicBool::new(false)),
             log: Arc::default(),
+            refusal: Mutex::new(None),
         }))
     }
 
@@ -204,6 +208,18 @@ impl Etcd {
     /// Forgets the fence: etcd refused a write by it, so another daemon holds the key.
     fn deposed(&self) {
         self.writer.lock().expect("not poisoned").fence = 0;
+    }
+
+    /// Whether this daemon holds the writer key with a live lease.
+    pub fn is_writer(&self) -> bool {
+        self.writer.lock().expect("not poisoned").fence != 0
+            && !self.lease_lost.load(Ordering::SeqCst)
+    }
+
+    /// What an operator must do before etcd takes a write again, when it last refused one
+    /// for a reason of the operator's (its NOSPACE alarm).
+    pub fn refusal(&self) -> Option<&'static str> {
+        *self.refusal.lock().expect("not poisoned")
     }
 
     /// The prefix the store lives under.
