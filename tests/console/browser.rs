@@ -163,7 +163,7 @@ impl Browser {
 
     /// Types `text` into the field `css`, replacing what it held.
     /// Presses `key` (down, then up) as a keyboard would: into whatever has the focus,
-    /// without WebDriver's element checks (a row repainted under the focus may fail those
+    /// without the `WebDriver` element checks (a row repainted under the focus may fail those
     /// for a moment while a keyboard reaches it all the same).
     pub async fn press(&self, key: fantoccini::key::Key) {
         use fantoccini::actions::{InputSource, KeyAction, KeyActions};
