@@ -161,7 +161,6 @@ impl Browser {
         serde_json::from_value(value).unwrap()
     }
 
-    /// Types `text` into the field `css`, replacing what it held.
     /// Presses `key` (down, then up) as a keyboard would: into whatever has the focus,
     /// without the `WebDriver` element checks (a row repainted under the focus may fail those
     /// for a moment while a keyboard reaches it all the same).
@@ -174,6 +173,7 @@ impl Browser {
         self.client.perform_actions(press).await.unwrap();
     }
 
+    /// Types `text` into the field `css`, replacing what it held.
     pub async fn fill(&self, css: &str, text: &str) {
         let field = self.client.find(Locator::Css(css)).await.unwrap();
         field.clear().await.unwrap();
