@@ -46,7 +46,7 @@ const REQUEST_OVERHEAD: usize = 4 * 1024;
 /// How many log keys one read of a restore asks for (each at most one request's size),
 /// and how many folded keys.
 const LOG_PAGE: i64 = 16;
-const KV_PAGE: i64 = 2_000;
+const KV_PAGE: i64 = 10_000;
 
 /// Folding also starts once the entries waiting wrote this many keys (beside
 /// `--etcd-fold-entries` entries): what waits is held in memory.
@@ -165,6 +165,7 @@ impl Etcd {
         };
         let prefix = self.kv_prefix();
         let mut folded = 0u64;
+        let mut loader = Loader::new(trees);
         self.scan(
             "reading the folded state",
             prefix.clone().into_bytes(),
@@ -174,11 +175,12 @@ impl Etcd {
             |kv| {
                 let (tree, key) = parse_kv_key(&kv.key()[prefix.len()..])
                     .ok_or_else(|| StoreError::Etcd(format!("malformed key {:?}", kv.key_str())))?;
-                tree.of(trees).insert(key, kv.value())?;
+                loader.insert(tree, key, kv.value())?;
                 folded += 1;
                 Ok(())
             },
         )?;
+        loader.finish()?;
         let log_prefix = self.key("log/");
         let mut pending: Option<(u64, u32, Vec<u8>)> = None;
         let mut entries = 0u64;
@@ -458,6 +460,49 @@ async fn commit_if(
 ) -> Result<bool, etcd_client::Error> {
     let txn = Txn::new().when(compares).and_then(ops);
     client.txn(txn).await.map(|r| r.succeeded())
+}
+
+/// Loads the folded keys into the mirror's trees in batches: they arrive sorted by tree,
+/// and one batch per tree and [`LOAD_BATCH`] keys costs a fraction of an insert each.
+struct Loader<'a> {
+    trees: &'a Trees,
+    tree: Option<TreeId>,
+    batch: sled::Batch,
+    keys: usize,
+}
+
+/// The most keys one batch of the loader holds.
+const LOAD_BATCH: usize = 10_000;
+
+impl<'a> Loader<'a> {
+    fn new(trees: &'a Trees) -> Loader<'a> {
+        Loader {
+            trees,
+            tree: None,
+            batch: sled::Batch::default(),
+            keys: 0,
+        }
+    }
+
+    fn insert(&mut self, tree: TreeId, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        if self.tree != Some(tree) || self.keys >= LOAD_BATCH {
+            self.finish()?;
+            self.tree = Some(tree);
+        }
+        self.batch.insert(key, value);
+        self.keys += 1;
+        Ok(())
+    }
+
+    /// Applies the batch held, if any.
+    fn finish(&mut self) -> Result<(), StoreError> {
+        if let Some(tree) = self.tree.take() {
+            tree.of(self.trees)
+                .apply_batch(std::mem::take(&mut self.batch))?;
+            self.keys = 0;
+        }
+        Ok(())
+    }
 }
 
 /// The tree and the key of a folded key, after `P/kv/`.
