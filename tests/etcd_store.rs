@@ -442,6 +442,53 @@ async fn a_dead_member_of_three_costs_no_write() {
     );
 }
 
+/// A fold's transactions fit etcd's request limit as well as its operation limit: keys of
+/// long values, many to a transaction by count alone, would make one etcd refuses every
+/// time, and the log would never be folded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fold_of_large_values_fits_the_request_limit() {
+    let Some(cluster) = EtcdCluster::start_with(
+        1,
+        &["--max-request-bytes", "65536"],
+        "etcd_store fold request limit",
+    ) else {
+        return;
+    };
+    let ws = Workspace::new();
+    let flags = with(
+        on_etcd(&cluster, "/t/"),
+        &[
+            "--etcd-max-request-bytes",
+            "65536",
+            "--etcd-fold-entries",
+            "1",
+        ],
+    );
+    let writer = spawn(&ws, &flags, 1).listening();
+    // 300 items of 1,000-byte causes: 128 of them (--etcd-max-txn-ops) are twice the limit.
+    let cause = "x".repeat(1_000);
+    let batch: Vec<_> = (0..300)
+        .map(|i| item(&format!("long-{i}"), "MARK_BLOCKED", &cause))
+        .collect();
+    assert_eq!(
+        writer.post("/blocklist/nodes", json!(batch)).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(add(&writer, "nodes", "next").await, StatusCode::CREATED);
+    eventually("the log is folded", || async {
+        let entries = cluster.etcdctl(&["get", "--prefix", "/t/log/", "--keys-only"]);
+        let applied = cluster.etcdctl(&["get", "/t/applied", "--print-value-only"]);
+        applied.trim().parse::<u64>().is_ok_and(|n| n >= 2)
+            && entries.lines().filter(|k| !k.is_empty()).count() <= 2
+    })
+    .await;
+    assert!(
+        !writer.log_text().contains("folding the log failed"),
+        "{}",
+        writer.log_text()
+    );
+}
+
 /// Folding runs on the store's etcd runtime beside the next entries' puts: under
 /// concurrent writes, with a fold after every entry, every write is still answered 201.
 #[tokio::test(flavor = "multi_thread")]

@@ -43,6 +43,9 @@ const ENTRY_FORMAT: u8 = 1;
 /// Room left in a request beside the part itself: the keys, the compares, gRPC framing.
 const REQUEST_OVERHEAD: usize = 4 * 1024;
 
+/// What one operation of a transaction costs beside its key and value (protobuf framing).
+const OP_OVERHEAD: usize = 16;
+
 /// How many log keys one read of a restore asks for (each at most one request's size),
 /// and how many folded keys.
 const LOG_PAGE: i64 = 16;
@@ -249,12 +252,7 @@ impl Etcd {
 
     /// Puts `bytes` as log entry `entry`, in parts where it must, fenced.
     fn append(&self, entry: u64, fence: i64, bytes: &[u8]) -> Result<(), StoreError> {
-        let room = self
-            .config
-            .max_request_bytes
-            .saturating_sub(REQUEST_OVERHEAD)
-            .max(1024);
-        let mut chunks = bytes.chunks(room);
+        let mut chunks = bytes.chunks(self.request_room());
         let first = chunks.next().unwrap_or_default();
         let rest: Vec<&[u8]> = chunks.collect();
         let fenced = Compare::create_revision(self.writer_key(), CompareOp::Equal, fence);
@@ -270,6 +268,14 @@ impl Etcd {
             .map_err(|e| etcd_error("encoding a log entry", e))?;
         value.extend_from_slice(first);
         self.put_entry(self.entry_key(entry), &value, fenced)
+    }
+
+    /// The bytes of keys and values one request may carry beside its framing.
+    fn request_room(&self) -> usize {
+        self.config
+            .max_request_bytes
+            .saturating_sub(REQUEST_OVERHEAD)
+            .max(1024)
     }
 
     /// Runs `ops` if every compare holds (a repeated attempt included). Refused: this
@@ -343,6 +349,7 @@ impl Etcd {
             log_start: self.key("log/"),
             log_end: self.entry_key(through + 1),
             max_ops: self.config.max_txn_ops.max(1),
+            room: self.request_room(),
             timeout: self.config.call_timeout,
         };
         let state = self.log.clone();
@@ -406,6 +413,8 @@ struct Fold {
     log_start: String,
     log_end: String,
     max_ops: usize,
+    /// The bytes of keys and values one transaction may carry.
+    room: usize,
     timeout: std::time::Duration,
 }
 
@@ -417,19 +426,26 @@ impl Fold {
         unfolded: &BTreeMap<(TreeId, Vec<u8>), Option<Vec<u8>>>,
         through: u64,
     ) -> Result<(), String> {
-        let ops: Vec<TxnOp> = unfolded
-            .iter()
-            .map(|((tree, key), value)| {
-                let mut name = format!("{}{}/", self.kv_prefix, tree.name()).into_bytes();
-                name.extend_from_slice(key);
-                match value {
-                    Some(value) => TxnOp::put(name, value.clone(), None),
-                    None => TxnOp::delete(name, None),
-                }
-            })
-            .collect();
-        for chunk in ops.chunks(self.max_ops) {
-            self.step(chunk.to_vec()).await?;
+        // Each transaction within both of etcd's limits: its operations, and its bytes (a
+        // key's value may be kilobytes: an item's merged cause, a chunk of events).
+        let mut ops = Vec::new();
+        let mut bytes = 0;
+        for ((tree, key), value) in unfolded {
+            let mut name = format!("{}{}/", self.kv_prefix, tree.name()).into_bytes();
+            name.extend_from_slice(key);
+            let size = name.len() + value.as_ref().map_or(0, Vec::len) + OP_OVERHEAD;
+            if !ops.is_empty() && (ops.len() >= self.max_ops || bytes + size > self.room) {
+                self.step(std::mem::take(&mut ops)).await?;
+                bytes = 0;
+            }
+            bytes += size;
+            ops.push(match value {
+                Some(value) => TxnOp::put(name, value.clone(), None),
+                None => TxnOp::delete(name, None),
+            });
+        }
+        if !ops.is_empty() {
+            self.step(ops).await?;
         }
         self.step(vec![TxnOp::put(
             self.applied_key.clone(),
