@@ -131,3 +131,24 @@ async fn the_document_covers_what_the_daemon_serves() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+/// Every query parameter has a default (each extractor takes its parameter as optional), so
+/// none may be documented as required: a client following the document would send what no
+/// call needs, and a contract checker takes a call without it for a schema violation.
+#[test]
+fn no_query_parameter_is_documented_as_required() {
+    let doc: Value = serde_json::from_str(&blocklistd::http::openapi_document()).unwrap();
+    let mut required = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            let parameters = operation["parameters"].as_array().into_iter().flatten();
+            for parameter in parameters {
+                if parameter["in"] == "query" && parameter["required"] == true {
+                    let name = parameter["name"].as_str().unwrap_or_default();
+                    required.push(format!("{method} {path} ?{name}"));
+                }
+            }
+        }
+    }
+    assert!(required.is_empty(), "documented as required: {required:?}");
+}

@@ -360,7 +360,7 @@ const HOLD_OFF_UNITS: [(char, u64); 4] = [('s', 1), ('m', 60), ('h', 3600), ('d'
 pub struct HoldOffParam {
     /// How long the id may not be blocked again: a whole number of seconds (`s`), minutes
     /// (`m`), hours (`h`) or days (`d`), up to a week, e.g. `30m` (admin tokens only).
-    #[param(rename = "holdOff", value_type = String, pattern = "^(?:(?:[1-9][0-9]{0,4}|[1-5][0-9]{5}|60[0-3][0-9]{3}|604[0-7][0-9]{2}|604800)s|(?:[1-9][0-9]{0,3}|100[0-7][0-9]|10080)m|(?:[1-9][0-9]{0,1}|1[0-5][0-9]|16[0-7]|168)h|(?:[1-6]|7)d)$")]
+    #[param(rename = "holdOff", value_type = Option<String>, pattern = "^(?:(?:[1-9][0-9]{0,4}|[1-5][0-9]{5}|60[0-3][0-9]{3}|604[0-7][0-9]{2}|604800)s|(?:[1-9][0-9]{0,3}|100[0-7][0-9]|10080)m|(?:[1-9][0-9]{0,1}|1[0-5][0-9]|16[0-7]|168)h|(?:[1-6]|7)d)$")]
     hold_off_ms: Option<i64>,
 }
 
