@@ -527,6 +527,9 @@ async fn writes_go_on_while_the_log_is_folded() {
 
 /// etcd past its space quota (its NOSPACE alarm): a write is answered 503 with what an
 /// operator must do, and what was acknowledged before reads again once the store rebuilt.
+/// While the alarm stays raised, neither a client's write nor the sweeper's retries make
+/// reads fail (each failed write used to rebuild the store, 503s meanwhile), and once it is
+/// disarmed writes take again.
 #[tokio::test(flavor = "multi_thread")]
 async fn etcd_out_of_space_is_a_503_that_says_so() {
     let Some(cluster) = EtcdCluster::start_with(
@@ -539,6 +542,12 @@ async fn etcd_out_of_space_is_a_503_that_says_so() {
     let ws = Workspace::new();
     let writer = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
+    let mut short = item("short", "MARK_BLOCKED", "c");
+    short["timeout"] = json!(3_000);
+    assert_eq!(
+        writer.post("/blocklist/nodes", json!([short])).await.0,
+        StatusCode::CREATED
+    );
     let cause = "x".repeat(1_000);
     let mut answer = None;
     for round in 0..200 {
@@ -573,4 +582,54 @@ async fn etcd_out_of_space_is_a_503_that_says_so() {
     assert_eq!(status, StatusCode::OK, "{body}");
     let etcd = body["etcd"].as_str().unwrap_or_default();
     assert!(etcd.contains("NOSPACE alarm"), "{body}");
+
+    // Under the raised alarm: a refused write, and `short` falling due (the sweeper tries
+    // to announce it every second), while every read is answered.
+    let (status, body) = writer
+        .post(
+            "/blocklist/nodes",
+            json!([item("refused", "MARK_BLOCKED", "c")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let (status, body) = writer.get("/blocklist/nodes/before").await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "a read failed under the alarm: {body}\n{}",
+            writer.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        writer.get("/blocklist/nodes/short").await.0,
+        StatusCode::NOT_FOUND,
+        "a due item reads as gone, announced or not"
+    );
+
+    // Disarmed (after room was made): writes take again, and `short` is announced.
+    cluster.etcdctl(&["compact", &etcd_revision(&cluster).to_string()]);
+    cluster.etcdctl(&["defrag"]);
+    cluster.etcdctl(&["alarm", "disarm"]);
+    eventually("a write takes after the alarm is disarmed", || async {
+        add(&writer, "nodes", "after").await == StatusCode::CREATED
+    })
+    .await;
+    let (status, body) = writer.get("/readyz").await;
+    assert_eq!(
+        (status, &body["etcd"]),
+        (StatusCode::OK, &json!("writer")),
+        "{body}"
+    );
+}
+
+/// The cluster's current revision, as `etcdctl endpoint status` shows it.
+fn etcd_revision(cluster: &EtcdCluster) -> u64 {
+    let status = cluster.etcdctl(&["endpoint", "status", "-w", "json"]);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("etcdctl's JSON");
+    status[0]["Status"]["header"]["revision"]
+        .as_u64()
+        .expect("a revision")
 }

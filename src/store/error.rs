@@ -138,7 +138,7 @@ fn damage_lines(files: &[String]) -> String {
 }
 
 /// What etcd answers a write past its space quota with (its NOSPACE alarm).
-const ETCD_NOSPACE: &str = "database space exceeded";
+pub(crate) const ETCD_NOSPACE: &str = "database space exceeded";
 
 impl StoreError {
     /// What an operator must do before a 503 can clear, when the client may be told: etcd

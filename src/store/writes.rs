@@ -116,6 +116,13 @@ pub(crate) fn log_write(log: Option<&WriteLog>, tree: TreeId, key: &[u8], value:
 pub(crate) trait Replicate: Send + Sync + std::fmt::Debug {
     /// Commits `writes`, the writes of one or more groups in commit order, in one step.
     fn replicate(&self, writes: &[Write]) -> Result<(), super::StoreError>;
+
+    /// Err while the replica refuses every write for a reason only an operator can clear
+    /// (etcd's NOSPACE alarm, still raised): a batch is then refused before it changes the
+    /// mirror, instead of committed, refused and rolled back by a rebuild each time.
+    fn refuses_writes(&self) -> Result<(), super::StoreError> {
+        Ok(())
+    }
 }
 
 type TxTreeResult<T> = Result<T, UnabortableTransactionError>;

@@ -82,6 +82,10 @@ impl Committer {
             fail_all(batch, &e);
             return;
         }
+        if let Err(e) = self.replica_refuses(batch) {
+            fail_all(batch, &e);
+            return;
+        }
         let started = Instant::now();
         // Never before the watermark's end, even if the wall clock went back: an item
         // announced expired must stay expired (readers go by the same time).
@@ -149,6 +153,23 @@ impl Committer {
                 fail_all(&mut dry_runs, &error);
             }
         }
+    }
+
+    /// Refuses a batch that writes while the replica refuses every write (etcd's NOSPACE
+    /// alarm, still raised): nothing of it is applied, so no rebuild follows — the sweeper's
+    /// retries under the alarm would otherwise make one a second, each a moment of 503s for
+    /// readers. Dry runs alone go on.
+    fn replica_refuses(&self, batch: &[Op]) -> Result<(), CommitError> {
+        let Some(replica) = &self.config.replica else {
+            return Ok(());
+        };
+        if batch.iter().all(Op::is_dry_run) {
+            return Ok(());
+        }
+        replica.refuses_writes().map_err(|e| {
+            tracing::warn!(error = %e, requests = batch.len(), "etcd refuses writes; the batch is refused");
+            CommitError::TransactionFailed(Arc::new(e))
+        })
     }
 
     /// Decides each dry run in turn against the committed state (none sees another's

@@ -29,11 +29,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp};
+use etcd_client::{
+    AlarmAction, AlarmType, Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn,
+    TxnOp,
+};
 use serde::{Deserialize, Serialize};
 
 use super::members::{Attempt, Members};
 use super::{etcd_error, Etcd};
+use crate::store::error::ETCD_NOSPACE;
 use crate::store::writes::{replay, Replicate, TreeId, Write};
 use crate::store::{StoreError, Trees};
 
@@ -400,6 +404,29 @@ impl Replicate for Etcd {
         log.next_entry = entry + 1;
         log.unfold(entry, writes.to_vec());
         self.fold_if_due(&mut log, fence);
+        Ok(())
+    }
+
+    /// While etcd's last refusal was its NOSPACE alarm, asks etcd whether the alarm is
+    /// still raised (a read, which etcd serves under the alarm): raised, the batch is
+    /// refused; disarmed, writes go on.
+    fn refuses_writes(&self) -> Result<(), StoreError> {
+        if self.refusal().is_none() {
+            return Ok(());
+        }
+        let alarms = self.call("reading etcd's alarms", |mut client| async move {
+            client.alarm(AlarmAction::Get, AlarmType::None, None).await
+        })?;
+        if alarms
+            .alarms()
+            .iter()
+            .any(|a| a.alarm() == AlarmType::Nospace)
+        {
+            return Err(StoreError::Etcd(format!(
+                "etcd's NOSPACE alarm is raised: {ETCD_NOSPACE}"
+            )));
+        }
+        *self.refusal.lock().expect("not poisoned") = None;
         Ok(())
     }
 }
