@@ -1,7 +1,8 @@
 //! The offline subcommands: `check`, `export`, `salvage`, `import` on a stopped daemon's
 //! data dir, or (`--store etcd`) on an etcd prefix no daemon writes (`salvage` excepted:
-//! it reads a damaged data dir's files). Each reports its progress through a [`Meter`] on stderr and ends with one
-//! summary line there (none with `--quiet`); stdout carries only the work's own output.
+//! it reads a damaged data dir's files). Each reports its progress through a [`Meter`] on
+//! stderr and ends with one summary line there (none with `--quiet`); stdout carries only
+//! the work's own output.
 
 use std::io::{Read, Write};
 use std::path::Path;

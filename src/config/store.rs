@@ -64,7 +64,8 @@ pub struct StoreFlags {
 
     /// etcd's --max-request-bytes: a group's writes larger than this go in several parts.
     #[arg(long, env = "BLOCKLISTD_ETCD_MAX_REQUEST_BYTES", default_value_t = 1536 * 1024,
-          value_parser = clap::value_parser!(u64).range(64 * 1024..=1024 * 1024 * 1024), global = true)]
+          value_parser = clap::value_parser!(u64).range(64 * 1024..=1024 * 1024 * 1024),
+          global = true)]
     pub etcd_max_request_bytes: u64,
 
     /// etcd's --max-txn-ops: folding the log into one key per stored key puts at most this

@@ -167,7 +167,8 @@ impl Committer {
             return Ok(());
         }
         replica.refuses_writes().map_err(|e| {
-            tracing::warn!(error = %e, requests = batch.len(), "etcd refuses writes; the batch is refused");
+            let requests = batch.len();
+            tracing::warn!(error = %e, requests, "etcd refuses writes; the batch is refused");
             CommitError::TransactionFailed(Arc::new(e))
         })
     }
