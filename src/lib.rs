@@ -51,11 +51,12 @@ pub mod sweeper;
 pub mod validate;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
 use crate::config::{Config, Opener};
-use crate::http::{AppState, Auth, Limits};
+use crate::http::{AppState, Auth, Forwarder, Limits, Stop};
 use crate::store::{Store, StoreConfig, StoreError};
 
 /// Why the daemon could not start or stopped with an error.
@@ -75,14 +76,19 @@ pub enum Error {
 }
 
 /// The store's settings: the data dir's, or, with `--store etcd`, the cluster's (connected;
-/// nothing written yet).
-fn store_config(config: &Config) -> Result<StoreConfig, Error> {
+/// nothing written yet), announcing `advertised` as where to forward to while this daemon
+/// is the writer.
+fn store_config(config: &Config, advertised: &str) -> Result<StoreConfig, Error> {
     let mut store = config.store();
-    let name = format!(
-        "blocklistd pid {} listening on {}",
-        std::process::id(),
-        config.listen
-    );
+    let name = crate::store::Announcement {
+        name: format!(
+            "blocklistd pid {} listening on {}",
+            std::process::id(),
+            config.listen
+        ),
+        url: Some(advertised.to_owned()),
+    }
+    .to_value();
     config
         .store
         .place(&mut store, name, Opener::Daemon)
@@ -90,8 +96,62 @@ fn store_config(config: &Config) -> Result<StoreConfig, Error> {
     Ok(store)
 }
 
+/// The daemon once its store is open: what stops with it.
+struct Running {
+    store: Store,
+    sweeper: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the store (on etcd: waits until this daemon is the writer), starts the sweeper,
+/// and builds the application.
+async fn start(
+    config: &Config,
+    store_config: StoreConfig,
+    auth: Option<Auth>,
+    forwarder: Option<Arc<Forwarder>>,
+    stop: Stop,
+) -> Result<(Running, axum::Router), Error> {
+    let metrics = store_config.metrics.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_config))
+        .await
+        .expect("opening the store does not panic")?;
+    let sweeper = tokio::spawn(sweeper::run(
+        store.clone(),
+        config.sweep_interval(),
+        config.reclaim(),
+        metrics.clone(),
+    ));
+    let state = AppState::new(
+        store.clone(),
+        limits(config),
+        auth,
+        metrics,
+        sweeper.abort_handle(),
+        config.check_cache_mb.saturating_mul(1024 * 1024),
+        config.cors_origins.clone(),
+    )
+    .serving(stop, forwarder);
+    Ok((Running { store, sweeper }, http::router(state)))
+}
+
+fn limits(config: &Config) -> Limits {
+    Limits {
+        max_body_bytes: config.max_body_bytes,
+        max_batch: config.max_batch,
+        events_heartbeat: config.events_heartbeat(),
+        events_max_lag: config.events_max_lag,
+        header_timeout: config.header_timeout(),
+        body_timeout: config.body_timeout(),
+        max_connections: config.max_connections as usize,
+    }
+}
+
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the sweeper, serves
 /// HTTP, then drains in-flight requests and closes the store.
+///
+/// On etcd, a daemon that finds another writer on its prefix listens at once as a standby
+/// (`http::standby_router`: requests sent on to the writer) and takes over, store, sweeper
+/// and application, once it wins the writer key.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -108,11 +168,6 @@ pub async fn run(
             config.listen
         )));
     }
-    let store_config = store_config(&config)?;
-    let metrics = store_config.metrics.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&store_config))
-        .await
-        .expect("opening the store does not panic")?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| Error::Bind {
@@ -120,35 +175,97 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
-    let sweeper = tokio::spawn(sweeper::run(
-        store.clone(),
-        config.sweep_interval(),
-        config.reclaim(),
-        metrics.clone(),
-    ));
+    let advertised = config.store.advertised(addr);
+    let store_config = store_config(&config, &advertised)?;
+    let metrics = store_config.metrics.clone();
+    let election = store_config.election();
+    let forwarder = election.clone().map(|election| {
+        Forwarder::new(
+            election,
+            advertised,
+            config.store.forward_wait(),
+            config.max_body_bytes,
+            metrics.clone(),
+        )
+    });
+    let standby = match &election {
+        Some(election) => {
+            let election = election.clone();
+            !tokio::task::spawn_blocking(move || election.try_win())
+                .await
+                .expect("campaigning does not panic")?
+        }
+        None => false,
+    };
+    let stop = Stop::new();
+    let (app, opening, failed) = if let Some(forwarder) = forwarder.clone().filter(|_| standby) {
+        tracing::info!(%addr, "another daemon writes the prefix: serving as a standby, requests sent on to the writer");
+        let taken_over = Arc::new(std::sync::OnceLock::new());
+        let app = http::standby_router(forwarder.clone(), taken_over.clone(), metrics.clone());
+        let (fail, failed) = tokio::sync::oneshot::channel::<()>();
+        let (config, auth, stop) = (config.clone(), auth, stop.clone());
+        let opening = tokio::spawn(async move {
+            let started = start(&config, store_config, auth, Some(forwarder), stop).await;
+            match started {
+                Ok((running, app)) => {
+                    let _ = taken_over.set(app);
+                    tracing::info!("took over as the writer");
+                    Ok(running)
+                }
+                Err(e) => {
+                    let _ = fail.send(());
+                    Err(e)
+                }
+            }
+        });
+        (app, opening, Some(failed))
+    } else {
+        let (running, app) = start(&config, store_config, auth, forwarder, stop.clone()).await?;
+        let opening = tokio::spawn(async move { Ok(running) });
+        (app, opening, None)
+    };
     // Tests and supervisors read this line from stdout to learn the bound port.
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");
 
-    let state = AppState::new(
-        store.clone(),
-        Limits {
-            max_body_bytes: config.max_body_bytes,
-            max_batch: config.max_batch,
-            events_heartbeat: config.events_heartbeat(),
-            events_max_lag: config.events_max_lag,
-            header_timeout: config.header_timeout(),
-            body_timeout: config.body_timeout(),
-            max_connections: config.max_connections as usize,
-        },
-        auth,
-        metrics,
-        sweeper.abort_handle(),
-        config.check_cache_mb.saturating_mul(1024 * 1024),
-        config.cors_origins.clone(),
-    );
-    let served = http::serve(listener, state, shutdown, config.shutdown_timeout()).await;
+    // A standby whose open failed (not a wait: an error) stops, as a daemon whose first
+    // open failed does.
+    let shutdown = async move {
+        match failed {
+            // Dropped unsent once the standby took over: that is no failure.
+            Some(failed) => tokio::select! {
+                () = shutdown => {}
+                Ok(()) = failed => {}
+            },
+            None => shutdown.await,
+        }
+    };
+    let served = http::serve(
+        listener,
+        app,
+        limits(&config),
+        stop,
+        shutdown,
+        config.shutdown_timeout(),
+    )
+    .await;
     tracing::info!("shutting down");
+    if !opening.is_finished() {
+        // Still a standby: stop waiting for the writer key.
+        if let Some(election) = &election {
+            election.stop_waiting();
+        }
+    }
+    let running = opening.await.expect("opening the store does not panic");
+    let Running { store, sweeper } = match running {
+        Ok(running) => running,
+        // Stopped while waiting for the writer key: nothing was opened.
+        Err(Error::Store(StoreError::Closed)) => {
+            tracing::info!("stopped");
+            return served.map_err(Error::Serve);
+        }
+        Err(e) => return Err(e),
+    };
     sweeper.abort();
     let _ = sweeper.await;
     tokio::task::spawn_blocking(move || store.shutdown())

@@ -86,6 +86,13 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// How a request sent on to the writer ended: `answered` (whatever the writer's status),
+/// `no_writer` (none reachable in time), `failed` (sent, and no answer came back).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardLabels {
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
@@ -129,6 +136,9 @@ pub struct Metrics {
     /// Requests answered 4xx or 5xx, by status.
     pub rejected: Family<RejectLabels, Counter>,
     pub request_seconds: Family<RequestLabels, Histogram>,
+    /// Requests sent on to the writer of the etcd prefix, by outcome: the time from their
+    /// arrival to the writer's answer (waiting for a writer included).
+    pub forwarded_seconds: Family<ForwardLabels, Histogram>,
     /// now − endTimestamp of each item, when the sweeper announced it expired.
     pub sweeper_lag_seconds: Histogram,
     /// Expiry entries (with their items) deleted after being announced expired.
@@ -205,6 +215,15 @@ impl Metrics {
             "http_request_duration_seconds",
             "HTTP request duration, by route and status",
             request_seconds.clone(),
+        );
+        let forwarded_seconds = Family::<ForwardLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
+        });
+        registry.register(
+            "forwarded_request_duration_seconds",
+            "Requests sent on to the writer of the etcd prefix, by outcome (answered, \
+             no_writer, failed): from their arrival to the writer's answer",
+            forwarded_seconds.clone(),
         );
         let sweeper_lag_seconds = Histogram::new(LAG_BUCKETS.iter().copied());
         registry.register(
@@ -293,6 +312,7 @@ impl Metrics {
             guard_refusals,
             rejected,
             request_seconds,
+            forwarded_seconds,
             sweeper_lag_seconds,
             reclaimed_entries,
             unreclaimed,

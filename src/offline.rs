@@ -57,7 +57,11 @@ impl Place<'_> {
     /// The store's settings; `create`: whether an empty place gets a new store.
     fn store_config(self, create: bool) -> Result<StoreConfig, String> {
         let mut store = StoreConfig::new(&self.config.data_dir);
-        let name = format!("blocklistd offline tool, pid {}", std::process::id());
+        let name = crate::store::Announcement {
+            name: format!("blocklistd offline tool, pid {}", std::process::id()),
+            url: None,
+        }
+        .to_value();
         self.config
             .store
             .place(&mut store, name, Opener::Tool { create })?;

@@ -52,16 +52,19 @@ async fn a_clean_stop_hands_the_prefix_over_at_once() {
         .post("/blocklist/nodes", json!([item("n1", "MARK_BLOCKED", "c")]))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let standby = spawn(&ws, &flags, 2);
+    let standby = spawn(&ws, &flags, 2).listening();
     eventually("the standby says it waits", || async {
         standby.log_text().contains("waiting as a standby")
     })
     .await;
     let stopped = Instant::now();
     assert!(writer.terminate().success());
-    let standby = standby
-        .listening_within(Duration::from_secs(3))
-        .unwrap_or_else(|s| panic!("no hand-over within 3 s; log:\n{}", s.log_text()));
+    if let Err(readiness) = standby.ready_within(Duration::from_secs(3)).await {
+        panic!(
+            "no hand-over within 3 s ({readiness}); log:\n{}",
+            standby.log_text()
+        );
+    }
     assert!(
         stopped.elapsed() < Duration::from_secs(LONG_LEASE_SECS),
         "waited out the lease"

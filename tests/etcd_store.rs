@@ -58,20 +58,22 @@ async fn add(d: &Daemon, kind: &str, id: &str) -> StatusCode {
     status
 }
 
-/// Waits for `starting` to listen, at most `limit`; how long it took.
-fn takes_over(starting: Starting, limit: Duration) -> (Daemon, Duration) {
-    let begun = Instant::now();
-    match starting.listening_within(limit) {
-        Ok(daemon) => (daemon, begun.elapsed()),
-        Err(starting) => panic!(
-            "the standby did not take over within {limit:?}; its log:\n{}",
-            starting.log_text()
-        ),
-    }
+/// Waits for `standby` (listening as a standby) to take over and serve as the writer, at
+/// most `limit`: how long it took.
+async fn takes_over(standby: &Daemon, limit: Duration) -> Duration {
+    standby
+        .ready_within(limit)
+        .await
+        .unwrap_or_else(|readiness| {
+            panic!(
+                "the standby did not take over within {limit:?} ({readiness}); its log:\n{}",
+                standby.log_text()
+            )
+        })
 }
 
-/// A writer killed with SIGKILL: the standby, waiting meanwhile without listening, takes
-/// over within the lease and 2 s, with every acknowledged change (items, a registration,
+/// A writer killed with SIGKILL: the standby, not ready meanwhile, takes over within the
+/// lease and 2 s, with every acknowledged change (items, a registration,
 /// a keyed write that replays, the feed from its start), and writes on from there.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
@@ -107,14 +109,14 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
     let before = writer.export().await;
     let revision = writer.revision().await;
 
-    let standby = spawn(&ws, &on_etcd(&cluster, "/t/"), 2);
-    let Err(standby) = standby.listening_within(Duration::from_secs(1)) else {
-        panic!("a second daemon on the prefix served while the writer lives");
-    };
+    let standby = spawn(&ws, &on_etcd(&cluster, "/t/"), 2).listening();
     eventually("the standby says it waits", || async {
         standby.log_text().contains("waiting as a standby")
     })
     .await;
+    let (status, readiness) = standby.get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{readiness}");
+    assert_eq!(readiness["store"], "standby", "{readiness}");
 
     let mirror_of = |pid: u32| {
         let prefix = format!("blocklistd-mirror.{pid}.");
@@ -129,7 +131,8 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
         "the writer keeps its mirror in the temp dir"
     );
     writer.kill9();
-    let (next, took) = takes_over(standby, Duration::from_secs(LEASE_SECS + 4));
+    let took = takes_over(&standby, Duration::from_secs(LEASE_SECS + 4)).await;
+    let next = standby;
     assert!(
         !mirror_of(killed),
         "the killed writer's mirror is left behind"
@@ -173,7 +176,8 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
 }
 
 /// A writer stopped (SIGSTOP) past its lease: the standby takes over; resumed, the old
-/// writer answers a write 503 and its write is nowhere, on either daemon.
+/// writer's own write, if it still tries one, is refused by the fence (503) and is nowhere;
+/// once it noticed, it sends writes and reads on to the new writer.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_writer_is_fenced() {
     let Some(cluster) = EtcdCluster::start(1, "etcd_store paused writer") else {
@@ -183,26 +187,35 @@ async fn a_paused_writer_is_fenced() {
     let old = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     assert_eq!(add(&old, "nodes", "before").await, StatusCode::CREATED);
     signal(old.pid(), "-STOP");
-    let (new, _) = takes_over(
-        spawn(&ws, &on_etcd(&cluster, "/t/"), 2),
-        Duration::from_secs(LEASE_SECS + 4),
-    );
+    let new = spawn(&ws, &on_etcd(&cluster, "/t/"), 2).listening();
+    takes_over(&new, Duration::from_secs(LEASE_SECS + 4)).await;
     signal(old.pid(), "-CONT");
-    assert_eq!(
-        add(&old, "nodes", "from-the-paused").await,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+    let first = add(&old, "nodes", "from-the-paused").await;
     assert_eq!(
         add(&new, "nodes", "from-the-new").await,
         StatusCode::CREATED
     );
+    eventually(
+        "the deposed writer sends writes on to the new one",
+        || async { add(&old, "nodes", "through-the-old").await == StatusCode::CREATED },
+    )
+    .await;
+    let mut expected = vec!["before", "from-the-new", "through-the-old"];
+    if first == StatusCode::CREATED {
+        // Sent on to the new writer already: applied there, once.
+        expected.push("from-the-paused");
+        expected.sort_unstable();
+    }
     let listed = ids(&new.listing().await["blockedNodes"]);
-    assert_eq!(listed, ["before", "from-the-new"]);
+    assert_eq!(
+        listed, expected,
+        "the first write through the old was {first}"
+    );
     let (status, _) = old.get("/blocklist/nodes/from-the-paused").await;
-    assert_ne!(
-        status,
-        StatusCode::OK,
-        "the paused writer shows a write it never made durable"
+    assert_eq!(
+        status == StatusCode::OK,
+        first == StatusCode::CREATED,
+        "the deposed writer's reads are the new writer's"
     );
     // The deposed daemon is not ready (a load balancer sends its requests elsewhere), the
     // new writer is.
@@ -353,7 +366,8 @@ async fn large_groups_and_a_folded_log_restore_exactly() {
     .await;
     let before = writer.export().await;
     writer.kill9();
-    let (next, _) = takes_over(spawn(&ws, &flags, 2), Duration::from_secs(LEASE_SECS + 4));
+    let next = spawn(&ws, &flags, 2).listening();
+    takes_over(&next, Duration::from_secs(LEASE_SECS + 4)).await;
     assert_eq!(next.export().await, before, "the rebuilt state differs");
     let log = cluster.etcdctl(&["get", "--prefix", "/t/log/", "--keys-only"]);
     let applied: u64 = cluster
@@ -403,7 +417,8 @@ async fn large_groups_and_a_folded_log_restore_exactly() {
     .await;
     let before = next.export().await;
     next.kill9();
-    let (third, _) = takes_over(spawn(&ws, &flags, 3), Duration::from_secs(LEASE_SECS + 4));
+    let third = spawn(&ws, &flags, 3).listening();
+    takes_over(&third, Duration::from_secs(LEASE_SECS + 4)).await;
     assert_eq!(
         third.export().await,
         before,

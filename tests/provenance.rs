@@ -15,33 +15,6 @@ const MB: &str = "MARK_BLOCKED";
 const EVAC: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
 const PERMANENT: i64 = i64::MAX;
 
-/// A request with extra headers: its status, headers and JSON body (`Null` when empty).
-async fn request(
-    d: &Daemon,
-    method: Method,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> (StatusCode, HeaderMap, Value) {
-    let mut req = d.client.request(method, d.url(path));
-    for (name, value) in headers {
-        req = req.header(*name, *value);
-    }
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = resp.bytes().await.expect("body");
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).expect("a JSON body")
-    };
-    (status, headers, body)
-}
-
 /// `PATCH path` with `body`, `If-Match: if_match` when given.
 async fn patch(
     d: &Daemon,

@@ -85,6 +85,54 @@ pub struct StoreFlags {
     #[arg(long, env = "BLOCKLISTD_ETCD_TIMEOUT_MS", default_value_t = 3_000,
           value_parser = clap::value_parser!(u64).range(100..=60_000), global = true)]
     pub etcd_timeout_ms: u64,
+
+    /// The URL other daemons on the prefix forward requests to while this one is the
+    /// writer (written in the writer key); default: `http://` and the bound --listen
+    /// address, with this machine's host name for an unspecified address (0.0.0.0, ::).
+    #[arg(long, env = "BLOCKLISTD_ADVERTISE_URL", value_parser = parse_advertise_url)]
+    pub advertise_url: Option<String>,
+
+    /// How long a request that must go to the writer waits while no writer is known (an
+    /// election in progress), in ms; then it answers 503 with Retry-After.
+    #[arg(long, env = "BLOCKLISTD_FORWARD_WAIT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub forward_wait_ms: u64,
+}
+
+fn parse_advertise_url(text: &str) -> Result<String, String> {
+    let uri: axum::http::Uri = text
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); e.g. http://10.0.0.7:7224"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+        return Err("must be http:// or https:// with a host, e.g. http://10.0.0.7:7224".into());
+    }
+    if uri.path() != "/" || uri.query().is_some() {
+        return Err("must name a host and port only, no path".into());
+    }
+    Ok(text.trim_end_matches('/').to_owned())
+}
+
+impl StoreFlags {
+    /// The URL this daemon announces as the writer ([`StoreFlags::advertise_url`]), for the
+    /// address it is bound to.
+    pub fn advertised(&self, bound: std::net::SocketAddr) -> String {
+        if let Some(url) = &self.advertise_url {
+            return url.clone();
+        }
+        if !bound.ip().is_unspecified() {
+            return format!("http://{bound}");
+        }
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        format!("http://{host}:{}", bound.port())
+    }
+
+    /// [`StoreFlags::forward_wait_ms`].
+    pub fn forward_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.forward_wait_ms)
+    }
 }
 
 fn parse_prefix(text: &str) -> Result<String, String> {

@@ -56,6 +56,10 @@ pub enum ApiError {
     /// handler where the store is called, as an error does, with an answer it did not build.
     #[error("replayed ({})", .0.status)]
     Replayed(Box<KeptResponse>),
+    /// A request only the writer of the etcd prefix serves, when no writer could be reached
+    /// within `--forward-wait-ms` (`http::forward`): 503, with `Retry-After`.
+    #[error("no writer: {0}")]
+    NoWriter(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -98,6 +102,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Replayed(kept) => StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NoWriter(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -116,7 +121,8 @@ impl ApiError {
             | ApiError::Gone(m)
             | ApiError::PreconditionFailed(m)
             | ApiError::PayloadTooLarge(m)
-            | ApiError::UnsupportedMediaType(m) => vec![m],
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::NoWriter(m) => vec![m],
             // Answered by `into_response` with the kept body, never with messages.
             ApiError::Replayed(_) => Vec::new(),
             // Details of internal failures go to the log, not to the client.
@@ -248,6 +254,8 @@ impl IntoResponse for ApiError {
                 retry_after_secs: Some(secs),
                 ..
             } => Some(HeaderValue::from(*secs)),
+            // An election takes about a lease; a second is the pace of a standby's campaign.
+            ApiError::NoWriter(_) => Some(HeaderValue::from(1)),
             _ => None,
         };
         let errors = self.messages();

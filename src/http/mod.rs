@@ -25,6 +25,7 @@ mod cors;
 mod error;
 mod events;
 mod extract;
+mod forward;
 mod idempotency;
 mod observe;
 mod openapi;
@@ -34,6 +35,7 @@ mod provenance;
 mod reply;
 mod schema;
 mod selector;
+mod standby;
 mod state;
 mod stream;
 mod taskmanagers;
@@ -55,9 +57,11 @@ use tokio::sync::Semaphore;
 
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
+pub use forward::{Forwarder, FORWARDED_HEADER};
 pub use openapi::ApiDoc;
 pub use reply::REVISION_HEADER;
-pub use state::{AppState, Limits, Shared};
+pub use standby::standby_router;
+pub use state::{AppState, Limits, Shared, Stop};
 
 /// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
 /// hand because an axum `Router` cannot list its routes: a unit test checks that the `OpenAPI`
@@ -138,6 +142,14 @@ pub fn router(state: AppState) -> Router {
     if let Some(cors) = cors::layer(&state.cors_origins) {
         app = app.layer(cors);
     }
+    // Outside the rest: a request the writer serves goes there whole, and the writer
+    // checks the caller's token.
+    if let Some(forwarder) = &state.forwarder {
+        app = app.layer(middleware::from_fn_with_state(
+            forwarder.clone(),
+            forward::forward_unless_served_here,
+        ));
+    }
     app.layer(observe::ObserveLayer::new(state.metrics.clone()))
         .with_state(state)
 }
@@ -162,13 +174,12 @@ content-type: application/json\r\ncontent-length: 59\r\nconnection: close\r\n\r\
 /// deadline for request headers (slow-header clients), and a cap on open connections.
 pub async fn serve(
     listener: TcpListener,
-    state: AppState,
+    app: Router,
+    limits: Limits,
+    stop: Stop,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let limits = state.limits;
-    let stop = state.stop.clone();
-    let app = router(state);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -206,7 +217,7 @@ pub async fn serve(
         });
     }
     drop(listener);
-    stop.send_replace(true);
+    stop.0.send_replace(true);
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()

@@ -47,9 +47,11 @@ pub(super) struct Readiness {
     /// this daemon is the writer, else `not ready`.
     #[schema(schema_with = ready_status)]
     status: &'static str,
-    /// `open`, or `reopening` for the moments after a storage error (reads and writes
-    /// answer 503 meanwhile).
-    #[schema(pattern = "^(open|reopening)$")]
+    /// `open`, `reopening` for the moments after a storage error (reads and writes
+    /// answer 503 meanwhile), or, on etcd, `standby` while another daemon writes the prefix
+    /// and this one sends requests on to it (`committer` and `sweeper` are `stopped` then,
+    /// `revision` 0).
+    #[schema(pattern = "^(open|reopening|standby)$")]
     store: &'static str,
     /// `running` or `stopped`.
     committer: &'static str,
@@ -164,7 +166,7 @@ pub(super) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -
 /// `client_golang` answers too. Unlike `client_golang`, a range with `q=0` (RFC 9110: not
 /// acceptable) or an unreadable q-value is skipped, and `OpenMetrics` 0.0.1 does not count
 /// (only 1.0.0 is written here; Prometheus' scrapers rank 1.0.0 higher anyway).
-fn negotiate(headers: &HeaderMap) -> Exposition {
+pub(super) fn negotiate(headers: &HeaderMap) -> Exposition {
     let mut best: Option<(f32, Exposition)> = None;
     let ranges = headers
         .get_all(ACCEPT)

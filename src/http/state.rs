@@ -60,7 +60,27 @@ pub struct Shared {
     pub(super) sweeper: AbortHandle,
     /// Set to true when the server stops: long-lived responses (watch streams) end on it,
     /// or graceful shutdown would wait for them forever.
-    pub(super) stop: Arc<watch::Sender<bool>>,
+    pub(super) stop: Stop,
+    /// Sends on to the writer what this daemon does not serve, on etcd
+    /// ([`super::forward`]); `None` on sled.
+    pub(super) forwarder: Option<Arc<super::Forwarder>>,
+}
+
+/// Turns true when the server stops ([`Shared::stop`]); one for the server and every
+/// handler, made before either.
+#[derive(Clone)]
+pub struct Stop(pub(super) Arc<watch::Sender<bool>>);
+
+impl Stop {
+    pub fn new() -> Stop {
+        Stop(Arc::new(watch::Sender::new(false)))
+    }
+}
+
+impl Default for Stop {
+    fn default() -> Stop {
+        Stop::new()
+    }
 }
 
 /// Who a request without a checked token is (`http::caller`): decided by whether there is a
@@ -93,13 +113,24 @@ impl AppState {
             metrics,
             cors_origins,
             sweeper,
-            stop: Arc::new(watch::Sender::new(false)),
+            stop: Stop::new(),
+            forwarder: None,
         }))
+    }
+
+    /// The same state, for a server made before it: stopping with `stop`, and sending on
+    /// to the writer what this daemon does not serve. Only at construction, before the
+    /// state is shared.
+    pub fn serving(self, stop: Stop, forwarder: Option<Arc<super::Forwarder>>) -> AppState {
+        let mut shared = Arc::into_inner(self.0).expect("not shared yet");
+        shared.stop = stop;
+        shared.forwarder = forwarder;
+        AppState(Arc::new(shared))
     }
 
     /// A receiver that turns true when the server stops.
     pub(super) fn stopping(&self) -> watch::Receiver<bool> {
-        self.stop.subscribe()
+        self.stop.0.subscribe()
     }
 
     /// Runs a store call that may scan (a listing) on the blocking pool, off the async workers.

@@ -82,6 +82,14 @@ impl StoreConfig {
         true
     }
 
+    /// The writer election of the etcd prefix the store lives in; `None` on sled.
+    pub fn election(&self) -> Option<super::Election> {
+        #[cfg(feature = "etcd")]
+        return self.etcd.clone().map(|etcd| super::Election { etcd });
+        #[cfg(not(feature = "etcd"))]
+        None
+    }
+
     /// The store in `etcd`'s cluster instead of the data dir: a mirror rebuilt from its log
     /// at every open, each group committed to it before it is answered.
     #[cfg(feature = "etcd")]

@@ -54,6 +54,7 @@ mod commit;
 mod config;
 mod datadir;
 mod durable;
+mod election;
 mod error;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
@@ -92,6 +93,7 @@ pub use commit::{
 };
 pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};
+pub use election::{Announcement, Election};
 pub use error::{CommitError, Result, StoreError};
 pub use keys::MAX_IDEMPOTENCY_KEY_BYTES;
 pub use meta::{count_slot, Counts};
@@ -419,6 +421,14 @@ impl Store {
                 refusal: etcd.refusal(),
             });
         }
+        None
+    }
+
+    /// The writer election of the etcd prefix the store lives in; `None` on sled.
+    pub fn election(&self) -> Option<Election> {
+        #[cfg(feature = "etcd")]
+        return self.shared.etcd.clone().map(|etcd| Election { etcd });
+        #[cfg(not(feature = "etcd"))]
         None
     }
 

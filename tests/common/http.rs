@@ -6,6 +6,25 @@ use serde_json::Value;
 use super::Daemon;
 
 impl Daemon {
+    /// Waits until `/readyz` answers 200 (on etcd: this daemon is the writer and has loaded
+    /// the blocklist), at most `limit`: how long it took, or the last readiness body.
+    pub async fn ready_within(
+        &self,
+        limit: std::time::Duration,
+    ) -> Result<std::time::Duration, Value> {
+        let begun = std::time::Instant::now();
+        loop {
+            let (status, body) = self.get("/readyz").await;
+            if status == StatusCode::OK {
+                return Ok(begun.elapsed());
+            }
+            if begun.elapsed() >= limit {
+                return Err(body);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// The body of `GET /blocklist/export`, which must answer 200: the store as JSON lines.
     pub async fn export(&self) -> String {
         let response = self
@@ -115,6 +134,33 @@ pub async fn revision_of(
         .parse()
         .unwrap();
     (status, revision)
+}
+
+/// A request with extra headers: its status, headers and JSON body (`Null` when empty).
+pub async fn request(
+    d: &Daemon,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let mut req = d.client.request(method, d.url(path));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).expect("a JSON body")
+    };
+    (status, headers, body)
 }
 
 /// An add element.

@@ -102,7 +102,7 @@ impl Workspace {
     }
 }
 
-/// A daemon started and not yet listening (a standby waits for the writer key first).
+/// A daemon started and not yet listening.
 pub struct Starting {
     /// Taken when it listens (`None` only then): dropped before that, it is killed.
     child: Option<Child>,

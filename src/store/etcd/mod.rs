@@ -54,7 +54,8 @@ pub struct EtcdConfig {
     pub fold_entries: u64,
     /// The deadline of every call to etcd.
     pub call_timeout: Duration,
-    /// Who this daemon is, written in the writer key for operators and standbys.
+    /// What this daemon writes in the writer key when it wins it: an
+    /// [`super::Announcement`] (who it is, where to forward to).
     pub name: String,
     /// How long the first open waits while another daemon holds the writer key: `None`,
     /// as long as it takes (a standby daemon); an offline tool waits one lease, the
@@ -79,7 +80,11 @@ pub(crate) struct Etcd {
     /// runtime's thread, where waiting is not allowed).
     runtime: Option<tokio::runtime::Runtime>,
     members: Arc<Members>,
+    /// Held by a campaign for as long as it waits, so [`Etcd::is_writer`] (asked by every
+    /// request) reads `writing` instead.
     writer: Mutex<Standing>,
+    /// Whether [`Standing::fence`] is set, readable without the lock (a request asks it).
+    writing: AtomicBool,
     /// Set by the keep-alive task when the lease is gone: the next write is refused here
     /// (etcd would refuse it too, by the fence).
     lease_lost: Arc<AtomicBool>,
@@ -88,6 +93,9 @@ pub(crate) struct Etcd {
     /// What an operator must do since etcd last refused a write so (its NOSPACE alarm),
     /// until a write takes again: `/readyz` says it.
     refusal: Mutex<Option<&'static str>>,
+    /// Set when the daemon stops: a campaign still waiting for another writer's lease
+    /// gives up ([`Etcd::stop_waiting`]).
+    stopping: AtomicBool,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -138,9 +146,11 @@ impl Etcd {
             runtime: Some(runtime),
             members,
             writer: Mutex::new(Standing::default()),
+            writing: AtomicBool::new(false),
             lease_lost: Arc::new(AtomicBool::new(false)),
             log: Arc::default(),
             refusal: Mutex::new(None),
+            stopping: AtomicBool::new(false),
         }))
     }
 
@@ -197,7 +207,7 @@ impl Etcd {
     fn fence(&self) -> Result<i64, StoreError> {
         let mut standing = self.writer.lock().expect("not poisoned");
         if standing.fence == 0 || self.lease_lost.load(Ordering::SeqCst) {
-            standing.fence = 0;
+            self.set_fence(&mut standing, 0);
             return Err(StoreError::NotWriter(
                 "this daemon's lease has ended".into(),
             ));
@@ -207,13 +217,19 @@ impl Etcd {
 
     /// Forgets the fence: etcd refused a write by it, so another daemon holds the key.
     fn deposed(&self) {
-        self.writer.lock().expect("not poisoned").fence = 0;
+        let mut standing = self.writer.lock().expect("not poisoned");
+        self.set_fence(&mut standing, 0);
+    }
+
+    /// Sets the fence, and whether there is one for [`Etcd::is_writer`].
+    fn set_fence(&self, standing: &mut Standing, fence: i64) {
+        standing.fence = fence;
+        self.writing.store(fence != 0, Ordering::SeqCst);
     }
 
     /// Whether this daemon holds the writer key with a live lease.
     pub fn is_writer(&self) -> bool {
-        self.writer.lock().expect("not poisoned").fence != 0
-            && !self.lease_lost.load(Ordering::SeqCst)
+        self.writing.load(Ordering::SeqCst) && !self.lease_lost.load(Ordering::SeqCst)
     }
 
     /// What an operator must do before etcd takes a write again, when it last refused one
@@ -247,7 +263,7 @@ impl Etcd {
         if standing.fence != 0 && !self.lease_lost.load(Ordering::SeqCst) {
             return Ok(());
         }
-        standing.fence = 0;
+        self.set_fence(&mut standing, 0);
         // The lease is kept while it lives: a key this daemon created under it (by an
         // attempt whose answer was lost, or before a refusal it could not explain) is
         // then recognised as its own, not taken for another writer's.
@@ -294,7 +310,8 @@ impl Etcd {
                         }
                         let holder = response.op_responses().into_iter().find_map(|op| match op {
                             TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
-                                let name = String::from_utf8_lossy(kv.value()).into_owned();
+                                let value = String::from_utf8_lossy(kv.value());
+                                let name = super::Announcement::from_value(&value).name;
                                 (kv.lease(), kv.create_revision(), name)
                             }),
                             _ => None,
@@ -311,12 +328,15 @@ impl Etcd {
                     }
                 })?;
             if let Some(fence) = won {
-                standing.fence = fence;
+                self.set_fence(&mut standing, fence);
                 tracing::info!(prefix = %self.config.prefix, fence, "this daemon is the writer");
                 return Ok(());
             }
             if patience.is_some_and(|patience| started.elapsed() >= patience) {
                 return Err(StoreError::NotWriter(holder));
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                return Err(StoreError::Closed);
             }
             if !announced {
                 tracing::info!(
@@ -428,12 +448,33 @@ async fn renew(
 }
 
 impl Etcd {
+    /// The writer key's value (the writer's announcement), or `None` while nobody holds it.
+    pub fn writer(&self) -> Result<Option<String>, StoreError> {
+        let key = self.writer_key();
+        self.call("reading the writer key", move |mut client| {
+            let key = key.clone();
+            async move {
+                let response = client.get(key, None).await?;
+                Ok(response
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+            }
+        })
+    }
+
+    /// Ends a campaign that waits for another writer's lease ([`Etcd::campaign`] returns
+    /// [`StoreError::Closed`] within a poll): the daemon is stopping.
+    pub fn stop_waiting(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
     /// Gives the writer key up at a clean stop, by revoking its lease: a standby takes
     /// over at once instead of after the lease. Called once nothing more is written.
     pub fn resign(&self) {
         let lease = {
             let mut standing = self.writer.lock().expect("not poisoned");
-            standing.fence = 0;
+            self.set_fence(&mut standing, 0);
             std::mem::take(&mut standing.lease)
         };
         if lease == 0 {
