@@ -86,6 +86,13 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// A daemon's role on its etcd prefix: `writer`, or `standby` (it sends requests on to the
+/// writer).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleLabels {
+    pub role: &'static str,
+}
+
 /// How a request sent on to the writer ended: `answered` (whatever the writer's status),
 /// `no_writer` (none reachable in time), `failed` (sent, and no answer came back).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +127,8 @@ pub struct StoreGauges {
     pub registered: Vec<(Kind, u64)>,
     /// The evacuation tokens available per kind with a rate.
     pub evacuation_tokens: Vec<(Kind, f64)>,
+    /// On etcd, whether this daemon is the writer of its prefix; `None` on sled.
+    pub etcd_writer: Option<bool>,
 }
 
 pub struct Metrics {
@@ -158,6 +167,7 @@ pub struct Metrics {
     guard_limit: Family<KindGuardLabels, Gauge>,
     registered: Family<KindLabels, Gauge>,
     evacuation_tokens: Family<KindLabels, Gauge<f64, AtomicU64>>,
+    etcd_role: Family<RoleLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -304,6 +314,13 @@ impl Metrics {
             "New evacuations the rate admits now, per kind with a rate",
             evacuation_tokens.clone(),
         );
+        let etcd_role = Family::<RoleLabels, Gauge>::default();
+        registry.register(
+            "etcd_role",
+            "On etcd, 1 for this daemon's role on its prefix: writer, or standby (requests sent \
+             on to the writer); no series on sled",
+            etcd_role.clone(),
+        );
         Metrics {
             registry,
             changes,
@@ -326,6 +343,7 @@ impl Metrics {
             guard_limit,
             registered,
             evacuation_tokens,
+            etcd_role,
         }
     }
 
@@ -407,6 +425,15 @@ impl Metrics {
                 }
             }
         }
+        if let Some(writer) = store.etcd_writer {
+            let (role, other) = if writer {
+                ("writer", "standby")
+            } else {
+                ("standby", "writer")
+            };
+            self.etcd_role.get_or_create(&RoleLabels { role }).set(1);
+            self.etcd_role.remove(&RoleLabels { role: other });
+        }
         let mut out = String::new();
         match format {
             Exposition::Prometheus => prometheus_text::encode(&mut out, &self.registry),
@@ -450,6 +477,7 @@ mod tests {
                 ],
                 registered: vec![(Kind::Node, 200)],
                 evacuation_tokens: vec![(Kind::TaskManager, 2.5)],
+                etcd_writer: Some(true),
             };
             let text = metrics.render(&gauges, format);
             assert!(
@@ -461,6 +489,7 @@ mod tests {
                 r#"blocklist_guard_limit{kind="node",guard="blocked-share"} 100"#,
                 r#"blocklist_registered{kind="node"} 200"#,
                 r#"blocklist_evacuation_tokens{kind="taskmanager"} 2.5"#,
+                r#"blocklist_etcd_role{role="writer"} 1"#,
                 r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
                 r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
                 "blocklist_revision 42",

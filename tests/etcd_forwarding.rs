@@ -149,6 +149,20 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
         .metric("blocklist_forwarded_request_duration_seconds_count{outcome=\"answered\"}")
         .await;
     assert!(answered >= 6.0, "{answered} answered forwards");
+    let role =
+        |text: &str, role: &str| metric(text, &format!("blocklist_etcd_role{{role=\"{role}\"}}"));
+    let (standby_text, writer_text) = (standby.scrape().await, writer.scrape().await);
+    assert_eq!(
+        (
+            role(&standby_text, "standby"),
+            role(&standby_text, "writer")
+        ),
+        (1.0, 0.0)
+    );
+    assert_eq!(
+        (role(&writer_text, "writer"), role(&writer_text, "standby")),
+        (1.0, 0.0)
+    );
 
     // Sent on once at most: a request another daemon forwarded is answered here, 503.
     let started = Instant::now();

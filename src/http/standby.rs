@@ -100,7 +100,11 @@ async fn readyz() -> Response {
 /// This process's own metrics; the store's gauges are the writer's to report.
 async fn render_metrics(State(metrics): State<Arc<Metrics>>, headers: HeaderMap) -> Response {
     let format = negotiate(&headers);
-    let text = metrics.render(&StoreGauges::default(), format);
+    let gauges = StoreGauges {
+        etcd_writer: Some(false),
+        ..StoreGauges::default()
+    };
+    let text = metrics.render(&gauges, format);
     (
         [(CONTENT_TYPE, format.content_type()), (VARY, "accept")],
         text,

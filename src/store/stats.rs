@@ -70,6 +70,7 @@ impl Store {
                 .iter()
                 .filter_map(|s| Some((s.kind, s.evacuation_tokens?)))
                 .collect(),
+            etcd_writer: self.etcd_standing().map(|standing| standing.writer),
         }
     }
 
