@@ -134,6 +134,15 @@ async fn start(
     Ok((Running { store, sweeper }, http::router(state)))
 }
 
+async fn bind(config: &Config) -> Result<TcpListener, Error> {
+    TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })
+}
+
 fn limits(config: &Config) -> Limits {
     Limits {
         max_body_bytes: config.max_body_bytes,
@@ -168,14 +177,20 @@ pub async fn run(
             config.listen
         )));
     }
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(Error::Serve)?;
-    let advertised = config.store.advertised(addr);
+    // On etcd the address is announced in the writer key, so the listener comes first; on
+    // sled it comes after the store opened, so that nothing connects to a daemon that may
+    // still fail to start.
+    let mut listener = if config.store.on_etcd() {
+        Some(bind(&config).await?)
+    } else {
+        None
+    };
+    let advertised = match &listener {
+        Some(listener) => config
+            .store
+            .advertised(listener.local_addr().map_err(Error::Serve)?),
+        None => String::new(),
+    };
     let store_config = store_config(&config, &advertised)?;
     let metrics = store_config.metrics.clone();
     let election = store_config.election();
@@ -184,7 +199,7 @@ pub async fn run(
             election,
             advertised,
             config.store.forward_wait(),
-            config.max_body_bytes,
+            limits(&config),
             metrics.clone(),
         )
     });
@@ -199,7 +214,7 @@ pub async fn run(
     };
     let stop = Stop::new();
     let (app, opening, failed) = if let Some(forwarder) = forwarder.clone().filter(|_| standby) {
-        tracing::info!(%addr, "another daemon writes the prefix: serving as a standby, requests sent on to the writer");
+        tracing::info!("another daemon writes the prefix: serving as a standby, requests sent on to the writer");
         let taken_over = Arc::new(std::sync::OnceLock::new());
         let app = http::standby_router(forwarder.clone(), taken_over.clone(), metrics.clone());
         let (fail, failed) = tokio::sync::oneshot::channel::<()>();
@@ -224,6 +239,11 @@ pub async fn run(
         let opening = tokio::spawn(async move { Ok(running) });
         (app, opening, None)
     };
+    let listener = match listener.take() {
+        Some(listener) => listener,
+        None => bind(&config).await?,
+    };
+    let addr = listener.local_addr().map_err(Error::Serve)?;
     // Tests and supervisors read this line from stdout to learn the bound port.
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");

@@ -103,8 +103,9 @@ fn parse_advertise_url(text: &str) -> Result<String, String> {
     let uri: axum::http::Uri = text
         .parse()
         .map_err(|e| format!("not a URL ({e}); e.g. http://10.0.0.7:7224"))?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-        return Err("must be http:// or https:// with a host, e.g. http://10.0.0.7:7224".into());
+    // The daemon serves plain HTTP only, and sends on to plain HTTP only.
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err("must be http:// with a host, e.g. http://10.0.0.7:7224".into());
     }
     if uri.path() != "/" || uri.query().is_some() {
         return Err("must name a host and port only, no path".into());
@@ -113,6 +114,11 @@ fn parse_advertise_url(text: &str) -> Result<String, String> {
 }
 
 impl StoreFlags {
+    /// Whether the store is an etcd prefix (`--store etcd`).
+    pub fn on_etcd(&self) -> bool {
+        matches!(self.kind, StoreKind::Etcd)
+    }
+
     /// The URL this daemon announces as the writer ([`StoreFlags::advertise_url`]), for the
     /// address it is bound to.
     pub fn advertised(&self, bound: std::net::SocketAddr) -> String {
@@ -211,5 +217,26 @@ impl StoreFlags {
             patience: None,
             create: true,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_advertise_url;
+
+    #[test]
+    fn an_advertised_url_is_plain_http_to_a_host() {
+        assert_eq!(
+            parse_advertise_url("http://10.0.0.7:7224/").as_deref(),
+            Ok("http://10.0.0.7:7224")
+        );
+        for refused in [
+            "https://10.0.0.7:7224",
+            "10.0.0.7:7224",
+            "http://h:1/api",
+            "http://h:1/?a=b",
+        ] {
+            assert!(parse_advertise_url(refused).is_err(), "{refused}");
+        }
     }
 }

@@ -46,35 +46,49 @@ impl JsonBody {
                 "the body must be JSON: send Content-Type: application/json (got {content_type:?})"
             )));
         }
-        // A client that trickles its body must not hold a connection and a task forever.
-        // The size limit is applied here, the one place that reads bodies, rather than by a
-        // layer that every request (most have no body) would pass through.
-        let deadline = state.limits.body_timeout;
-        let limit = state.limits.max_body_bytes;
-        let body = Limited::new(req.into_body(), limit);
-        let bytes = tokio::time::timeout(deadline, body.collect())
-            .await
-            .map_err(|_| {
-                ApiError::RequestTimeout(format!(
-                    "the body did not arrive within {} ms",
-                    deadline.as_millis()
-                ))
-            })?
-            .map_err(|e| {
-                if e.downcast_ref::<LengthLimitError>().is_some() {
-                    ApiError::PayloadTooLarge(format!(
-                        "the body is over the size limit of {limit} bytes"
-                    ))
-                } else {
-                    ApiError::bad_request(format!("could not read the body: {e}"))
-                }
-            })?
-            .to_bytes();
+        let bytes = read_body(
+            req.into_body(),
+            state.limits.max_body_bytes,
+            state.limits.body_timeout,
+        )
+        .await?;
         let value = serde_json::from_slice::<UniqueKeys>(&bytes)
             .map(|UniqueKeys(value)| value)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
         Ok((value, bytes))
     }
+}
+
+/// A request's body, whole: at most `limit` bytes (413), arrived within `deadline` (408).
+///
+/// A client that trickles its body must not hold a connection and a task forever. The
+/// size limit is applied where bodies are read (here, for the JSON bodies and the requests
+/// sent on to the writer) rather than by a layer that every request, most without a body,
+/// would pass through.
+pub(super) async fn read_body(
+    body: axum::body::Body,
+    limit: usize,
+    deadline: std::time::Duration,
+) -> Result<Bytes, ApiError> {
+    let body = Limited::new(body, limit);
+    Ok(tokio::time::timeout(deadline, body.collect())
+        .await
+        .map_err(|_| {
+            ApiError::RequestTimeout(format!(
+                "the body did not arrive within {} ms",
+                deadline.as_millis()
+            ))
+        })?
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                ApiError::PayloadTooLarge(format!(
+                    "the body is over the size limit of {limit} bytes"
+                ))
+            } else {
+                ApiError::bad_request(format!("could not read the body: {e}"))
+            }
+        })?
+        .to_bytes())
 }
 
 /// A JSON value parsed like `serde_json::Value`, except that an object that repeats a key is

@@ -2,23 +2,25 @@
 //!
 //! Several daemons on one prefix are one blocklist, and only the writer (the holder of the
 //! writer key, [`crate::store::Election`]) runs the committer. Another daemon — a standby
-//! waiting for the writer's lease, or a writer whose lease ended — sends each request on
-//! to the writer at the URL it announced in the key (`--advertise-url`) and returns the
-//! writer's answer unchanged: status, headers (`ETag`, `Retry-After`, the revision,
-//! `Idempotent-Replayed`) and body, streamed (a watch stream too). The caller's headers go
-//! with it, `Authorization` and `Blocklist-Source` among them, so the writer checks the
-//! caller's token and records the caller, not the forwarding daemon.
+//! waiting for the writer's lease, or a writer whose lease ended — sends each request but
+//! its own probes and metrics on to the writer at the URL it announced in the key
+//! (`--advertise-url`) and returns the writer's answer unchanged: status, headers (`ETag`,
+//! `Retry-After`, the revision, `Idempotent-Replayed`) and body, streamed (a watch stream
+//! too). The caller's headers go with it, `Authorization` and `Blocklist-Source` among
+//! them, so the writer checks the caller's token and records the caller, not the
+//! forwarding daemon.
 //!
 //! Invariants:
-//! - A request is forwarded at most once: the forwarded copy carries
-//!   [`FORWARDED_HEADER`], and a daemon answers such a request itself (503 when it is not
-//!   the writer) instead of sending it on — two daemons that each think the other writes
-//!   cannot pass a request back and forth.
+//! - A request is forwarded at most once: the forwarded copy carries [`FORWARDED_HEADER`],
+//!   and a daemon that is not the writer answers such a request 503 at once instead of
+//!   sending it on or serving it from a state that may be stale — two daemons that each
+//!   think the other writes cannot pass a request back and forth.
 //! - A request is sent again only when the connection to the writer could not be opened
 //!   (nothing was sent). Once sent, a failure is a 503 that says the request may or may not
 //!   have taken effect: the caller's retry with its `Idempotency-Key` applies it once.
 //! - While no writer is known (an election), a request waits up to `--forward-wait-ms`,
-//!   then answers 503 with `Retry-After`.
+//!   then answers 503 with `Retry-After`. However many requests wait, one read of the
+//!   writer key at a time is in flight.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderName};
-use axum::http::HeaderValue;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::Full;
@@ -35,6 +37,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::error::ApiError;
+use super::extract::read_body;
+use super::state::Limits;
 use crate::metrics::{ForwardLabels, Metrics};
 use crate::store::{Announcement, Election};
 
@@ -58,34 +62,60 @@ pub struct Forwarder {
     /// to (its lease ended, and it has not noticed yet or is winning the key back).
     own_url: String,
     wait: Duration,
-    max_body_bytes: usize,
+    limits: Limits,
     client: Client<HttpConnector, Full<Bytes>>,
-    /// The writer's URL as last read, and when.
-    writer: Mutex<Option<(String, Instant)>>,
+    /// The writer key as last read.
+    known: Mutex<Option<Known>>,
+    /// Held by the one request reading the writer key; the others wait for its result.
+    reading: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
 }
 
+/// The writer key as read at `read`: the URL to send to, or why there is none.
+#[derive(Clone)]
+struct Known {
+    read: Instant,
+    writer: Result<String, String>,
+}
+
+impl Known {
+    /// Whether it may still be used: a URL for [`WRITER_KEPT`], the lack of one only until
+    /// the next poll.
+    fn fresh(&self) -> bool {
+        let kept = if self.writer.is_ok() {
+            WRITER_KEPT
+        } else {
+            WRITER_POLL
+        };
+        self.read.elapsed() < kept
+    }
+}
+
 impl Forwarder {
+    /// `limits`: this daemon's, for reading bodies; its header timeout is also the idle
+    /// time after which the writer (run with the same flags) closes a kept connection, so
+    /// connections are kept for less.
     pub fn new(
         election: Election,
         own_url: String,
         wait: Duration,
-        max_body_bytes: usize,
+        limits: Limits,
         metrics: Arc<Metrics>,
     ) -> Arc<Forwarder> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(limits.header_timeout / 2)
             .build(connector);
         Arc::new(Forwarder {
             election,
             own_url,
             wait,
-            max_body_bytes,
+            limits,
             client,
-            writer: Mutex::new(None),
+            known: Mutex::new(None),
+            reading: tokio::sync::Mutex::new(()),
             metrics,
         })
     }
@@ -93,18 +123,6 @@ impl Forwarder {
     /// How long a request waits for a writer (`--forward-wait-ms`).
     pub fn wait(&self) -> Duration {
         self.wait
-    }
-
-    /// Whether this daemon serves `request` itself: it is the writer, the request was
-    /// forwarded to it already, or it asks about this daemon (probes, metrics, the
-    /// console's page and the API document).
-    fn serves_here(&self, request: &Request) -> bool {
-        let path = request.uri().path();
-        matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
-            || path == "/ui"
-            || path.starts_with("/ui/")
-            || request.headers().contains_key(FORWARDED_HEADER)
-            || self.election.is_writer()
     }
 
     /// Sends `request` to the writer and returns its answer as it came; or gives it back
@@ -130,15 +148,9 @@ impl Forwarder {
     ) -> Result<Sent, (ApiError, &'static str)> {
         let (parts, body) = request.into_parts();
         // Kept whole, so that a request the writer never received can be sent again.
-        let body = axum::body::to_bytes(body, self.max_body_bytes)
+        let body = read_body(body, self.limits.max_body_bytes, self.limits.body_timeout)
             .await
-            .map_err(|e| {
-                let error = ApiError::PayloadTooLarge(format!(
-                    "the body could not be read whole within --max-body-bytes ({}): {e}",
-                    self.max_body_bytes
-                ));
-                (error, "failed")
-            })?;
+            .map_err(|error| (error, "failed"))?;
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let deadline = started + self.wait;
         loop {
@@ -156,13 +168,15 @@ impl Forwarder {
             let headers = outgoing.headers_mut();
             headers.clone_from(&parts.headers);
             strip_hop_by_hop(headers);
+            // hyper writes the writer's own; `Expect` is this connection's business.
             headers.remove(header::HOST);
+            headers.remove(header::EXPECT);
             if let Ok(own) = HeaderValue::from_str(&self.own_url) {
                 headers.insert(FORWARDED_HEADER, own);
             }
             match tokio::time::timeout(ANSWER_TIMEOUT, self.client.request(outgoing)).await {
                 Ok(Ok(answer)) => {
-                    if answer.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE {
+                    if answer.status() == StatusCode::SERVICE_UNAVAILABLE {
                         // Perhaps no longer the writer: read the key again next time.
                         self.forget(&url);
                     }
@@ -189,45 +203,16 @@ impl Forwarder {
         }
     }
 
-    /// The writer's URL: as read within [`WRITER_KEPT`], or read from etcd, waiting while
-    /// no daemon that serves requests holds the key, until `deadline`. `None`: this daemon
-    /// is the writer now. Err: why there is none to send to.
+    /// The writer's URL, waiting while no daemon that serves requests holds the key, until
+    /// `deadline`. `None`: this daemon is the writer now. Err: why there is none to send to.
     async fn writer_url(&self, deadline: Instant) -> Result<Option<String>, String> {
-        if let Some((url, read)) = self.writer.lock().expect("not poisoned").clone() {
-            if read.elapsed() < WRITER_KEPT {
-                return Ok(Some(url));
-            }
-        }
         loop {
             if self.election.is_writer() {
                 return Ok(None);
             }
-            let election = self.election.clone();
-            let read = tokio::task::spawn_blocking(move || election.writer())
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|read| read.map_err(|e| e.to_string()));
-            let why = match read {
-                Ok(Some(value)) => match Announcement::from_value(&value) {
-                    Announcement { url: Some(url), .. } if url != self.own_url => {
-                        *self.writer.lock().expect("not poisoned") =
-                            Some((url.clone(), Instant::now()));
-                        return Ok(Some(url));
-                    }
-                    // Won, and the store not loaded yet; or this daemon's lease ended and
-                    // the key not yet gone with it.
-                    Announcement { url: Some(_), .. } => {
-                        "the writer key names this daemon, which is not serving as the writer"
-                            .to_owned()
-                    }
-                    Announcement { name, url: None } => {
-                        format!("the etcd prefix is held by {name}, which serves no requests")
-                    }
-                },
-                Ok(None) => "no daemon is the writer of the etcd prefix (an election is in \
-                             progress)"
-                    .to_owned(),
-                Err(e) => format!("the writer of the etcd prefix could not be read: {e}"),
+            let why = match self.known().await.writer {
+                Ok(url) => return Ok(Some(url)),
+                Err(why) => why,
             };
             if Instant::now() + WRITER_POLL > deadline {
                 return Err(format!(
@@ -239,12 +224,67 @@ impl Forwarder {
         }
     }
 
+    /// The writer key as last read, read again when it is no longer fresh — by one request
+    /// at a time: the others wait for that read and take its result.
+    async fn known(&self) -> Known {
+        if let Some(known) = self.last_known() {
+            return known;
+        }
+        let _reading = self.reading.lock().await;
+        if let Some(known) = self.last_known() {
+            return known;
+        }
+        let election = self.election.clone();
+        let read = tokio::task::spawn_blocking(move || election.writer())
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|read| read.map_err(|e| e.to_string()));
+        let writer = match read {
+            Ok(Some(value)) => match Announcement::from_value(&value) {
+                Announcement { url: Some(url), .. } if url != self.own_url => Ok(url),
+                // Won, and the store not loaded yet; or this daemon's lease ended and the
+                // key not yet gone with it.
+                Announcement { url: Some(_), .. } => Err(
+                    "the writer key names this daemon, which is not serving as the writer"
+                        .to_owned(),
+                ),
+                Announcement { name, url: None } => Err(format!(
+                    "the etcd prefix is held by {name}, which serves no requests"
+                )),
+            },
+            Ok(None) => Err(
+                "no daemon is the writer of the etcd prefix (an election is in progress)"
+                    .to_owned(),
+            ),
+            Err(e) => Err(format!(
+                "the writer of the etcd prefix could not be read: {e}"
+            )),
+        };
+        let known = Known {
+            read: Instant::now(),
+            writer,
+        };
+        *self.known.lock().expect("not poisoned") = Some(known.clone());
+        known
+    }
+
+    fn last_known(&self) -> Option<Known> {
+        self.known
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .filter(Known::fresh)
+    }
+
     /// Reads the writer key again at the next request, unless another request has already
     /// read a newer URL.
     fn forget(&self, url: &str) {
-        let mut writer = self.writer.lock().expect("not poisoned");
-        if writer.as_ref().is_some_and(|(kept, _)| kept == url) {
-            *writer = None;
+        let mut known = self.known.lock().expect("not poisoned");
+        if known
+            .as_ref()
+            .is_some_and(|k| k.writer.as_deref() == Ok(url))
+        {
+            *known = None;
         }
     }
 }
@@ -267,31 +307,39 @@ fn lost(url: &str, why: &str) -> (ApiError, &'static str) {
 }
 
 /// Headers of one connection (RFC 9110, 7.6.1), never passed on.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
-}
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
 
-/// Drops the headers of one connection: each side frames its own.
-fn strip_hop_by_hop(headers: &mut axum::http::HeaderMap) {
-    let names: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| is_hop_by_hop(n))
-        .cloned()
+/// Drops the headers of one connection, and those its `Connection` header names: each side
+/// frames its own.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::try_from(name.trim()).ok())
         .collect();
-    for name in names {
+    for name in named
+        .iter()
+        .chain(HOP_BY_HOP.map(HeaderName::from_static).iter())
+    {
         headers.remove(name);
     }
+}
+
+/// Whether this daemon answers `path` itself whatever its role: its probes and metrics.
+fn own_path(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
 /// The layer: a request this daemon does not serve goes to the writer.
@@ -300,8 +348,18 @@ pub async fn forward_unless_served_here(
     request: Request,
     next: Next,
 ) -> Response {
-    if forwarder.serves_here(&request) {
+    if own_path(request.uri().path()) || forwarder.election.is_writer() {
         return next.run(request).await;
+    }
+    if request.headers().contains_key(FORWARDED_HEADER) {
+        // Sent here by a daemon that took this one for the writer: not sent on again, and
+        // not served from a state another writer may have moved past.
+        return ApiError::NoWriter(
+            "this daemon is not the writer of the etcd prefix (a request sent on by another \
+             daemon is not sent on again): retry"
+                .into(),
+        )
+        .into_response();
     }
     match forwarder.forward(request).await {
         Ok(answer) => answer,
