@@ -8,13 +8,13 @@ use axum::http::request::Parts;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use utoipa::IntoParams;
 
 use super::caller::{Caller, Role};
 use super::error::ApiError;
+use super::limits::read_body;
 use super::reply::{with_revision, DRY_RUN_HEADER};
 use super::state::AppState;
 use crate::model::{validate_id, Id};
@@ -57,38 +57,6 @@ impl JsonBody {
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
         Ok((value, bytes))
     }
-}
-
-/// A request's body, whole: at most `limit` bytes (413), arrived within `deadline` (408).
-///
-/// A client that trickles its body must not hold a connection and a task forever. The
-/// size limit is applied where bodies are read (here, for the JSON bodies and the requests
-/// sent on to the writer) rather than by a layer that every request, most without a body,
-/// would pass through.
-pub(super) async fn read_body(
-    body: axum::body::Body,
-    limit: usize,
-    deadline: std::time::Duration,
-) -> Result<Bytes, ApiError> {
-    let body = Limited::new(body, limit);
-    Ok(tokio::time::timeout(deadline, body.collect())
-        .await
-        .map_err(|_| {
-            ApiError::RequestTimeout(format!(
-                "the body did not arrive within {} ms",
-                deadline.as_millis()
-            ))
-        })?
-        .map_err(|e| {
-            if e.downcast_ref::<LengthLimitError>().is_some() {
-                ApiError::PayloadTooLarge(format!(
-                    "the body is over the size limit of {limit} bytes"
-                ))
-            } else {
-                ApiError::bad_request(format!("could not read the body: {e}"))
-            }
-        })?
-        .to_bytes())
 }
 
 /// A JSON value parsed like `serde_json::Value`, except that an object that repeats a key is

@@ -37,8 +37,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::error::ApiError;
-use super::extract::read_body;
-use super::state::Limits;
+use super::limits::{read_body, Limits};
 use crate::metrics::{ForwardLabels, Metrics};
 use crate::store::{Announcement, Election};
 

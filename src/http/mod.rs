@@ -27,6 +27,7 @@ mod events;
 mod extract;
 mod forward;
 mod idempotency;
+mod limits;
 mod observe;
 mod openapi;
 mod ops;
@@ -58,10 +59,11 @@ use tokio::sync::Semaphore;
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
 pub use forward::{Forwarder, FORWARDED_HEADER};
+pub use limits::Limits;
 pub use openapi::ApiDoc;
 pub use reply::REVISION_HEADER;
 pub use standby::standby_router;
-pub use state::{AppState, Limits, Shared, Stop};
+pub use state::{AppState, Shared, Stop};
 
 /// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
 /// hand because an axum `Router` cannot list its routes: a unit test checks that the `OpenAPI`

@@ -1,7 +1,6 @@
 //! What every handler gets: the shared state behind the router, and the request limits.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::FromRef;
 use tokio::sync::watch;
@@ -10,26 +9,10 @@ use tokio::task::AbortHandle;
 use super::auth::Auth;
 use super::caller::TokenCheck;
 use super::error::{self, ApiError};
+use super::limits::Limits;
 use crate::check::Checker;
 use crate::metrics::Metrics;
 use crate::store::{self, Store};
-
-/// Request limits, from the flags.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_body_bytes: usize,
-    pub max_batch: usize,
-    /// Between heartbeat comments on idle watch streams.
-    pub events_heartbeat: Duration,
-    /// How many events a watcher may fall behind the head before it is disconnected.
-    pub events_max_lag: u64,
-    /// Deadline for a request's headers.
-    pub header_timeout: Duration,
-    /// Deadline for a request's body.
-    pub body_timeout: Duration,
-    /// The most open connections.
-    pub max_connections: usize,
-}
 
 /// What every handler gets. Every request clones it several times (each middleware and
 /// extractor takes its own), so it is one `Arc`: a clone is one atomic increment.
