@@ -81,11 +81,7 @@ pub enum Error {
 fn store_config(config: &Config, advertised: &str) -> Result<StoreConfig, Error> {
     let mut store = config.store();
     let name = crate::store::Announcement {
-        name: format!(
-            "blocklistd pid {} listening on {}",
-            std::process::id(),
-            config.listen
-        ),
+        name: format!("blocklistd pid {} at {advertised}", std::process::id()),
         url: Some(advertised.to_owned()),
     }
     .to_value();
