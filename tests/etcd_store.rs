@@ -543,8 +543,8 @@ async fn writes_go_on_while_the_log_is_folded() {
 /// etcd past its space quota (its NOSPACE alarm): a write is answered 503 with what an
 /// operator must do, and what was acknowledged before reads again once the store rebuilt.
 /// While the alarm stays raised, neither a client's write nor the sweeper's retries make
-/// reads fail (each failed write used to rebuild the store, 503s meanwhile), and once it is
-/// disarmed writes take again.
+/// reads fail (a refused write would otherwise rebuild the store, 503s meanwhile), and
+/// once it is disarmed writes take again.
 #[tokio::test(flavor = "multi_thread")]
 async fn etcd_out_of_space_is_a_503_that_says_so() {
     let Some(cluster) = EtcdCluster::start_with(
