@@ -117,17 +117,39 @@ async fn start(
         config.reclaim(),
         metrics.clone(),
     ));
+    let app = application(
+        config,
+        &store,
+        metrics,
+        auth,
+        Some(&sweeper),
+        forwarder,
+        stop,
+    );
+    Ok((Running { store, sweeper }, app))
+}
+
+/// The application over `store`: the writer's (with its sweeper), or a replica's.
+fn application(
+    config: &Config,
+    store: &Store,
+    metrics: Arc<crate::metrics::Metrics>,
+    auth: Option<Auth>,
+    sweeper: Option<&tokio::task::JoinHandle<()>>,
+    forwarder: Option<Arc<Forwarder>>,
+    stop: Stop,
+) -> axum::Router {
     let state = AppState::new(
         store.clone(),
         limits(config),
         auth,
         metrics,
-        sweeper.abort_handle(),
+        sweeper.map(tokio::task::JoinHandle::abort_handle),
         config.check_cache_mb.saturating_mul(1024 * 1024),
         config.cors_origins.clone(),
     )
     .serving(stop, forwarder);
-    Ok((Running { store, sweeper }, http::router(state)))
+    http::router(state)
 }
 
 async fn bind(config: &Config) -> Result<TcpListener, Error> {
@@ -154,9 +176,10 @@ fn limits(config: &Config) -> Limits {
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the sweeper, serves
 /// HTTP, then drains in-flight requests and closes the store.
 ///
-/// On etcd, a daemon that finds another writer on its prefix listens at once as a standby
-/// (`http::standby_router`: requests sent on to the writer) and takes over, store, sweeper
-/// and application, once it wins the writer key.
+/// On etcd, a daemon that finds another writer on its prefix serves as a replica
+/// (`Store::follow`, `http::replica_router`: reads served from the followed prefix, writes
+/// sent on to the writer) and takes over, store, sweeper and application, once it wins the
+/// writer key.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -199,7 +222,7 @@ pub async fn run(
             metrics.clone(),
         )
     });
-    let standby = match &election {
+    let replica = match &election {
         Some(election) => {
             let election = election.clone();
             !tokio::task::spawn_blocking(move || election.try_win())
@@ -209,10 +232,27 @@ pub async fn run(
         None => false,
     };
     let stop = Stop::new();
-    let (app, opening, failed) = if let Some(forwarder) = forwarder.clone().filter(|_| standby) {
-        tracing::info!("another daemon writes the prefix: serving as a standby, requests sent on to the writer");
-        let taken_over = Arc::new(std::sync::OnceLock::new());
-        let app = http::standby_router(forwarder.clone(), taken_over.clone(), metrics.clone());
+    let (app, opening, failed) = if let Some(forwarder) = forwarder.clone().filter(|_| replica) {
+        tracing::info!(
+            "another daemon writes the prefix: serving as a replica (reads served here, \
+             writes sent on to the writer)"
+        );
+        let follow = store_config.clone();
+        let replica = tokio::task::spawn_blocking(move || Store::follow(&follow))
+            .await
+            .expect("opening a replica does not panic")?;
+        let replica_app = application(
+            &config,
+            &replica,
+            metrics,
+            auth.clone(),
+            None,
+            Some(forwarder.clone()),
+            stop.clone(),
+        );
+        let replica_app = Arc::new(std::sync::Mutex::new(Some(replica_app)));
+        let taken_over = forwarder.taken_over.clone();
+        let app = http::replica_router(replica_app.clone(), taken_over.clone());
         let (fail, failed) = tokio::sync::oneshot::channel::<()>();
         let (config, auth, stop) = (config.clone(), auth, stop.clone());
         let opening = tokio::spawn(async move {
@@ -220,6 +260,9 @@ pub async fn run(
             match started {
                 Ok((running, app)) => {
                     let _ = taken_over.set(app);
+                    // Requests still in flight on the replica's application finish on it.
+                    replica_app.lock().expect("not poisoned").take();
+                    replica.stop_following();
                     tracing::info!("took over as the writer");
                     Ok(running)
                 }
@@ -244,11 +287,11 @@ pub async fn run(
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");
 
-    // A standby whose open failed (not a wait: an error) stops, as a daemon whose first
-    // open failed does.
+    // A replica whose open as the writer failed (not a wait: an error) stops, as a daemon
+    // whose first open failed does.
     let shutdown = async move {
         match failed {
-            // Dropped unsent once the standby took over: that is no failure.
+            // Dropped unsent once the replica took over: that is no failure.
             Some(failed) => tokio::select! {
                 () = shutdown => {}
                 Ok(()) = failed => {}
@@ -267,7 +310,7 @@ pub async fn run(
     .await;
     tracing::info!("shutting down");
     if !opening.is_finished() {
-        // Still a standby: stop waiting for the writer key.
+        // Still a replica: stop waiting for the writer key.
         if let Some(election) = &election {
             election.stop_waiting();
         }

@@ -86,8 +86,9 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
-/// A daemon's role on its etcd prefix: `writer`, or `standby` (it sends requests on to the
-/// writer).
+/// A daemon's role on its etcd prefix: `writer`; `replica` (it follows the prefix, serves
+/// reads and sends writes on to the writer); `candidate` (its store was the writer's, and
+/// its lease ended: it sends every request on until it wins the key back).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoleLabels {
     pub role: &'static str,
@@ -127,9 +128,15 @@ pub struct StoreGauges {
     pub registered: Vec<(Kind, u64)>,
     /// The evacuation tokens available per kind with a rate.
     pub evacuation_tokens: Vec<(Kind, f64)>,
-    /// On etcd, whether this daemon is the writer of its prefix; `None` on sled.
-    pub etcd_writer: Option<bool>,
+    /// On etcd, this daemon's role on its prefix ([`RoleLabels`]); `None` on sled.
+    pub etcd_role: Option<&'static str>,
+    /// On a replica, how many log entries it is behind the last head it read, and for how
+    /// many seconds.
+    pub replica_lag: Option<(u64, f64)>,
 }
+
+/// The roles [`RoleLabels`] names.
+const ROLES: [&str; 3] = ["writer", "replica", "candidate"];
 
 pub struct Metrics {
     registry: Registry,
@@ -168,6 +175,11 @@ pub struct Metrics {
     registered: Family<KindLabels, Gauge>,
     evacuation_tokens: Family<KindLabels, Gauge<f64, AtomicU64>>,
     etcd_role: Family<RoleLabels, Gauge>,
+    replica_lag_entries: Gauge,
+    replica_lag_seconds: Gauge<f64, AtomicU64>,
+    /// Reads of the log's head a replica sent to confirm it is current, each shared by
+    /// every read waiting when it was sent.
+    pub replica_head_reads: Counter,
 }
 
 impl Default for Metrics {
@@ -317,9 +329,31 @@ impl Metrics {
         let etcd_role = Family::<RoleLabels, Gauge>::default();
         registry.register(
             "etcd_role",
-            "On etcd, 1 for this daemon's role on its prefix: writer, or standby (requests sent \
-             on to the writer); no series on sled",
+            "On etcd, 1 for this daemon's role on its prefix: writer; replica (follows the \
+             prefix, serves reads, sends writes on to the writer); candidate (its lease ended: \
+             sends every request on until it wins the writer key back); no series on sled",
             etcd_role.clone(),
+        );
+        let replica_lag_entries = Gauge::default();
+        registry.register(
+            "replica_lag_entries",
+            "On a replica, how many entries of the etcd prefix's log it had not applied when it \
+             last read how far the log reached (0 on the writer and on sled)",
+            replica_lag_entries.clone(),
+        );
+        let replica_lag_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "replica_lag_seconds",
+            "On a replica, for how long it has been behind the etcd prefix's log (0 while it is \
+             current)",
+            replica_lag_seconds.clone(),
+        );
+        let replica_head_reads = Counter::default();
+        registry.register(
+            "replica_head_reads",
+            "On a replica, reads of the etcd log's head sent to confirm it shows every \
+             acknowledged write; each is shared by every read waiting when it was sent",
+            replica_head_reads.clone(),
         );
         Metrics {
             registry,
@@ -344,6 +378,9 @@ impl Metrics {
             registered,
             evacuation_tokens,
             etcd_role,
+            replica_lag_entries,
+            replica_lag_seconds,
+            replica_head_reads,
         }
     }
 
@@ -425,15 +462,15 @@ impl Metrics {
                 }
             }
         }
-        if let Some(writer) = store.etcd_writer {
-            let (role, other) = if writer {
-                ("writer", "standby")
-            } else {
-                ("standby", "writer")
-            };
+        if let Some(role) = store.etcd_role {
+            for other in ROLES.into_iter().filter(|&r| r != role) {
+                self.etcd_role.remove(&RoleLabels { role: other });
+            }
             self.etcd_role.get_or_create(&RoleLabels { role }).set(1);
-            self.etcd_role.remove(&RoleLabels { role: other });
         }
+        let (entries, seconds) = store.replica_lag.unwrap_or_default();
+        self.replica_lag_entries.set(entries as i64);
+        self.replica_lag_seconds.set(seconds);
         let mut out = String::new();
         match format {
             Exposition::Prometheus => prometheus_text::encode(&mut out, &self.registry),
@@ -477,7 +514,8 @@ mod tests {
                 ],
                 registered: vec![(Kind::Node, 200)],
                 evacuation_tokens: vec![(Kind::TaskManager, 2.5)],
-                etcd_writer: Some(true),
+                etcd_role: Some("writer"),
+                replica_lag: None,
             };
             let text = metrics.render(&gauges, format);
             assert!(

@@ -1,6 +1,7 @@
-//! Several daemons on one etcd prefix: a daemon that is not the writer listens at once, is
-//! not ready, and sends every request on to the writer, returning its answers unchanged with
-//! the caller's identity carried; a request that waits through an election is applied once.
+//! Several daemons on one etcd prefix: a daemon that is not the writer listens at once as a
+//! replica, serves reads itself and sends writes on to the writer, returning its answers
+//! unchanged with the caller's identity carried; a request that waits through an election
+//! is applied once.
 //!
 //! Built with the `etcd` feature only (`cargo test --features etcd`): its client's build
 //! needs `protoc`.
@@ -47,26 +48,27 @@ fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
     headers.get(name).map(|v| v.to_str().unwrap().to_owned())
 }
 
-/// Through the standby: an add with a source and a key, its replay, a read, a PATCH with
+/// Through the replica: an add with a source and a key, its replay, a read, a PATCH with
 /// `If-Match`, a refused write and the feed each answer exactly as the writer does, and
-/// the writer records the caller, not the standby. The standby's own probes and metrics
-/// are its own; a request forwarded to it already is not sent on again.
+/// the writer records the caller, not the replica. Reads are the replica's own (nothing
+/// forwarded), as are its probes and metrics; a write forwarded to it already is not sent
+/// on again.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
+async fn a_replica_sends_writes_on_to_the_writer_and_serves_reads_itself() {
     let Some(cluster) = EtcdCluster::start(1, "etcd_forwarding answers") else {
         return;
     };
     let ws = Workspace::new();
     let flags = flags(&cluster, &ws, 10, 500);
     let writer = spawn(&ws, &flags, 1);
-    let standby = spawn(&ws, &flags, 2);
-    eventually("the standby says it waits", || async {
-        standby.log_text().contains("waiting as a standby")
+    let replica = spawn(&ws, &flags, 2);
+    eventually("the replica says it follows", || async {
+        replica.log_text().contains("serving as a replica")
     })
     .await;
-    let mut feed = Watch::open(&standby, Some(0), None)
+    let mut feed = Watch::open(&replica, Some(0), None)
         .await
-        .expect("the feed through the standby");
+        .expect("the feed through the replica");
 
     let add = Some(json!([item("n1", "MARK_BLOCKED", "c")]));
     let keyed = [
@@ -75,7 +77,7 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
         ("Idempotency-Key", "k1"),
     ];
     let (status, headers, body) = request(
-        &standby,
+        &replica,
         Method::POST,
         "/blocklist/nodes",
         &keyed,
@@ -85,7 +87,7 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let revision = header(&headers, "x-blocklist-revision").expect("the revision header");
     let (status, again, replayed) =
-        request(&standby, Method::POST, "/blocklist/nodes", &keyed, add).await;
+        request(&replica, Method::POST, "/blocklist/nodes", &keyed, add).await;
     assert_eq!((status, &replayed), (StatusCode::CREATED, &body));
     assert_eq!(
         header(&again, "idempotent-replayed").as_deref(),
@@ -94,19 +96,19 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
     assert_eq!(header(&again, "x-blocklist-revision"), Some(revision));
 
     // Reads: the writer's answer, headers included.
-    let (status, via_standby, item_body) =
-        request(&standby, Method::GET, "/blocklist/nodes/n1", &[], None).await;
+    let (status, via_replica, item_body) =
+        request(&replica, Method::GET, "/blocklist/nodes/n1", &[], None).await;
     let (_, via_writer, writer_body) =
         request(&writer, Method::GET, "/blocklist/nodes/n1", &[], None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(item_body, writer_body);
-    assert_eq!(header(&via_standby, "etag"), header(&via_writer, "etag"));
+    assert_eq!(header(&via_replica, "etag"), header(&via_writer, "etag"));
     assert_eq!(item_body["source"], "detector", "{item_body}");
 
-    // A PATCH with the ETag read through the standby, reported as the token's name.
-    let etag = header(&via_standby, "etag").unwrap();
+    // A PATCH with the ETag read through the replica, reported as the token's name.
+    let etag = header(&via_replica, "etag").unwrap();
     let (status, patched, _) = request(
-        &standby,
+        &replica,
         Method::PATCH,
         "/blocklist/nodes/n1",
         &[AUTH, ("If-Match", &etag)],
@@ -121,7 +123,7 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
 
     // The writer's refusals too: no token is its 401, with its challenge.
     let (status, refused, _) = request(
-        &standby,
+        &replica,
         Method::POST,
         "/blocklist/nodes",
         &[],
@@ -131,7 +133,7 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(header(&refused, "www-authenticate").is_some());
 
-    // The feed, streamed through the standby: the add and the update, in order.
+    // The feed, streamed through the replica: the add and the update, in order.
     let events = feed.take(2).await;
     assert_eq!(
         events.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
@@ -141,37 +143,43 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
     );
 
     // The API document and the console come from the writer too.
-    assert_eq!(standby.get("/openapi.json").await.0, StatusCode::OK);
+    assert_eq!(replica.get("/openapi.json").await.0, StatusCode::OK);
 
-    // Its own probes and metrics.
-    let (status, readiness) = standby.get("/readyz").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(readiness["store"], "standby", "{readiness}");
+    // Its own probes and metrics: ready as a current replica; the four writes forwarded,
+    // the reads not.
+    let (status, readiness) = replica.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{readiness}");
+    assert_eq!(
+        (&readiness["store"], &readiness["etcd"]),
+        (&json!("replica"), &json!("replica")),
+        "{readiness}"
+    );
     assert_eq!(writer.get("/readyz").await.0, StatusCode::OK);
-    let answered = standby
+    let answered = replica
         .metric("blocklist_forwarded_request_duration_seconds_count{outcome=\"answered\"}")
         .await;
-    assert!(answered >= 6.0, "{answered} answered forwards");
+    assert_eq!(answered, 4.0, "answered forwards");
     let role =
         |text: &str, role: &str| metric(text, &format!("blocklist_etcd_role{{role=\"{role}\"}}"));
-    let (standby_text, writer_text) = (standby.scrape().await, writer.scrape().await);
+    let (replica_text, writer_text) = (replica.scrape().await, writer.scrape().await);
     assert_eq!(
         (
-            role(&standby_text, "standby"),
-            role(&standby_text, "writer")
+            role(&replica_text, "replica"),
+            role(&replica_text, "writer")
         ),
         (1.0, 0.0)
     );
     assert_eq!(
-        (role(&writer_text, "writer"), role(&writer_text, "standby")),
+        (role(&writer_text, "writer"), role(&writer_text, "replica")),
         (1.0, 0.0)
     );
+    assert!(metric(&replica_text, "blocklist_replica_head_reads_total") >= 1.0);
 
     // Sent on once at most: a request another daemon forwarded is answered here, 503 at
     // once.
     let started = Instant::now();
     let (status, headers, body) = request(
-        &standby,
+        &replica,
         Method::POST,
         "/blocklist/nodes",
         &[AUTH, ("Blocklist-Forwarded-By", "http://elsewhere")],
@@ -191,9 +199,9 @@ async fn a_standby_sends_requests_on_to_the_writer_and_returns_its_answers() {
     );
 }
 
-/// The writer killed: a write through the standby meanwhile answers 503 with Retry-After
+/// The writer killed: a write through the replica meanwhile answers 503 with Retry-After
 /// once `--forward-wait-ms` passes without a writer, having changed nothing; retried with
-/// its key, it is applied once by the standby when it has taken over.
+/// its key, it is applied once by the replica when it has taken over.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_through_an_election_is_applied_once() {
     let Some(cluster) = EtcdCluster::start(1, "etcd_forwarding election") else {
@@ -203,9 +211,9 @@ async fn a_write_through_an_election_is_applied_once() {
     let lease_secs = 3;
     let flags = flags(&cluster, &ws, lease_secs, 1_000);
     let writer = spawn(&ws, &flags, 1);
-    let standby = spawn(&ws, &flags, 2);
-    eventually("the standby says it waits", || async {
-        standby.log_text().contains("waiting as a standby")
+    let replica = spawn(&ws, &flags, 2);
+    eventually("the replica says it follows", || async {
+        replica.log_text().contains("serving as a replica")
     })
     .await;
     let keyed = [AUTH, ("Idempotency-Key", "through-the-election")];
@@ -214,13 +222,13 @@ async fn a_write_through_an_election_is_applied_once() {
     let killed = Instant::now();
 
     let (status, headers, body) =
-        request(&standby, Method::POST, "/blocklist/nodes", &keyed, add()).await;
+        request(&replica, Method::POST, "/blocklist/nodes", &keyed, add()).await;
     assert_eq!(
         status,
         StatusCode::SERVICE_UNAVAILABLE,
-        "{body} after {:?}; the standby's log:\n{}",
+        "{body} after {:?}; the replica's log:\n{}",
         killed.elapsed(),
-        standby.log_text()
+        replica.log_text()
     );
     assert_eq!(header(&headers, "retry-after").as_deref(), Some("1"));
     assert!(
@@ -235,7 +243,7 @@ async fn a_write_through_an_election_is_applied_once() {
     // one of the 503s.
     loop {
         let (status, headers, body) =
-            request(&standby, Method::POST, "/blocklist/nodes", &keyed, add()).await;
+            request(&replica, Method::POST, "/blocklist/nodes", &keyed, add()).await;
         if status == StatusCode::CREATED {
             assert_eq!(header(&headers, "idempotent-replayed"), None, "{body}");
             break;
@@ -245,19 +253,19 @@ async fn a_write_through_an_election_is_applied_once() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let took = killed.elapsed();
-    eprintln!("a write through the standby applied {took:?} after the writer's kill -9");
+    eprintln!("a write through the replica applied {took:?} after the writer's kill -9");
     assert!(
         took <= Duration::from_secs(lease_secs + 3),
         "took {took:?}: more than the lease, the forward wait and 2 s"
     );
     let (status, headers, _) =
-        request(&standby, Method::POST, "/blocklist/nodes", &keyed, add()).await;
+        request(&replica, Method::POST, "/blocklist/nodes", &keyed, add()).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(
         header(&headers, "idempotent-replayed").as_deref(),
         Some("true")
     );
-    let listed = ids(&standby.listing().await["blockedNodes"]);
+    let listed = ids(&replica.listing().await["blockedNodes"]);
     assert_eq!(listed, ["n1"]);
-    assert_eq!(standby.get("/readyz").await.0, StatusCode::OK);
+    assert_eq!(replica.get("/readyz").await.0, StatusCode::OK);
 }

@@ -38,7 +38,7 @@ fn tool(flags: &[String], args: &[&str]) -> (bool, String, String, Duration) {
     )
 }
 
-/// SIGTERM: the writer revokes its lease as it stops, and the standby takes over at once
+/// SIGTERM: the writer revokes its lease as it stops, and the replica takes over at once
 /// rather than after the lease.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_stop_hands_the_prefix_over_at_once() {
@@ -52,24 +52,24 @@ async fn a_clean_stop_hands_the_prefix_over_at_once() {
         .post("/blocklist/nodes", json!([item("n1", "MARK_BLOCKED", "c")]))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let standby = spawn(&ws, &flags, 2).listening();
-    eventually("the standby says it waits", || async {
-        standby.log_text().contains("waiting as a standby")
+    let replica = spawn(&ws, &flags, 2).listening();
+    eventually("the replica says it follows", || async {
+        replica.log_text().contains("serving as a replica")
     })
     .await;
     let stopped = Instant::now();
     assert!(writer.terminate().success());
-    if let Err(readiness) = standby.ready_within(Duration::from_secs(3)).await {
+    if let Err(readiness) = replica.writer_within(Duration::from_secs(3)).await {
         panic!(
             "no hand-over within 3 s ({readiness}); log:\n{}",
-            standby.log_text()
+            replica.log_text()
         );
     }
     assert!(
         stopped.elapsed() < Duration::from_secs(LONG_LEASE_SECS),
         "waited out the lease"
     );
-    assert_eq!(standby.get("/blocklist/nodes/n1").await.0, StatusCode::OK);
+    assert_eq!(replica.get("/blocklist/nodes/n1").await.0, StatusCode::OK);
 }
 
 /// `check` and `export` on a prefix: after a `kill -9` they wait out the dead writer's

@@ -78,7 +78,7 @@ async fn write_load(
     }
 }
 
-/// The writer killed (SIGKILL) under adds spread over the three daemons, two standbys of
+/// The writer killed (SIGKILL) under adds spread over the three daemons, two replicas of
 /// which send theirs on to it: every acknowledged add is in the blocklist afterwards, each
 /// once in the feed, which reads the same through both survivors; the first add
 /// acknowledged after the kill comes within the lease and 2 s.
@@ -92,17 +92,17 @@ async fn a_killed_writer_under_load_through_every_daemon_loses_nothing() {
     flags.extend(["--forward-wait-ms".to_owned(), "3000".to_owned()]);
     let writer = spawn(&ws, &flags, 0);
     writer
-        .ready_within(DEADLINE)
+        .writer_within(DEADLINE)
         .await
         .expect("the first daemon writes");
-    let standbys = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
-    for standby in &standbys {
-        eventually("the standby says it waits", || async {
-            standby.log_text().contains("waiting as a standby")
+    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
+    for replica in &replicas {
+        eventually("the replica says it follows", || async {
+            replica.log_text().contains("serving as a replica")
         })
         .await;
     }
-    let urls: Vec<String> = [&writer, &standbys[0], &standbys[1]]
+    let urls: Vec<String> = [&writer, &replicas[0], &replicas[1]]
         .iter()
         .map(|d| d.url(""))
         .collect();
@@ -161,7 +161,7 @@ async fn a_killed_writer_under_load_through_every_daemon_loses_nothing() {
 
     let acked: BTreeSet<String> = acked.lock().unwrap().at.keys().cloned().collect();
     let mut feeds = Vec::new();
-    for survivor in &standbys {
+    for survivor in &replicas {
         let listing = survivor.listing().await;
         let listed: BTreeSet<String> = ids(&listing["blockedNodes"]).into_iter().collect();
         let missing: Vec<_> = acked.difference(&listed).collect();
@@ -192,4 +192,282 @@ async fn a_killed_writer_under_load_through_every_daemon_loses_nothing() {
         );
     }
     assert_eq!(feeds[0], feeds[1], "the two survivors' feeds differ");
+}
+
+/// Adds node `id` through `d`, retrying a 503 (an election) until it is acknowledged.
+async fn add_acknowledged(d: &Daemon, id: &str) {
+    let started = Instant::now();
+    loop {
+        let (status, body) = d
+            .post("/blocklist/nodes", json!([item(id, "MARK_BLOCKED", "c")]))
+            .await;
+        if status == StatusCode::CREATED {
+            return;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{id}: {body}");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{id} never acknowledged: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The forwarded requests a daemon counts, whatever their outcome.
+async fn forwarded(d: &Daemon) -> f64 {
+    let text = d.scrape().await;
+    ["answered", "no_writer", "failed"]
+        .iter()
+        .map(|outcome| {
+            metric(
+                &text,
+                &format!(
+                    "blocklist_forwarded_request_duration_seconds_count{{outcome=\"{outcome}\"}}"
+                ),
+            )
+        })
+        .sum()
+}
+
+/// Every write acknowledged by the writer is in the next read through either replica (the
+/// read barrier), and the replicas serve reads — single, batch and listing — themselves:
+/// on, unchanged, while the writer is stopped (SIGSTOP) past its lease. One replica takes
+/// over; resumed, the old writer's reads are the new writer's at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() {
+    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas reads") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
+    let writer = spawn(&ws, &flags, 0);
+    writer
+        .writer_within(DEADLINE)
+        .await
+        .expect("the first daemon writes");
+    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
+    for replica in &replicas {
+        replica
+            .ready_within(DEADLINE)
+            .await
+            .expect("a current replica");
+    }
+
+    for i in 0..200 {
+        let id = format!("n{i}");
+        add_acknowledged(&writer, &id).await;
+        let replica = &replicas[i % 2];
+        let (status, body) = replica.get(&format!("/blocklist/nodes/{id}")).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{id} acknowledged, then read: {body}"
+        );
+        let (status, verdicts) = replica
+            .post("/blocklist/check", json!({"nodes": [id]}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{verdicts}");
+        assert_eq!(verdicts["nodes"][0]["blocked"], true, "{verdicts}");
+    }
+    for replica in &replicas {
+        assert_eq!(
+            forwarded(replica).await,
+            0.0,
+            "a read was sent to the writer"
+        );
+    }
+
+    signal(writer.pid(), "-STOP");
+    let paused = Instant::now();
+    for replica in &replicas {
+        let started = Instant::now();
+        let listing = replica.listing().await;
+        assert_eq!(ids(&listing["blockedNodes"]).len(), 200);
+        let (status, _) = replica.get("/blocklist/check/nodes/n7").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "reads through a replica took {:?} with the writer paused",
+            started.elapsed()
+        );
+    }
+    let new = loop {
+        let mut writing = None;
+        for (n, replica) in replicas.iter().enumerate() {
+            let (status, body) = replica.get("/readyz").await;
+            if status == StatusCode::OK && body["etcd"] == "writer" {
+                writing = Some(n);
+            }
+        }
+        if let Some(n) = writing {
+            break n;
+        }
+        assert!(paused.elapsed() < DEADLINE, "no replica took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "replica {new} took over {:?} after the writer's SIGSTOP",
+        paused.elapsed()
+    );
+    add_acknowledged(&replicas[1 - new], "after-the-pause").await;
+    signal(writer.pid(), "-CONT");
+    let (status, body) = writer.get("/blocklist/nodes/after-the-pause").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the resumed writer answered from its own state: {body}"
+    );
+}
+
+/// A replica whose traffic to etcd is dropped (its endpoints through a proxy the test cuts)
+/// stops answering reads — 503 within a bounded time, never an older state — while the
+/// other replica and the writer go on; healed, it catches up by itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_cut_off_from_etcd_answers_503_not_stale_data() {
+    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas partition") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
+    let writer = spawn(&ws, &flags, 0);
+    writer
+        .writer_within(DEADLINE)
+        .await
+        .expect("the first daemon writes");
+    let mut proxies = Vec::new();
+    for member in cluster.endpoints().split(',') {
+        proxies.push(Proxy::start(member).await);
+    }
+    let through_proxies: Vec<&str> = proxies.iter().map(|p| p.url.as_str()).collect();
+    let mut cut_flags = flags.clone();
+    let endpoints = cut_flags
+        .iter()
+        .position(|f| f == "--etcd-endpoints")
+        .unwrap();
+    cut_flags[endpoints + 1] = through_proxies.join(",");
+    let cut = spawn(&ws, &cut_flags, 1);
+    let other = spawn(&ws, &flags, 2);
+    add_acknowledged(&writer, "before").await;
+    for replica in [&cut, &other] {
+        replica
+            .ready_within(DEADLINE)
+            .await
+            .expect("a current replica");
+        assert_eq!(
+            replica.get("/blocklist/nodes/before").await.0,
+            StatusCode::OK
+        );
+    }
+
+    for proxy in &proxies {
+        proxy.cut();
+    }
+    add_acknowledged(&writer, "during").await;
+    let started = Instant::now();
+    let (status, body) = cut.get("/blocklist/nodes/during").await;
+    let took = started.elapsed();
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a read through the cut-off replica: {body}"
+    );
+    eprintln!("the cut-off replica answered 503 in {took:?}: {body}");
+    assert!(took < Duration::from_secs(4), "it took {took:?} to answer");
+    let (status, readiness) = cut.get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{readiness}");
+    assert_eq!(readiness["etcd"], "replica, not current", "{readiness}");
+    assert_eq!(other.get("/blocklist/nodes/during").await.0, StatusCode::OK);
+    assert_eq!(
+        writer.get("/blocklist/nodes/during").await.0,
+        StatusCode::OK
+    );
+
+    for proxy in &proxies {
+        proxy.heal();
+    }
+    eventually("the healed replica serves what it missed", || async {
+        cut.get("/blocklist/nodes/during").await.0 == StatusCode::OK
+    })
+    .await;
+    assert_eq!(cut.get("/readyz").await.0, StatusCode::OK);
+}
+
+/// Two of three etcd members stopped: writes and reads answer 503 on every daemon (once the
+/// writer's lease has run out), `/readyz` fails, nothing is acknowledged; the members back,
+/// everything recovers by itself: one daemon writes, and both answer reads (the one that
+/// lost the election, if it was the writer, through the new writer).
+#[tokio::test(flavor = "multi_thread")]
+async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
+    let Some(mut cluster) = EtcdCluster::start(3, "etcd_replicas quorum") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
+    let writer = spawn(&ws, &flags, 0);
+    writer
+        .writer_within(DEADLINE)
+        .await
+        .expect("the first daemon writes");
+    let replica = spawn(&ws, &flags, 1);
+    replica
+        .ready_within(DEADLINE)
+        .await
+        .expect("a current replica");
+    add_acknowledged(&writer, "before").await;
+
+    cluster.kill(1);
+    cluster.kill(2);
+    let lost = Instant::now();
+    for daemon in [&writer, &replica] {
+        let (status, body) = daemon
+            .post(
+                "/blocklist/nodes",
+                json!([item("lost", "MARK_BLOCKED", "c")]),
+            )
+            .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    }
+    eventually("reads answer 503 everywhere", || async {
+        let mut all = true;
+        for daemon in [&writer, &replica] {
+            all &= daemon.get("/blocklist/nodes/before").await.0 == StatusCode::SERVICE_UNAVAILABLE
+                && daemon.get("/readyz").await.0 == StatusCode::SERVICE_UNAVAILABLE;
+        }
+        all
+    })
+    .await;
+    eprintln!(
+        "reads answered 503 everywhere {:?} after quorum was lost",
+        lost.elapsed()
+    );
+    let (_, body) = replica.get("/blocklist/nodes/before").await;
+    assert!(
+        body["errors"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("etcd"),
+        "the message names etcd: {body}"
+    );
+
+    cluster.restart_all();
+    add_acknowledged(&replica, "after").await;
+    eventually("a daemon writes again", || async {
+        let mut writing = false;
+        for daemon in [&writer, &replica] {
+            writing |= daemon.get("/readyz").await.1["etcd"] == "writer";
+        }
+        writing
+    })
+    .await;
+    for daemon in [&writer, &replica] {
+        eventually("reads recover", || async {
+            daemon.get("/blocklist/nodes/after").await.0 == StatusCode::OK
+        })
+        .await;
+        assert_eq!(
+            daemon.get("/blocklist/nodes/lost").await.0,
+            StatusCode::NOT_FOUND,
+            "a write answered 503 was applied"
+        );
+    }
 }

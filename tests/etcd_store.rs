@@ -1,5 +1,5 @@
 //! `--store etcd`: the blocklist in an etcd cluster of the test's own. A killed writer
-//! loses nothing it acknowledged and a standby takes over; a paused or deposed writer is
+//! loses nothing it acknowledged and a replica takes over; a paused or deposed writer is
 //! fenced; a cluster that goes away makes writes 503 until it is back.
 //!
 //! Built with the `etcd` feature only (`cargo test --features etcd`): its client's build
@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -36,14 +35,6 @@ fn spawn(ws: &Workspace, flags: &[String], n: usize) -> Starting {
     Daemon::spawn(&ws.data_dir(), &log, &flags)
 }
 
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
 async fn add(d: &Daemon, kind: &str, id: &str) -> StatusCode {
     let (status, body) = d
         .post(
@@ -58,25 +49,25 @@ async fn add(d: &Daemon, kind: &str, id: &str) -> StatusCode {
     status
 }
 
-/// Waits for `standby` (listening as a standby) to take over and serve as the writer, at
+/// Waits for `replica` to take over and serve as the writer, at
 /// most `limit`: how long it took.
-async fn takes_over(standby: &Daemon, limit: Duration) -> Duration {
-    standby
-        .ready_within(limit)
+async fn takes_over(replica: &Daemon, limit: Duration) -> Duration {
+    replica
+        .writer_within(limit)
         .await
         .unwrap_or_else(|readiness| {
             panic!(
-                "the standby did not take over within {limit:?} ({readiness}); its log:\n{}",
-                standby.log_text()
+                "the replica did not take over within {limit:?} ({readiness}); its log:\n{}",
+                replica.log_text()
             )
         })
 }
 
-/// A writer killed with SIGKILL: the standby, not ready meanwhile, takes over within the
+/// A writer killed with SIGKILL: the replica, ready as a replica meanwhile, takes over within the
 /// lease and 2 s, with every acknowledged change (items, a registration,
 /// a keyed write that replays, the feed from its start), and writes on from there.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
+async fn a_killed_writer_loses_nothing_and_the_replica_takes_over() {
     let Some(cluster) = EtcdCluster::start(1, "etcd_store killed writer") else {
         return;
     };
@@ -109,14 +100,14 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
     let before = writer.export().await;
     let revision = writer.revision().await;
 
-    let standby = spawn(&ws, &on_etcd(&cluster, "/t/"), 2).listening();
-    eventually("the standby says it waits", || async {
-        standby.log_text().contains("waiting as a standby")
+    let replica = spawn(&ws, &on_etcd(&cluster, "/t/"), 2).listening();
+    eventually("the replica says it follows", || async {
+        replica.log_text().contains("serving as a replica")
     })
     .await;
-    let (status, readiness) = standby.get("/readyz").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{readiness}");
-    assert_eq!(readiness["store"], "standby", "{readiness}");
+    let (status, readiness) = replica.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{readiness}");
+    assert_eq!(readiness["store"], "replica", "{readiness}");
 
     let mirror_of = |pid: u32| {
         let prefix = format!("blocklistd-mirror.{pid}.");
@@ -131,8 +122,8 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
         "the writer keeps its mirror in the temp dir"
     );
     writer.kill9();
-    let took = takes_over(&standby, Duration::from_secs(LEASE_SECS + 4)).await;
-    let next = standby;
+    let took = takes_over(&replica, Duration::from_secs(LEASE_SECS + 4)).await;
+    let next = replica;
     assert!(
         !mirror_of(killed),
         "the killed writer's mirror is left behind"
@@ -175,7 +166,7 @@ async fn a_killed_writer_loses_nothing_and_the_standby_takes_over() {
     );
 }
 
-/// A writer stopped (SIGSTOP) past its lease: the standby takes over; resumed, the old
+/// A writer stopped (SIGSTOP) past its lease: the replica takes over; resumed, the old
 /// writer's own write, if it still tries one, is refused by the fence (503) and is nowhere;
 /// once it noticed, it sends writes and reads on to the new writer.
 #[tokio::test(flavor = "multi_thread")]

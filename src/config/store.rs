@@ -18,7 +18,7 @@ pub enum StoreKind {
 pub struct StoreFlags {
     /// Where the blocklist lives: `sled` in --data-dir, or `etcd` in the cluster at
     /// --etcd-endpoints (no data dir then; one daemon writes a prefix, another started on
-    /// it waits as a standby).
+    /// it waits as a replica).
     #[arg(long = "store", env = "BLOCKLISTD_STORE", value_enum, default_value_t = StoreKind::Sled,
           global = true)]
     pub kind: StoreKind,
@@ -57,7 +57,7 @@ pub struct StoreFlags {
     )]
     pub etcd_password_file: Option<PathBuf>,
 
-    /// The writer's lease, in seconds: how long after a writer dies a standby takes over.
+    /// The writer's lease, in seconds: how long after a writer dies a replica takes over.
     #[arg(long, env = "BLOCKLISTD_ETCD_LEASE_SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(2..=3600), global = true)]
     pub etcd_lease_secs: u32,
@@ -151,7 +151,7 @@ fn parse_prefix(text: &str) -> Result<String, String> {
 /// Who opens the store, which decides how an etcd prefix is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opener {
-    /// The daemon: waits as a standby while another daemon writes the prefix, and
+    /// The daemon: waits as a replica while another daemon writes the prefix, and
     /// creates the store in an empty one.
     Daemon,
     /// An offline tool: waits one lease for a killed daemon's key, no longer; `create`:

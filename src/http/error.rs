@@ -56,10 +56,12 @@ pub enum ApiError {
     /// handler where the store is called, as an error does, with an answer it did not build.
     #[error("replayed ({})", .0.status)]
     Replayed(Box<KeptResponse>),
-    /// A request only the writer of the etcd prefix serves, when no writer could be reached
-    /// within `--forward-wait-ms` (`http::forward`): 503, with `Retry-After`.
-    #[error("no writer: {0}")]
-    NoWriter(String),
+    /// 503 with `Retry-After` and a message the client may read: on etcd, no writer could
+    /// be reached within `--forward-wait-ms` for a request only the writer serves
+    /// (`http::forward`), or a replica could not confirm it shows every acknowledged write
+    /// ([`StoreError::Behind`]).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -70,6 +72,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {
             StoreError::Replay(kept) => ApiError::Replayed(kept),
+            StoreError::Behind(why) => ApiError::Unavailable(why),
             StoreError::KeyReused(key) => ApiError::Unprocessable(vec![format!(
                 "Idempotency-Key {key:?}: was first used for a different request (another \
                  method, path, query, Blocklist-Source, If-Match or body) within the \
@@ -102,7 +105,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Replayed(kept) => StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::NoWriter(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -122,7 +125,7 @@ impl ApiError {
             | ApiError::PreconditionFailed(m)
             | ApiError::PayloadTooLarge(m)
             | ApiError::UnsupportedMediaType(m)
-            | ApiError::NoWriter(m) => vec![m],
+            | ApiError::Unavailable(m) => vec![m],
             // Answered by `into_response` with the kept body, never with messages.
             ApiError::Replayed(_) => Vec::new(),
             // Details of internal failures go to the log, not to the client.
@@ -254,8 +257,8 @@ impl IntoResponse for ApiError {
                 retry_after_secs: Some(secs),
                 ..
             } => Some(HeaderValue::from(*secs)),
-            // An election takes about a lease; a second is the pace of a standby's campaign.
-            ApiError::NoWriter(_) => Some(HeaderValue::from(1)),
+            // An election takes about a lease; a second is the pace of a replica's campaign.
+            ApiError::Unavailable(_) => Some(HeaderValue::from(1)),
             _ => None,
         };
         let errors = self.messages();

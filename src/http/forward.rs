@@ -1,9 +1,12 @@
 //! Requests this daemon cannot serve, sent on to the writer of its etcd prefix.
 //!
 //! Several daemons on one prefix are one blocklist, and only the writer (the holder of the
-//! writer key, [`crate::store::Election`]) runs the committer. Another daemon — a standby
-//! waiting for the writer's lease, or a writer whose lease ended — sends each request but
-//! its own probes and metrics on to the writer at the URL it announced in the key
+//! writer key, [`crate::store::Election`]) runs the committer. A replica (a daemon that
+//! follows the prefix, [`crate::store::Store::follow`]) serves reads — `GET` and `HEAD` —
+//! itself, once its store has caught up with every write acknowledged before the request
+//! ([`crate::store::Store::catch_up`]; 503 when it cannot). Every other request, and every
+//! request on a writer whose lease ended (its mirror is no longer kept current), goes —
+//! but its own probes and metrics — to the writer at the URL it announced in the key
 //! (`--advertise-url`) and returns the writer's answer unchanged: status, headers (`ETag`,
 //! `Retry-After`, the revision, `Idempotent-Replayed`) and body, streamed (a watch stream
 //! too). The caller's headers go with it, `Authorization` and `Blocklist-Source` among
@@ -22,15 +25,16 @@
 //!   then answers 503 with `Retry-After`. However many requests wait, one read of the
 //!   writer key at a time is in flight.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderName};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::Router;
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -38,8 +42,9 @@ use hyper_util::rt::TokioExecutor;
 
 use super::error::ApiError;
 use super::limits::{read_body, Limits};
+use super::replica::served_once_taken_over;
 use crate::metrics::{ForwardLabels, Metrics};
-use crate::store::{Announcement, Election};
+use crate::store::{Announcement, Election, Store};
 
 /// Marks a request one daemon sent on to another; its value is the sender's URL.
 pub const FORWARDED_HEADER: &str = "blocklist-forwarded-by";
@@ -68,6 +73,9 @@ pub struct Forwarder {
     /// Held by the one request reading the writer key; the others wait for its result.
     reading: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
+    /// The application this daemon serves once it became the writer (set by
+    /// [`crate::run`]): what a request that found this replica became the writer goes to.
+    pub taken_over: Arc<OnceLock<Router>>,
 }
 
 /// The writer key as read at `read`: the URL to send to, or why there is none.
@@ -116,6 +124,7 @@ impl Forwarder {
             known: Mutex::new(None),
             reading: tokio::sync::Mutex::new(()),
             metrics,
+            taken_over: Arc::default(),
         })
     }
 
@@ -156,12 +165,12 @@ impl Forwarder {
             let url = match self.writer_url(deadline).await {
                 Ok(Some(url)) => url,
                 Ok(None) => return Ok(Sent::Here(Request::from_parts(parts, Body::from(body)))),
-                Err(message) => return Err((ApiError::NoWriter(message), "no_writer")),
+                Err(message) => return Err((ApiError::Unavailable(message), "no_writer")),
             };
             let mut outgoing = hyper::Request::new(Full::new(body.clone()));
             *outgoing.method_mut() = parts.method.clone();
             *outgoing.uri_mut() = format!("{url}{path}").parse().map_err(|e| {
-                let error = ApiError::NoWriter(format!("the writer's URL {url}: {e}"));
+                let error = ApiError::Unavailable(format!("the writer's URL {url}: {e}"));
                 (error, "no_writer")
             })?;
             let headers = outgoing.headers_mut();
@@ -192,7 +201,7 @@ impl Forwarder {
                              nothing was sent to it; waited {:?} (--forward-wait-ms): retry",
                             self.wait
                         );
-                        return Err((ApiError::NoWriter(message), "no_writer"));
+                        return Err((ApiError::Unavailable(message), "no_writer"));
                     }
                     tokio::time::sleep(WRITER_POLL).await;
                 }
@@ -302,7 +311,7 @@ fn lost(url: &str, why: &str) -> (ApiError, &'static str) {
         "the writer of the etcd prefix, at {url}, did not answer ({why}); the request may or \
          may not have taken effect: retry it with the same Idempotency-Key, or re-read first"
     );
-    (ApiError::NoWriter(message), "failed")
+    (ApiError::Unavailable(message), "failed")
 }
 
 /// Headers of one connection (RFC 9110, 7.6.1), never passed on.
@@ -341,19 +350,46 @@ fn own_path(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
+/// What the layer needs: where to forward, and the store this daemon would serve from.
+#[derive(Clone)]
+pub struct Route {
+    pub forwarder: Arc<Forwarder>,
+    pub store: Store,
+}
+
+/// Whether a replica serves `request` itself: a read — every `GET` and `HEAD` (a feed, a
+/// listing and the console included), and the batch check, a `POST` that reads.
+fn is_read(request: &Request) -> bool {
+    matches!(*request.method(), Method::GET | Method::HEAD)
+        || (request.method() == Method::POST && request.uri().path() == "/blocklist/check")
+}
+
 /// The layer: a request this daemon does not serve goes to the writer.
 pub async fn forward_unless_served_here(
-    State(forwarder): State<Arc<Forwarder>>,
+    State(route): State<Route>,
     request: Request,
     next: Next,
 ) -> Response {
-    if own_path(request.uri().path()) || forwarder.election.is_writer() {
+    let Route { forwarder, store } = route;
+    if own_path(request.uri().path()) {
+        return next.run(request).await;
+    }
+    if store.is_replica() && is_read(&request) {
+        // Served here from the followed state, once it shows every write acknowledged
+        // before this request (a request forwarded here by another daemon too) — also
+        // while this daemon, having just won the writer key, loads the blocklist.
+        return match store.catch_up().await {
+            Ok(()) => next.run(request).await,
+            Err(e) => ApiError::from(e).into_response(),
+        };
+    }
+    if !store.is_replica() && forwarder.election.is_writer() {
         return next.run(request).await;
     }
     if request.headers().contains_key(FORWARDED_HEADER) {
         // Sent here by a daemon that took this one for the writer: not sent on again, and
         // not served from a state another writer may have moved past.
-        return ApiError::NoWriter(
+        return ApiError::Unavailable(
             "this daemon is not the writer of the etcd prefix (a request sent on by another \
              daemon is not sent on again): retry"
                 .into(),
@@ -362,6 +398,11 @@ pub async fn forward_unless_served_here(
     }
     match forwarder.forward(request).await {
         Ok(answer) => answer,
+        // A replica's store writes nothing: the request goes to the application this
+        // daemon serves as the writer, once it is loaded.
+        Err(request) if store.is_replica() => {
+            served_once_taken_over(&forwarder.taken_over, forwarder.wait, request).await
+        }
         Err(request) => next.run(request).await,
     }
 }

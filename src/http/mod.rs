@@ -33,10 +33,10 @@ mod openapi;
 mod ops;
 mod policy;
 mod provenance;
+mod replica;
 mod reply;
 mod schema;
 mod selector;
-mod standby;
 mod state;
 mod stream;
 mod taskmanagers;
@@ -61,8 +61,8 @@ pub use error::{ApiError, ErrorBody};
 pub use forward::{Forwarder, FORWARDED_HEADER};
 pub use limits::Limits;
 pub use openapi::ApiDoc;
+pub use replica::replica_router;
 pub use reply::REVISION_HEADER;
-pub use standby::standby_router;
 pub use state::{AppState, Shared, Stop};
 
 /// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
@@ -147,8 +147,12 @@ pub fn router(state: AppState) -> Router {
     // Outside the rest: a request the writer serves goes there whole, and the writer
     // checks the caller's token.
     if let Some(forwarder) = &state.forwarder {
+        let route = forward::Route {
+            forwarder: forwarder.clone(),
+            store: state.store.clone(),
+        };
         app = app.layer(middleware::from_fn_with_state(
-            forwarder.clone(),
+            route,
             forward::forward_unless_served_here,
         ));
     }

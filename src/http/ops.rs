@@ -48,14 +48,13 @@ pub(super) struct Readiness {
     #[schema(schema_with = ready_status)]
     status: &'static str,
     /// `open`, `reopening` for the moments after a storage error (reads and writes
-    /// answer 503 meanwhile), or, on etcd, `standby` while another daemon writes the prefix
-    /// and this one sends requests on to it (`committer` and `sweeper` are `stopped` then,
-    /// `revision` 0).
-    #[schema(pattern = "^(open|reopening|standby)$")]
+    /// answer 503 meanwhile), or, on etcd, `replica` while another daemon writes the prefix
+    /// and this one follows it, serving reads and sending writes on to the writer.
+    #[schema(pattern = "^(open|reopening|replica)$")]
     store: &'static str,
-    /// `running` or `stopped`.
+    /// `running` or `stopped`; `none` on a replica (the writer's runs).
     committer: &'static str,
-    /// `running` or `stopped`.
+    /// `running` or `stopped`; `none` on a replica (the writer's runs).
     sweeper: &'static str,
     /// The current revision.
     revision: u64,
@@ -64,8 +63,14 @@ pub(super) struct Readiness {
     /// 503), or, while etcd refuses its writes for a reason only an operator can clear
     /// (its NOSPACE alarm), what to do — reads are served then, and the status stays
     /// `ready`, since no other daemon could write either.
+    /// On a replica, `replica` while it is current (etcd answers, and its watch of the
+    /// prefix has applied every acknowledged write within a bound), else `replica, not
+    /// current` with `reason`.
     #[serde(skip_serializing_if = "Option::is_none")]
     etcd: Option<&'static str>,
+    /// Why a replica is not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 fn ready_status() -> Schema {
@@ -74,12 +79,12 @@ fn ready_status() -> Schema {
         .enum_values(Some(["ready", "not ready"]))
         .description(Some(
             "`ready` when the store is open, the committer and the sweeper run and (on etcd) \
-             this daemon is the writer, else `not ready`",
+             this daemon is the writer, or a replica that is current; else `not ready`",
         ))
         .into()
 }
 
-/// Readiness: the store is open, its committer and sweeper run, and on etcd it is the writer
+/// Readiness: the store is open, its committer and sweeper run, and on etcd it is the writer or a current replica
 ///
 /// Migrations ran before the listener opened.
 #[utoipa::path(
@@ -88,12 +93,15 @@ fn ready_status() -> Schema {
     tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Readiness),
-        (status = 503, description = "Not ready: the store is being reopened, the committer or the sweeper stopped, or (on etcd) this daemon is not the writer", body = Readiness),
+        (status = 503, description = "Not ready: the store is being reopened, the committer or the sweeper stopped, or (on etcd) this daemon is a writer whose lease ended or a replica that cannot confirm it is current", body = Readiness),
     ),
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.store.is_replica() {
+        return replica_readyz(&state).await;
+    }
     let committer = state.store.committer_alive();
-    let sweeper = !state.sweeper.is_finished();
+    let sweeper = state.sweeper.as_ref().is_some_and(|s| !s.is_finished());
     let open = state.store.is_open();
     let etcd = state.store.etcd_standing();
     let writer = etcd.is_none_or(|etcd| etcd.writer);
@@ -109,16 +117,60 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
             (true, None) => "writer",
             (false, _) => "not the writer",
         }),
+        reason: None,
     };
-    // Sent as a `serde_json::Value`, whose object keys are sorted (`committer` first): that
-    // is this body's key order on the wire, while the struct keeps the documented order.
-    let body = serde_json::to_value(readiness).expect("readiness serializes");
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
+    readiness.into_response()
+}
+
+/// How long a replica's readiness probe waits to confirm it is current: less than a
+/// probe's usual timeout (Kubernetes' default is 1 s).
+const REPLICA_READY_WITHIN: std::time::Duration = std::time::Duration::from_millis(900);
+
+/// A replica is ready when it can serve linearizable reads: etcd answers (it has quorum)
+/// and its watch has applied the log as far as etcd has it.
+async fn replica_readyz(state: &AppState) -> Response {
+    let current = tokio::time::timeout(REPLICA_READY_WITHIN, state.store.catch_up()).await;
+    let reason = match current {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!(
+            "could not confirm within {REPLICA_READY_WITHIN:?} that this replica shows every \
+             acknowledged write"
+        )),
     };
-    (status, Json(body)).into_response()
+    Readiness {
+        status: if reason.is_none() {
+            "ready"
+        } else {
+            "not ready"
+        },
+        store: "replica",
+        committer: "none",
+        sweeper: "none",
+        revision: state.store.revision(),
+        etcd: Some(if reason.is_none() {
+            "replica"
+        } else {
+            "replica, not current"
+        }),
+        reason,
+    }
+    .into_response()
+}
+
+impl IntoResponse for Readiness {
+    fn into_response(self) -> Response {
+        let status = if self.status == "ready" {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        // Sent as a `serde_json::Value`, whose object keys are sorted (`committer` first):
+        // that is this body's key order on the wire, while the struct keeps the documented
+        // order.
+        let body = serde_json::to_value(self).expect("readiness serializes");
+        (status, Json(body)).into_response()
+    }
 }
 
 /// Prometheus metrics

@@ -39,8 +39,8 @@ pub struct Shared {
     /// The origins (`--cors-origin`) whose pages may call the API from a browser; empty:
     /// no CORS.
     pub cors_origins: Vec<String>,
-    /// The sweeper task, for the readiness probe.
-    pub(super) sweeper: AbortHandle,
+    /// The sweeper task, for the readiness probe; `None` on a replica (the writer sweeps).
+    pub(super) sweeper: Option<AbortHandle>,
     /// Set to true when the server stops: long-lived responses (watch streams) end on it,
     /// or graceful shutdown would wait for them forever.
     pub(super) stop: Stop,
@@ -84,7 +84,7 @@ impl AppState {
         limits: Limits,
         auth: Option<Auth>,
         metrics: Arc<Metrics>,
-        sweeper: AbortHandle,
+        sweeper: Option<AbortHandle>,
         check_cache_bytes: u64,
         cors_origins: Vec<String>,
     ) -> AppState {

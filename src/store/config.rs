@@ -40,7 +40,7 @@ pub struct StoreConfig {
     pub policy: Overrides,
     /// Where every group's writes go before it is answered, if anywhere: the committer then
     /// logs its writes ([`super::writes`]).
-    pub(crate) replica: Option<Arc<dyn Replicate>>,
+    pub(crate) replicate: Option<Arc<dyn Replicate>>,
     /// The etcd cluster the store lives in (`--store etcd`); `None`: the data dir.
     #[cfg(feature = "etcd")]
     pub(crate) etcd: Option<Arc<super::etcd::Etcd>>,
@@ -67,7 +67,7 @@ impl StoreConfig {
             metrics: Arc::default(),
             new_policy: Policy::default(),
             policy: Overrides::default(),
-            replica: None,
+            replicate: None,
             #[cfg(feature = "etcd")]
             etcd: None,
         }
@@ -94,7 +94,7 @@ impl StoreConfig {
     /// at every open, each group committed to it before it is answered.
     #[cfg(feature = "etcd")]
     pub(crate) fn in_etcd(&mut self, etcd: Arc<super::etcd::Etcd>) {
-        self.replica = Some(etcd.clone());
+        self.replicate = Some(etcd.clone());
         self.etcd = Some(etcd);
         // Nothing local is worth an fsync: etcd's quorum holds what was acknowledged.
         self.fsync = false;

@@ -46,7 +46,7 @@ impl Election {
         match *self._never {}
     }
 
-    /// Ends a wait to become the writer (a standby's open that is still waiting returns
+    /// Ends a wait to become the writer (a replica's open that is still waiting returns
     /// [`super::StoreError::Closed`]): the daemon is stopping.
     pub fn stop_waiting(&self) {
         #[cfg(feature = "etcd")]

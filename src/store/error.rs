@@ -83,6 +83,11 @@ pub enum StoreError {
     /// ended: nothing is written until it wins the writer key again. 503.
     #[error("this daemon is not the writer of the etcd prefix ({0})")]
     NotWriter(String),
+    /// A replica could not confirm it shows every acknowledged write (etcd unreachable,
+    /// its watch behind or cut off): the read is not answered from a state that may be
+    /// stale. 503; the message says why, for the client too.
+    #[error("{0}")]
+    Behind(String),
     #[error("the store is shut down")]
     Closed,
     #[error("the database is being reopened after a storage error")]
@@ -177,6 +182,7 @@ impl StoreError {
                 | StoreError::Closed
                 | StoreError::Etcd(_)
                 | StoreError::NotWriter(_)
+                | StoreError::Behind(_)
                 | StoreError::Reopening
                 | StoreError::NotDurable(_)
         )

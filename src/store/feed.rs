@@ -42,6 +42,66 @@ pub(crate) struct Feed {
     pub exposure: std::sync::Mutex<Exposure>,
 }
 
+impl Feed {
+    /// The counters of a store opened at `revision`, no event published yet.
+    pub fn new(opened: &super::Opened, policy: Policy, feed_buffer: usize) -> Feed {
+        Feed {
+            committed: AtomicU64::new(opened.revision),
+            seq: AtomicU64::new(0),
+            durable: watch::Sender::new(opened.revision),
+            live: broadcast::channel(feed_buffer.max(1)).0,
+            first_retained: AtomicU64::new(opened.first_retained),
+            counts: opened.counts.map(AtomicU64::new),
+            unreclaimed: AtomicU64::new(opened.unreclaimed),
+            stamps: stamps::ChangeStamps::new(),
+            durability: durable::Durability::new(),
+            // The buckets live in memory only: an empty one at time 0 is full at its first
+            // use.
+            buckets: std::sync::Mutex::new([Bucket::EMPTY; 2]),
+            policy: std::sync::Mutex::new(policy),
+            exposure: std::sync::Mutex::new(opened.exposure),
+        }
+    }
+}
+
+/// Up to `limit` events of the log `events` with `after < revision <= upto`, in order.
+pub(super) fn read_events(
+    events: &sled::Tree,
+    after: u64,
+    upto: u64,
+    limit: usize,
+) -> Result<Vec<Event>> {
+    if after >= upto {
+        return Ok(Vec::new());
+    }
+    // Events are stored in chunks under their first revision: start from the chunk that
+    // holds `after + 1`, which may begin before it.
+    let from = keys::event_key(after + 1);
+    let start = match events.range(..=from).next_back() {
+        Some(entry) => entry?.0,
+        None => sled::IVec::from(&from[..]),
+    };
+    let upto_key = sled::IVec::from(&keys::event_key(upto)[..]);
+    let mut out = Vec::new();
+    for entry in events.range(start..=upto_key) {
+        let (key, bytes) = entry?;
+        let first = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
+        let chunk = codec::decode_events(first, &bytes).map_err(|source| StoreError::Corrupt {
+            key: format!("event {first}"),
+            source,
+        })?;
+        for event in chunk {
+            if event.revision > after && event.revision <= upto {
+                out.push(event);
+                if out.len() == limit {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl Store {
     /// The revision of the last committed change.
     pub fn revision(&self) -> u64 {
@@ -66,37 +126,7 @@ impl Store {
 
     /// Up to `limit` events with `after < revision <= upto`, in order.
     pub fn events_between(&self, after: u64, upto: u64, limit: usize) -> Result<Vec<Event>> {
-        if after >= upto {
-            return Ok(Vec::new());
-        }
-        let events = &self.handles()?.trees.events;
-        // Events are stored in chunks under their first revision: start from the chunk
-        // that holds `after + 1`, which may begin before it.
-        let from = keys::event_key(after + 1);
-        let start = match events.range(..=from).next_back() {
-            Some(entry) => entry?.0,
-            None => sled::IVec::from(&from[..]),
-        };
-        let upto_key = sled::IVec::from(&keys::event_key(upto)[..]);
-        let mut out = Vec::new();
-        for entry in events.range(start..=upto_key) {
-            let (key, bytes) = entry?;
-            let first = keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?;
-            let chunk =
-                codec::decode_events(first, &bytes).map_err(|source| StoreError::Corrupt {
-                    key: format!("event {first}"),
-                    source,
-                })?;
-            for event in chunk {
-                if event.revision > after && event.revision <= upto {
-                    out.push(event);
-                    if out.len() == limit {
-                        return Ok(out);
-                    }
-                }
-            }
-        }
-        Ok(out)
+        read_events(&self.handles()?.trees.events, after, upto, limit)
     }
 
     /// Runs a multi-key read built whole in memory (`GET /taskmanagers`) so that it reflects

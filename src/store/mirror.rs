@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::etcd::Etcd;
+use super::etcd::{Etcd, Loaded};
 use super::migrate::{read_version, CURRENT, SCHEMA_VERSION_KEY};
 use super::writes::{Replicate, TreeId, Write};
 use super::{codec, migrate, Result, StoreConfig, StoreError, POLICY_KEY, SEGMENT_BYTES};
@@ -17,19 +17,10 @@ use super::{codec, migrate, Result, StoreConfig, StoreError, POLICY_KEY, SEGMENT
 /// entry here: a new database's `meta` and the policy of the flags, the writes a data dir
 /// gets when it is created.
 pub(super) fn open_mirror(config: &StoreConfig, etcd: &Etcd) -> Result<sled::Db> {
-    // At the first open [`super::Store::open`] has waited as a standby already; at a
+    // At the first open [`super::Store::open`] has waited as a replica already; at a
     // reopen, a daemon that lost the writer key fails here (retried every second).
     etcd.campaign(Some(std::time::Duration::ZERO))?;
-    remove_stale_mirrors();
-    let db = sled::Config::new()
-        .path(mirror_path())
-        .temporary(true)
-        .segment_size(SEGMENT_BYTES)
-        .cache_capacity(config.cache_bytes)
-        .flush_every_ms(None)
-        .open()?;
-    // A new database's meta, which the log's first entry then overwrites.
-    migrate::upgrade(&db)?;
+    let db = new_mirror(config)?;
     let trees = super::Trees::of(&db)?;
     let entries = etcd.restore(&trees)?;
     if entries == 0 && !etcd.creates() {
@@ -58,6 +49,39 @@ pub(super) fn open_mirror(config: &StoreConfig, etcd: &Etcd) -> Result<sled::Db>
             "created the store in a new etcd prefix"
         );
     }
+    check_version(&trees)?;
+    Ok(db)
+}
+
+/// Loads the mirror from etcd as a replica: the writer key and the writer's place in the log
+/// untouched. A prefix whose writer has not put its first entry yet gives an empty store,
+/// which the entry then fills.
+pub(super) fn open_replica_mirror(config: &StoreConfig, etcd: &Etcd) -> Result<(sled::Db, Loaded)> {
+    let db = new_mirror(config)?;
+    let trees = super::Trees::of(&db)?;
+    let loaded = etcd.load_replica(&trees)?;
+    if loaded.read > 0 {
+        check_version(&trees)?;
+    }
+    Ok((db, loaded))
+}
+
+/// A new, empty mirror with a new database's meta (which the log's first entry overwrites).
+fn new_mirror(config: &StoreConfig) -> Result<sled::Db> {
+    remove_stale_mirrors();
+    let db = sled::Config::new()
+        .path(mirror_path())
+        .temporary(true)
+        .segment_size(SEGMENT_BYTES)
+        .cache_capacity(config.cache_bytes)
+        .flush_every_ms(None)
+        .open()?;
+    migrate::upgrade(&db)?;
+    Ok(db)
+}
+
+/// Refuses a prefix of another schema version.
+fn check_version(trees: &super::Trees) -> Result<()> {
     let version = match trees.meta.get(SCHEMA_VERSION_KEY)? {
         Some(bytes) => read_version(&bytes)?,
         None => 0,
@@ -71,7 +95,7 @@ pub(super) fn open_mirror(config: &StoreConfig, etcd: &Etcd) -> Result<sled::Db>
              into a new prefix"
         )));
     }
-    Ok(db)
+    Ok(())
 }
 
 const MIRROR_PREFIX: &str = "blocklistd-mirror.";

@@ -68,6 +68,8 @@ mod mirror;
 mod open;
 mod pipeline;
 mod read;
+#[cfg(feature = "etcd")]
+mod replica;
 mod salvage;
 mod stamps;
 mod stats;
@@ -77,13 +79,12 @@ mod testing;
 mod verify;
 mod writes;
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwapOption;
 use sled::{Db, Tree};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::mpsc;
 
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
@@ -117,7 +118,7 @@ use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
 
 use crate::model::Kind;
-use crate::policy::{Bucket, Policy};
+use crate::policy::Policy;
 use crate::sweep_signal::SweepSignal;
 use commit::Message;
 use writes::WriteLog;
@@ -142,6 +143,10 @@ struct Shared {
     /// The etcd store's connection: the writer key is given up at a clean stop.
     #[cfg(feature = "etcd")]
     etcd: Option<Arc<etcd::Etcd>>,
+    /// A replica's following of the prefix's log ([`Store::follow`]); `None` on the
+    /// writer's store and on sled. Dropped with the store, which ends it.
+    #[cfg(feature = "etcd")]
+    following: Option<etcd::Following>,
 }
 
 /// Where a daemon on the etcd store stands.
@@ -219,35 +224,11 @@ impl Store {
         }
         #[cfg(feature = "etcd")]
         if let Some(etcd) = &config.etcd {
-            // A standby until the prefix has no other writer (an offline tool, a while).
+            // A replica until the prefix has no other writer (an offline tool, a while).
             etcd.campaign(etcd.patience())?;
         }
-        let Opened {
-            handles,
-            revision,
-            counts,
-            first_retained,
-            watermark,
-            unreclaimed,
-            policy: stored_policy,
-            members,
-            exposure,
-            prefixes,
-            allow_entries,
-        } = open_handles(config)?;
-        // The flags apply to what is stored; a data dir this version never opened starts
-        // from the new policy, stored as it is (not a change for the feed).
-        let policy = match &stored_policy {
-            Some(stored) => stored.clone(),
-            None => {
-                let policy = config.policy.apply(config.new_policy.clone());
-                handles
-                    .trees
-                    .meta
-                    .insert(POLICY_KEY, codec::encode_policy(&policy))?;
-                policy
-            }
-        };
+        let opened = open_handles(config)?;
+        let policy = policy_at_open(config, &opened)?;
         let wanted = config.policy.apply(policy.clone());
         for kind in Kind::ALL {
             if config.policy.evacuation_burst[crate::policy::slot(kind)].is_some()
@@ -260,22 +241,20 @@ impl Store {
                 );
             }
         }
-        // The buckets live in memory only: an empty one at time 0 is full at its first use.
-        let buckets = [Bucket::EMPTY; 2];
-        let feed = Arc::new(Feed {
-            committed: AtomicU64::new(revision),
-            seq: AtomicU64::new(0),
-            durable: watch::Sender::new(revision),
-            live: broadcast::channel(config.feed_buffer.max(1)).0,
-            first_retained: AtomicU64::new(first_retained),
-            counts: counts.map(AtomicU64::new),
-            unreclaimed: AtomicU64::new(unreclaimed),
-            stamps: stamps::ChangeStamps::new(),
-            durability: durable::Durability::new(),
-            buckets: std::sync::Mutex::new(buckets),
-            policy: std::sync::Mutex::new(policy.clone()),
-            exposure: std::sync::Mutex::new(exposure),
-        });
+        let feed = Arc::new(Feed::new(&opened, policy.clone(), config.feed_buffer));
+        let buckets = *feed.buckets.lock().expect("not poisoned");
+        let Opened {
+            handles,
+            revision,
+            counts,
+            watermark,
+            unreclaimed,
+            members,
+            exposure,
+            prefixes,
+            allow_entries,
+            ..
+        } = opened;
         let log = if config.fsync {
             Some(Arc::new(std::fs::File::open(dir.join("db"))?))
         } else {
@@ -302,7 +281,7 @@ impl Store {
             feed.clone(),
             config.metrics.clone(),
             sync_failed.clone(),
-            config.replica.clone(),
+            config.replicate.clone(),
             wake,
         )?;
         let committer = commit::Committer {
@@ -333,7 +312,7 @@ impl Store {
             members,
             prefixes,
             allow_entries,
-            log_writes: config.replica.is_some(),
+            log_writes: config.replicate.is_some(),
             pruned: WriteLog::default(),
         };
         let handle = std::thread::Builder::new()
@@ -348,6 +327,8 @@ impl Store {
                 feed,
                 #[cfg(feature = "etcd")]
                 etcd: config.etcd.clone(),
+                #[cfg(feature = "etcd")]
+                following: None,
             }),
         };
         if wanted != policy {
@@ -432,6 +413,46 @@ impl Store {
         None
     }
 
+    /// Whether this store is a replica's, kept current from etcd ([`Store::follow`]) rather
+    /// than written by a committer of its own.
+    pub fn is_replica(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        return self.shared.following.is_some();
+        #[cfg(not(feature = "etcd"))]
+        false
+    }
+
+    /// Waits until this store shows every write etcd acknowledged before the call: at once
+    /// on the writer's store and on sled (where writes are made); on a replica, until it
+    /// has applied the prefix's log as far as a read of etcd begun after the call finds it.
+    /// 503 ([`StoreError::Behind`]) when etcd cannot be read or the replica does not catch
+    /// up within a bound.
+    pub async fn catch_up(&self) -> Result<()> {
+        #[cfg(feature = "etcd")]
+        return self.catch_up_replica().await;
+        #[cfg(not(feature = "etcd"))]
+        Ok(())
+    }
+
+    /// A replica's store needs the etcd store; this build has none.
+    #[cfg(not(feature = "etcd"))]
+    pub fn follow(_: &StoreConfig) -> Result<Store> {
+        Err(StoreError::Etcd("this build has no etcd store".into()))
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    pub fn stop_following(&self) {}
+
+    /// On a replica, how many log entries it is behind, and for how many seconds.
+    pub fn replica_lag(&self) -> Option<(u64, f64)> {
+        #[cfg(feature = "etcd")]
+        if let Some(progress) = self.progress() {
+            let (entries, behind) = progress.lag();
+            return Some((entries, behind.as_secs_f64()));
+        }
+        None
+    }
+
     /// Whether the committer thread is still running.
     pub fn committer_alive(&self) -> bool {
         self.shared
@@ -450,6 +471,21 @@ impl Store {
     pub fn now(&self) -> i64 {
         self.shared.sweep.now()
     }
+}
+
+/// The policy a store opens with: the stored one; on a data dir this version never opened,
+/// the new policy the flags give, stored as it is (not a change for the feed).
+fn policy_at_open(config: &StoreConfig, opened: &Opened) -> Result<Policy> {
+    if let Some(stored) = &opened.policy {
+        return Ok(stored.clone());
+    }
+    let policy = config.policy.apply(config.new_policy.clone());
+    opened
+        .handles
+        .trees
+        .meta
+        .insert(POLICY_KEY, codec::encode_policy(&policy))?;
+    Ok(policy)
 }
 
 /// The sweeper's signal for a store whose watermark is `watermark`: it reads the end of a

@@ -108,8 +108,64 @@ fn open_sled(config: &StoreConfig) -> Result<sled::Db> {
 }
 
 /// Reads what the committer's counters start from in an open, upgraded database.
-fn read_opened(db: sled::Db) -> Result<Opened> {
+pub(super) fn read_opened(db: sled::Db) -> Result<Opened> {
     let trees = Trees::of(&db)?;
+    let Figures {
+        revision,
+        watermark,
+        unreclaimed,
+        counts,
+        policy,
+        exposure,
+        first_retained,
+    } = read_figures(&trees)?;
+    let counts = match counts {
+        Some(counts) => counts,
+        None => scan_counts(&trees.items, &watermark)?,
+    };
+    let (members, exposure) = match exposure {
+        Some(exposure) => (scan_members(&trees.tm_node)?, exposure),
+        // Only a damaged database lacks them (the schema 9 upgrade stores them): scanned
+        // and stored, so that the next start reads them again.
+        None => {
+            let (members, exposure) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
+            trees
+                .meta
+                .insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
+            (members, exposure)
+        }
+    };
+    let prefixes = scan_prefixes(&trees.allowlist)?;
+    let allow_entries = trees.allowlist.len() as u64;
+    Ok(Opened {
+        handles: Handles { db, trees },
+        revision,
+        counts,
+        first_retained,
+        watermark,
+        unreclaimed,
+        policy,
+        members,
+        exposure,
+        prefixes,
+        allow_entries,
+    })
+}
+
+/// The figures the `meta` tree and the event log's start hold, as the last transaction
+/// left them (`None` where a damaged database lacks one).
+pub(super) struct Figures {
+    pub revision: u64,
+    pub watermark: Vec<u8>,
+    pub unreclaimed: u64,
+    pub counts: Option<Counts>,
+    pub policy: Option<Policy>,
+    pub exposure: Option<Exposure>,
+    pub first_retained: u64,
+}
+
+/// Reads the [`Figures`]: at open, and on a replica after each entry it applies.
+pub(super) fn read_figures(trees: &Trees) -> Result<Figures> {
     let revision = match trees.meta.get(REVISION_KEY)? {
         Some(bytes) => decode_u64(&bytes).ok_or_else(|| {
             StoreError::Foreign(format!("its revision has {} bytes", bytes.len()))
@@ -124,9 +180,11 @@ fn read_opened(db: sled::Db) -> Result<Opened> {
         None => 0,
     };
     let counts = match trees.meta.get(COUNTS_KEY)? {
-        Some(bytes) => decode_counts(&bytes)
-            .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
-        None => scan_counts(&trees.items, &watermark)?,
+        Some(bytes) => Some(
+            decode_counts(&bytes)
+                .ok_or_else(|| StoreError::Foreign("its item counts are malformed".into()))?,
+        ),
+        None => None,
     };
     let policy = match trees.meta.get(POLICY_KEY)? {
         Some(bytes) => Some(codec::decode_policy(&bytes).map_err(|e| {
@@ -134,41 +192,25 @@ fn read_opened(db: sled::Db) -> Result<Opened> {
         })?),
         None => None,
     };
-    let (members, exposure) = match trees.meta.get(EXPOSURE_KEY)? {
-        Some(bytes) => {
-            let exposure = decode_exposure(&bytes).ok_or_else(|| {
+    let exposure =
+        match trees.meta.get(EXPOSURE_KEY)? {
+            Some(bytes) => Some(decode_exposure(&bytes).ok_or_else(|| {
                 StoreError::Foreign("its share caps' figures are malformed".into())
-            })?;
-            (scan_members(&trees.tm_node)?, exposure)
-        }
-        // Only a damaged database lacks them (the schema 9 upgrade stores them): scanned
-        // and stored, so that the next start reads them again.
-        None => {
-            let (members, exposure) = scan_exposure(&trees.items, &trees.tm_node, &watermark)?;
-            trees
-                .meta
-                .insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
-            (members, exposure)
-        }
-    };
-    let prefixes = scan_prefixes(&trees.allowlist)?;
-    let allow_entries = trees.allowlist.len() as u64;
+            })?),
+            None => None,
+        };
     let first_retained = match trees.events.first()? {
         Some((key, _)) => keys::parse_event_key(&key).ok_or_else(|| bad_key(&key))?,
         None => revision + 1,
     };
-    Ok(Opened {
-        handles: Handles { db, trees },
+    Ok(Figures {
         revision,
-        counts,
-        first_retained,
         watermark,
         unreclaimed,
+        counts,
         policy,
-        members,
         exposure,
-        prefixes,
-        allow_entries,
+        first_retained,
     })
 }
 

@@ -70,7 +70,16 @@ impl Store {
                 .iter()
                 .filter_map(|s| Some((s.kind, s.evacuation_tokens?)))
                 .collect(),
-            etcd_writer: self.etcd_standing().map(|standing| standing.writer),
+            etcd_role: self.etcd_standing().map(|standing| {
+                if self.is_replica() {
+                    "replica"
+                } else if standing.writer {
+                    "writer"
+                } else {
+                    "candidate"
+                }
+            }),
+            replica_lag: self.replica_lag(),
         }
     }
 

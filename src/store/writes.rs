@@ -297,7 +297,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kept = Arc::new(Kept::default());
         let mut config = StoreConfig::new(dir.path().join("data"));
-        config.replica = Some(kept.clone());
+        config.replicate = Some(kept.clone());
         config.retention = Retention {
             count: 5,
             max_age_ms: i64::MAX,

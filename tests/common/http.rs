@@ -25,6 +25,26 @@ impl Daemon {
         }
     }
 
+    /// Waits until `/readyz` says this daemon is the ready writer of its etcd prefix (a
+    /// replica is ready too, as a replica), at most `limit`: how long it took, or the last
+    /// readiness body.
+    pub async fn writer_within(
+        &self,
+        limit: std::time::Duration,
+    ) -> Result<std::time::Duration, Value> {
+        let begun = std::time::Instant::now();
+        loop {
+            let (status, body) = self.get("/readyz").await;
+            if status == StatusCode::OK && body["etcd"] == "writer" {
+                return Ok(begun.elapsed());
+            }
+            if begun.elapsed() >= limit {
+                return Err(body);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// The body of `GET /blocklist/export`, which must answer 200: the store as JSON lines.
     pub async fn export(&self) -> String {
         let response = self

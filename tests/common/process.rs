@@ -328,3 +328,12 @@ pub fn refused_start(dir: &Path) -> String {
     assert!(!status.success(), "the daemon started on {}", dir.display());
     stderr
 }
+
+/// Sends `signal` (as `kill` takes it: `-STOP`, `-CONT`) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}

@@ -160,7 +160,7 @@ impl Committer {
     /// retries under the alarm would otherwise make one a second, each a moment of 503s for
     /// readers. Dry runs alone go on.
     fn replica_refuses(&self, batch: &[Op]) -> Result<(), CommitError> {
-        let Some(replica) = &self.config.replica else {
+        let Some(replica) = &self.config.replicate else {
             return Ok(());
         };
         if batch.iter().all(Op::is_dry_run) {

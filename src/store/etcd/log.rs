@@ -9,7 +9,10 @@
 //!   stopped between them) are never replayed, and a later entry of the same number
 //!   overwrites them;
 //! - `P/kv/<tree>/<key>`: the value every entry up to `P/applied` left under `key` of
-//!   `tree` (a removed key has none), and `P/applied`: that entry's number.
+//!   `tree` (a removed key has none), and `P/applied`: that entry's number;
+//! - `P/head`: the number of the last entry, put in the entry's own transaction. It only
+//!   grows, and a fold never deletes it: a replica reads it to learn how far the log
+//!   reached before its read began ([`super::follow`]).
 //!
 //! Every put compares the writer key's create revision with the fence; an entry's put also
 //! requires the entry absent. An entry is put once the syncer has flushed its groups, and
@@ -42,7 +45,7 @@ use crate::store::writes::{replay, Replicate, TreeId, Write};
 use crate::store::{StoreError, Trees};
 
 /// The format byte of a log entry; the only one so far.
-const ENTRY_FORMAT: u8 = 1;
+pub(super) const ENTRY_FORMAT: u8 = 1;
 
 /// Room left in a request beside the part itself: the keys, the compares, gRPC framing.
 const REQUEST_OVERHEAD: usize = 4 * 1024;
@@ -84,11 +87,28 @@ impl Log {
     }
 }
 
+/// What [`Etcd::load`] read.
+pub(crate) struct Loaded {
+    /// How many folded keys and entries (0: a new prefix).
+    pub read: u64,
+    /// Where the log stands after them.
+    pub(super) log: Log,
+    /// The etcd revision they were read at.
+    pub revision: i64,
+}
+
+impl Log {
+    /// The number of the last entry replayed (0: none yet).
+    pub(super) fn last_entry(&self) -> u64 {
+        self.next_entry.saturating_sub(1)
+    }
+}
+
 /// A log entry's head: how many parts follow its own.
 #[derive(Serialize, Deserialize)]
-struct Head {
-    format: u8,
-    parts: u32,
+pub(super) struct Head {
+    pub format: u8,
+    pub parts: u32,
 }
 
 impl Etcd {
@@ -98,6 +118,10 @@ impl Etcd {
 
     fn part_key(&self, entry: u64, part: u32) -> String {
         self.key(&format!("log/{entry:020}/{part:010}"))
+    }
+
+    pub(super) fn head_key(&self) -> String {
+        self.key("head")
     }
 
     fn applied_key(&self) -> String {
@@ -154,6 +178,14 @@ impl Etcd {
     /// revision, replayed onto `trees` (empty); takes the next entry's number. Returns how
     /// many keys and entries it read (0: a new prefix).
     pub fn restore(&self, trees: &Trees) -> Result<u64, StoreError> {
+        let loaded = self.load(trees)?;
+        *self.log.lock().expect("not poisoned") = loaded.log;
+        Ok(loaded.read)
+    }
+
+    /// Reads the folded state and every entry after it at one revision, and replays them
+    /// onto `trees` (empty).
+    pub(super) fn load(&self, trees: &Trees) -> Result<Loaded, StoreError> {
         let key = self.applied_key();
         let response = self.call("reading the log's start", move |mut client| {
             let key = key.clone();
@@ -243,7 +275,6 @@ impl Etcd {
             replay_entry(trees, entry, &mut log)?;
             entries += 1;
         }
-        *self.log.lock().expect("not poisoned") = log;
         tracing::info!(
             applied,
             folded,
@@ -251,7 +282,11 @@ impl Etcd {
             revision,
             "rebuilt the store from etcd"
         );
-        Ok(folded + entries)
+        Ok(Loaded {
+            read: folded + entries,
+            log,
+            revision,
+        })
     }
 
     /// Puts `bytes` as log entry `entry`, in parts where it must, fenced.
@@ -271,7 +306,7 @@ impl Etcd {
         let mut value = bincode::serde::encode_to_vec(&head, bincode::config::standard())
             .map_err(|e| etcd_error("encoding a log entry", e))?;
         value.extend_from_slice(first);
-        self.put_entry(self.entry_key(entry), &value, fenced)
+        self.put_entry(entry, &value, fenced)
     }
 
     /// The bytes of keys and values one request may carry beside its framing.
@@ -306,10 +341,12 @@ impl Etcd {
     /// Puts log entry `key` with `value` if absent, fenced. A refusal after an attempt
     /// whose answer was lost may be that attempt's own put: read back, the entry holding
     /// this value while the fence still holds is a success.
-    fn put_entry(&self, key: String, value: &[u8], fenced: Compare) -> Result<(), StoreError> {
+    fn put_entry(&self, entry: u64, value: &[u8], fenced: Compare) -> Result<(), StoreError> {
+        let key = self.entry_key(entry);
         let absent = Compare::create_revision(key.clone(), CompareOp::Equal, 0);
         let put = TxnOp::put(key.clone(), value.to_vec(), None);
-        if self.try_commit_if(vec![fenced.clone(), absent], vec![put])? {
+        let head = TxnOp::put(self.head_key(), entry.to_string(), None);
+        if self.try_commit_if(vec![fenced.clone(), absent], vec![put, head])? {
             return Ok(());
         }
         let read = TxnOp::get(key, None);
@@ -556,7 +593,7 @@ fn parse_kv_key(rest: &[u8]) -> Option<(TreeId, &[u8])> {
     Some((tree, &rest[slash + 1..]))
 }
 
-fn decode_head(bytes: &[u8]) -> Result<(Head, usize), bincode::error::DecodeError> {
+pub(super) fn decode_head(bytes: &[u8]) -> Result<(Head, usize), bincode::error::DecodeError> {
     bincode::serde::decode_from_slice(bytes, bincode::config::standard())
 }
 

@@ -22,11 +22,12 @@
 //! runs on a small runtime of this module's own, under a deadline
 //! ([`EtcdConfig::call_timeout`]), and the calling thread waits for it.
 
+mod follow;
 mod log;
 mod members;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 
+pub(crate) use self::follow::{Apply, Following, Progress};
+pub(crate) use self::log::Loaded;
 use self::members::{Attempt, Members};
 use super::StoreError;
 
@@ -58,7 +61,7 @@ pub struct EtcdConfig {
     /// [`super::Announcement`] (who it is, where to forward to).
     pub name: String,
     /// How long the first open waits while another daemon holds the writer key: `None`,
-    /// as long as it takes (a standby daemon); an offline tool waits one lease, the
+    /// as long as it takes (a replica daemon); an offline tool waits one lease, the
     /// longest a killed daemon's key outlives it.
     pub patience: Option<Duration>,
     /// Whether an empty prefix may get a new store (the daemon, `import`); `check` and
@@ -88,6 +91,11 @@ pub(crate) struct Etcd {
     /// Set by the keep-alive task when the lease is gone: the next write is refused here
     /// (etcd would refuse it too, by the fence).
     lease_lost: Arc<AtomicBool>,
+    /// Until when, in milliseconds after `epoch`, the lease surely lives: the last
+    /// confirmed renewal's send time plus the time to live. A writer paused past it (its
+    /// keep-alive task has not run yet to notice) answers nothing as the writer.
+    lease_until: Arc<AtomicU64>,
+    epoch: std::time::Instant,
     /// Where the log stands ([`log`]).
     log: Arc<Mutex<log::Log>>,
     /// What an operator must do since etcd last refused a write so (its NOSPACE alarm),
@@ -148,6 +156,8 @@ impl Etcd {
             writer: Mutex::new(Standing::default()),
             writing: AtomicBool::new(false),
             lease_lost: Arc::new(AtomicBool::new(false)),
+            lease_until: Arc::new(AtomicU64::new(0)),
+            epoch: std::time::Instant::now(),
             log: Arc::default(),
             refusal: Mutex::new(None),
             stopping: AtomicBool::new(false),
@@ -175,30 +185,11 @@ impl Etcd {
     fn call<T, F, Fut>(&self, what: &str, make: F) -> Result<T, StoreError>
     where
         F: Fn(Client) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
         T: Send + 'static,
     {
         let deadline = self.config.call_timeout;
-        let members = self.members.clone();
-        let attempts = async move {
-            let until = tokio::time::Instant::now() + deadline;
-            let mut pause = Duration::from_millis(20);
-            // An attempt may hang on a member that went away mid-request; it gets a part of
-            // the deadline, and the next goes to another member.
-            let attempt = (deadline / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
-            loop {
-                let error = match members.attempt(attempt, &make).await {
-                    Attempt::Done(value) => return Ok(value),
-                    Attempt::Failed(error) => return Err(error),
-                    Attempt::Again(error) => error,
-                };
-                if tokio::time::Instant::now() + pause >= until {
-                    return Err(error);
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(250));
-            }
-        };
+        let attempts = attempts(self.members.clone(), deadline, make);
         wait_for(self.runtime(), deadline, attempts).map_err(|e| etcd_error(what, e))
     }
 
@@ -206,7 +197,7 @@ impl Etcd {
     /// daemon is the writer with a live lease.
     fn fence(&self) -> Result<i64, StoreError> {
         let mut standing = self.writer.lock().expect("not poisoned");
-        if standing.fence == 0 || self.lease_lost.load(Ordering::SeqCst) {
+        if standing.fence == 0 || !self.lease_lives() {
             self.set_fence(&mut standing, 0);
             return Err(StoreError::NotWriter(
                 "this daemon's lease has ended".into(),
@@ -229,7 +220,16 @@ impl Etcd {
 
     /// Whether this daemon holds the writer key with a live lease.
     pub fn is_writer(&self) -> bool {
-        self.writing.load(Ordering::SeqCst) && !self.lease_lost.load(Ordering::SeqCst)
+        self.writing.load(Ordering::SeqCst) && self.lease_lives()
+    }
+
+    /// Whether this daemon's lease surely still lives: not marked lost, and confirmed
+    /// within its time to live by this process's monotonic clock — which a pause (SIGSTOP,
+    /// a stalled VM) moves on, so a writer that wakes after its lease answers nothing from
+    /// its mirror before its keep-alive task has noticed.
+    fn lease_lives(&self) -> bool {
+        !self.lease_lost.load(Ordering::SeqCst)
+            && (self.epoch.elapsed().as_millis() as u64) < self.lease_until.load(Ordering::SeqCst)
     }
 
     /// What an operator must do before etcd takes a write again, when it last refused one
@@ -255,21 +255,49 @@ impl Etcd {
 
     /// Makes this daemon the writer of the prefix: a lease, kept alive, and the writer key
     /// created under it if absent. While another daemon holds the key, waits (as a
-    /// standby) up to `patience` (`None`: as long as it takes), then fails naming it.
+    /// replica) up to `patience` (`None`: as long as it takes), then fails naming it.
     /// Already the writer with a live lease: nothing to do.
+    ///
+    /// Without patience (a replica waiting its turn), etcd's failures are waited out too:
+    /// a replica outlives an etcd outage, and campaigns again once etcd answers.
     pub fn campaign(&self, patience: Option<Duration>) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         let mut standing = self.writer.lock().expect("not poisoned");
-        if standing.fence != 0 && !self.lease_lost.load(Ordering::SeqCst) {
+        let mut warned = false;
+        loop {
+            match self.campaign_once(&mut standing, patience, started) {
+                Err(StoreError::Etcd(error))
+                    if patience.is_none() && !self.stopping.load(Ordering::SeqCst) =>
+                {
+                    if !warned {
+                        tracing::warn!(%error, "etcd does not answer the campaign for the writer key; trying again");
+                        warned = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// One campaign, until it wins, runs out of patience or fails on an etcd error.
+    fn campaign_once(
+        &self,
+        standing: &mut Standing,
+        patience: Option<Duration>,
+        started: std::time::Instant,
+    ) -> Result<(), StoreError> {
+        if standing.fence != 0 && self.lease_lives() {
             return Ok(());
         }
-        self.set_fence(&mut standing, 0);
+        self.set_fence(standing, 0);
         // The lease is kept while it lives: a key this daemon created under it (by an
         // attempt whose answer was lost, or before a refusal it could not explain) is
         // then recognised as its own, not taken for another writer's.
-        if standing.lease == 0 || self.lease_lost.load(Ordering::SeqCst) {
+        if standing.lease == 0 || !self.lease_lives() {
             let old = std::mem::take(&mut standing.lease);
             let ttl = self.config.lease_ttl_secs;
+            let sent = self.epoch.elapsed();
             let lease = self.call("granting the writer's lease", move |mut client| {
                 async move {
                     if old != 0 {
@@ -281,6 +309,7 @@ impl Etcd {
             })?;
             standing.lease = lease;
             self.lease_lost.store(false, Ordering::SeqCst);
+            self.lease_until.store(self.until(sent), Ordering::SeqCst);
             self.keep_alive(lease);
         }
         let lease = standing.lease;
@@ -328,7 +357,7 @@ impl Etcd {
                     }
                 })?;
             if let Some(fence) = won {
-                self.set_fence(&mut standing, fence);
+                self.set_fence(standing, fence);
                 tracing::info!(prefix = %self.config.prefix, fence, "this daemon is the writer");
                 return Ok(());
             }
@@ -342,7 +371,7 @@ impl Etcd {
                 tracing::info!(
                     prefix = %self.config.prefix,
                     writer = %holder,
-                    "another daemon writes this prefix; waiting as a standby until its lease ends"
+                    "another daemon writes this prefix; serving as a replica until its lease ends"
                 );
                 announced = true;
             }
@@ -359,6 +388,9 @@ impl Etcd {
     fn keep_alive(&self, lease: i64) {
         let members = self.members.clone();
         let lost = self.lease_lost.clone();
+        let until = self.lease_until.clone();
+        let epoch = self.epoch;
+        let ttl_ms = self.until(Duration::ZERO);
         let ttl = Duration::from_secs(self.config.lease_ttl_secs.max(1).unsigned_abs());
         self.runtime().spawn(async move {
             let step = ttl / 4;
@@ -368,7 +400,11 @@ impl Etcd {
                 let sent = tokio::time::Instant::now();
                 let alive = renew(&members, lease, &mut renewal, step).await;
                 match alive {
-                    Some(true) => last_renewed = sent,
+                    Some(true) => {
+                        last_renewed = sent;
+                        let sent = sent.into_std().saturating_duration_since(epoch);
+                        until.fetch_max(sent.as_millis() as u64 + ttl_ms, Ordering::SeqCst);
+                    }
                     Some(false) => {
                         tracing::warn!(lease, "the writer's lease has ended");
                         lost.store(true, Ordering::SeqCst);
@@ -389,6 +425,15 @@ impl Etcd {
                 tokio::time::sleep(pause).await;
             }
         });
+    }
+}
+
+impl Etcd {
+    /// When, in milliseconds after `epoch`, a lease whose grant or renewal was sent at
+    /// `sent` (after `epoch`) surely still lives.
+    fn until(&self, sent: Duration) -> u64 {
+        let ttl = self.config.lease_ttl_secs.max(1).unsigned_abs() * 1000;
+        sent.as_millis() as u64 + ttl
     }
 }
 
@@ -469,7 +514,7 @@ impl Etcd {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
-    /// Gives the writer key up at a clean stop, by revoking its lease: a standby takes
+    /// Gives the writer key up at a clean stop, by revoking its lease: a replica takes
     /// over at once instead of after the lease. Called once nothing more is written.
     pub fn resign(&self) {
         let lease = {
@@ -499,6 +544,37 @@ impl Drop for Etcd {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// [`Etcd::call`]'s attempts, as a future to await on etcd's runtime (where `call` cannot
+/// wait): until one succeeds, fails for good, or `deadline` has passed.
+async fn attempts<T, F, Fut>(
+    members: Arc<Members>,
+    deadline: Duration,
+    make: F,
+) -> Result<T, String>
+where
+    F: Fn(Client) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    let mut pause = Duration::from_millis(20);
+    // An attempt may hang on a member that went away mid-request; it gets a part of the
+    // deadline, and the next goes to another member.
+    let attempt = (deadline / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
+    loop {
+        let error = match members.attempt(attempt, &make).await {
+            Attempt::Done(value) => return Ok(value),
+            Attempt::Failed(error) => return Err(error),
+            Attempt::Again(error) => error,
+        };
+        if tokio::time::Instant::now() + pause >= until {
+            return Err(error);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
 
