@@ -17,8 +17,8 @@ pub enum StoreKind {
 #[derive(Debug, Clone, Args)]
 pub struct StoreFlags {
     /// Where the blocklist lives: `sled` in --data-dir, or `etcd` in the cluster at
-    /// --etcd-endpoints (no data dir then; one daemon writes a prefix, another started on
-    /// it waits as a replica).
+    /// --etcd-endpoints (no data dir then; one daemon writes a prefix, every other started
+    /// on it serves as a replica).
     #[arg(long = "store", env = "BLOCKLISTD_STORE", value_enum, default_value_t = StoreKind::Sled,
           global = true)]
     pub kind: StoreKind,
