@@ -241,6 +241,16 @@ pub async fn run(
         let replica = tokio::task::spawn_blocking(move || Store::follow(&follow))
             .await
             .expect("opening a replica does not panic")?;
+        // The replica's streams (the feed) end when the server stops and when this daemon
+        // takes over: its subscribers resume, with Last-Event-ID, on the writer's.
+        let replica_stop = Stop::new();
+        tokio::spawn({
+            let (stop, replica_stop) = (stop.clone(), replica_stop.clone());
+            async move {
+                stop.fired().await;
+                replica_stop.fire();
+            }
+        });
         let replica_app = application(
             &config,
             &replica,
@@ -248,7 +258,7 @@ pub async fn run(
             auth.clone(),
             None,
             Some(forwarder.clone()),
-            stop.clone(),
+            replica_stop.clone(),
         );
         let replica_app = Arc::new(std::sync::Mutex::new(Some(replica_app)));
         let taken_over = forwarder.taken_over.clone();
@@ -263,6 +273,7 @@ pub async fn run(
                     // Requests still in flight on the replica's application finish on it.
                     replica_app.lock().expect("not poisoned").take();
                     replica.stop_following();
+                    replica_stop.fire();
                     tracing::info!("took over as the writer");
                     Ok(running)
                 }

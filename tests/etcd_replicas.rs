@@ -230,8 +230,9 @@ async fn forwarded(d: &Daemon) -> f64 {
 }
 
 /// Every write acknowledged by the writer is in the next read through either replica (the
-/// read barrier), and the replicas serve reads — single, batch and listing — themselves:
-/// on, unchanged, while the writer is stopped (SIGSTOP) past its lease. One replica takes
+/// read barrier), and the replicas serve reads — single, batch, listing and feed —
+/// themselves: a subscriber moving from one to the other resumes exactly, and reads go on,
+/// unchanged, while the writer is stopped (SIGSTOP) past its lease. One replica takes
 /// over; resumed, the old writer's reads are the new writer's at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() {
@@ -277,12 +278,29 @@ async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() 
         );
     }
 
+    // A subscriber that moves from one replica to the other with Last-Event-ID resumes
+    // with neither a gap nor a duplicate, and goes on live.
+    let head = replicas[0].revision().await;
+    let mut first = Watch::open(&replicas[0], Some(0), None)
+        .await
+        .expect("the feed");
+    assert_consecutive(&first.take(100).await, 0);
+    drop(first);
+    let mut second = Watch::open(&replicas[1], None, Some(100))
+        .await
+        .expect("the feed resumed");
+    assert_consecutive(&second.take((head - 100) as usize).await, 100);
+    add_acknowledged(&writer, "live").await;
+    let live = second.take(1).await;
+    assert_consecutive(&live, head);
+    assert_eq!(live[0].data["id"], "live");
+
     signal(writer.pid(), "-STOP");
     let paused = Instant::now();
     for replica in &replicas {
         let started = Instant::now();
         let listing = replica.listing().await;
-        assert_eq!(ids(&listing["blockedNodes"]).len(), 200);
+        assert_eq!(ids(&listing["blockedNodes"]).len(), 201);
         let (status, _) = replica.get("/blocklist/check/nodes/n7").await;
         assert_eq!(status, StatusCode::OK);
         assert!(

@@ -58,6 +58,16 @@ impl Stop {
     pub fn new() -> Stop {
         Stop(Arc::new(watch::Sender::new(false)))
     }
+
+    /// Turns it true: the streams of the application it was given to end.
+    pub fn fire(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Resolves once it has turned true.
+    pub async fn fired(&self) {
+        let _ = self.0.subscribe().wait_for(|stop| *stop).await;
+    }
 }
 
 impl Default for Stop {

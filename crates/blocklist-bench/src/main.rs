@@ -116,6 +116,12 @@ struct Args {
     #[arg(long)]
     no_peer: bool,
 
+    /// On etcd (`--daemon-arg=--store=etcd`): start each daemon with a second one on the
+    /// same prefix, a replica, and send the scenario's requests to the replica (reads
+    /// served there, writes sent on to the first daemon, the writer).
+    #[arg(long)]
+    via_replica: bool,
+
     /// Where the temp dirs (data dirs, logs) go (default: the system temp dir).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -139,6 +145,8 @@ pub struct Settings {
     pub expire_window: Duration,
     pub restarts: usize,
     pub peer: bool,
+    /// Requests go to a replica of each daemon started ([`Args::via_replica`]).
+    pub via_replica: bool,
     pub subscribers: Vec<usize>,
     pub work_dir: Option<PathBuf>,
     pub keep: bool,
@@ -170,6 +178,7 @@ fn main() -> ExitCode {
             expire_window,
             restarts: args.restarts.clamp(1, 100),
             peer: !args.no_peer,
+            via_replica: args.via_replica,
             subscribers: args.subscribers.iter().map(|&w| usize::from(w)).collect(),
             work_dir: args.work_dir.clone(),
             keep: args.keep,
@@ -283,6 +292,7 @@ fn settings_map(args: &Args, settings: &Settings) -> BTreeMap<&'static str, Stri
     map.insert("items", settings.items.to_string());
     map.insert("expire_window_s", args.expire_window.to_string());
     map.insert("daemon_args", args.daemon_arg.join(" "));
+    map.insert("via_replica", args.via_replica.to_string());
     map
 }
 

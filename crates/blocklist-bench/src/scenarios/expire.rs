@@ -20,7 +20,7 @@ use super::{Bench, CREATED};
 impl Bench {
     /// `expire`: `items` items coming due over `--expire-window` while `add` runs.
     pub(super) async fn expire(&mut self) -> Result<Vec<Row>, String> {
-        let (server, _dir) = self.fresh_daemon("expire")?;
+        let (server, _dir) = self.fresh_daemon("expire").await?;
         let count = self.settings.items.max(1);
         let window = self.settings.expire_window;
         let window_ms = window.as_millis() as i64;

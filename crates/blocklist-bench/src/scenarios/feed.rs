@@ -180,7 +180,7 @@ impl Bench {
     pub(super) async fn feed(&mut self) -> Result<Vec<Row>, String> {
         raise_open_files_limit();
         let add_alone = {
-            let (server, _dir) = self.fresh_daemon("feed-add")?;
+            let (server, _dir) = self.fresh_daemon("feed-add").await?;
             self.add_rate(&server).await?
         };
         let mut rows = Vec::new();
@@ -241,7 +241,7 @@ impl Bench {
         subscribers: usize,
         rate: Option<f64>,
     ) -> Result<FeedRun, String> {
-        let (server, _dir) = self.fresh_daemon(&format!("feed-{subscribers}"))?;
+        let (server, _dir) = self.fresh_daemon(&format!("feed-{subscribers}")).await?;
         let acks = Arc::new(Acks::new(format!("f{subscribers}p-")));
         let mut followers = Subscribers::new();
         for _ in 0..subscribers {

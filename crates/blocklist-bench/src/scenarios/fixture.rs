@@ -66,7 +66,7 @@ impl Bench {
     /// Loads the shared fixture if this run has not yet.
     pub(super) async fn fixture(&mut self) -> Result<&mut Fixture, String> {
         if self.fixture.is_none() {
-            let (server, data_dir) = self.fresh_daemon("fixture")?;
+            let (server, data_dir) = self.fresh_daemon("fixture").await?;
             let items = self.settings.items.max(2);
             let loaded = dataset::bulk_add(
                 server.addr,
@@ -205,7 +205,11 @@ impl Bench {
 }
 
 /// Polls `path` until it answers 200; returns the time since `since`. Bounded at 120 s.
-async fn wait_ready(addr: SocketAddr, path: &str, since: Instant) -> Result<Duration, String> {
+pub(super) async fn wait_ready(
+    addr: SocketAddr,
+    path: &str,
+    since: Instant,
+) -> Result<Duration, String> {
     let give_up = Instant::now() + Duration::from_secs(120);
     loop {
         if let Ok(mut http) = Http::connect(addr).await {

@@ -22,7 +22,7 @@
 //! - `feed`: `feed`, the change feed's delivery to W subscribers, ours and etcd's watches.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 
@@ -89,6 +89,9 @@ pub struct Bench {
     runs: usize,
     refs: References,
     fixture: Option<Fixture>,
+    /// The writers of the replicas the scenarios send to (`--via-replica`), kept running
+    /// until the run ends.
+    writers: Vec<Server>,
 }
 
 impl Bench {
@@ -109,6 +112,7 @@ impl Bench {
             runs: 0,
             refs: References::default(),
             fixture: None,
+            writers: Vec::new(),
         })
     }
 
@@ -153,10 +157,23 @@ impl Bench {
     }
 
     /// A daemon on a new, empty data dir.
-    fn fresh_daemon(&mut self, name: &str) -> Result<(Server, PathBuf), String> {
+    /// A new daemon on a new data dir; with `--via-replica`, a replica of it (the daemon
+    /// itself, the writer, kept in `writers`), each once its `/readyz` answers 200.
+    async fn fresh_daemon(&mut self, name: &str) -> Result<(Server, PathBuf), String> {
         let dir = self.fresh_dir(name);
         let log = dir.with_extension("log");
-        Ok((self.daemon.start(&dir, &log)?, dir))
+        let server = self.daemon.start(&dir, &log)?;
+        if !self.settings.via_replica {
+            return Ok((server, dir));
+        }
+        fixture::wait_ready(server.addr, "/readyz", Instant::now()).await?;
+        let replica_dir = self.fresh_dir(&format!("{name}-replica"));
+        let replica = self
+            .daemon
+            .start(&replica_dir, &replica_dir.with_extension("log"))?;
+        fixture::wait_ready(replica.addr, "/readyz", Instant::now()).await?;
+        self.writers.push(server);
+        Ok((replica, dir))
     }
 
     fn warmup(&self) -> Duration {

@@ -141,7 +141,7 @@ impl Bench {
     /// `list`: `GET /blocklist` of items/10 items, one request at a time; then [`LISTERS`]
     /// at once, for memory.
     pub(super) async fn list(&mut self) -> Result<Vec<Row>, String> {
-        let (server, _dir) = self.fresh_daemon("list")?;
+        let (server, _dir) = self.fresh_daemon("list").await?;
         let count = (self.settings.items / 10).max(2);
         dataset::bulk_add(
             server.addr,

@@ -23,7 +23,7 @@ pub(super) const BATCH_ITEMS: u64 = 100;
 impl Bench {
     /// `add`: single-item POSTs with fresh ids on C connections, every reply durable.
     pub(super) async fn add(&mut self) -> Result<Vec<Row>, String> {
-        let (server, _dir) = self.fresh_daemon("add")?;
+        let (server, _dir) = self.fresh_daemon("add").await?;
         let workers = http_workers(
             server.addr,
             self.settings.concurrency,
@@ -65,7 +65,7 @@ impl Bench {
     /// `add-keyed`: `add` with a fresh `Idempotency-Key` on every POST, so the ratio to
     /// `add` is the price of the idempotency record each keyed write also commits.
     pub(super) async fn add_keyed(&mut self) -> Result<Vec<Row>, String> {
-        let (server, _dir) = self.fresh_daemon("add-keyed")?;
+        let (server, _dir) = self.fresh_daemon("add-keyed").await?;
         let add_rate = self.add_rate(&server).await?;
         let workers = http_workers(
             server.addr,
@@ -101,7 +101,7 @@ impl Bench {
 
     /// `add-batch`: POSTs of 100 items on C/8 connections, in items/s.
     pub(super) async fn add_batch(&mut self) -> Result<Vec<Row>, String> {
-        let (server, _dir) = self.fresh_daemon("add-batch")?;
+        let (server, _dir) = self.fresh_daemon("add-batch").await?;
         let connections = (self.settings.concurrency / 8).max(1);
         let workers = http_workers(
             server.addr,
@@ -126,7 +126,7 @@ impl Bench {
 
     /// `merge-hot`: C connections merging (allowMerge) into 16 hot ids.
     pub(super) async fn merge_hot(&mut self) -> Result<Vec<Row>, String> {
-        let (server, _dir) = self.fresh_daemon("merge-hot")?;
+        let (server, _dir) = self.fresh_daemon("merge-hot").await?;
         let add_rate = self.add_rate(&server).await?;
         let mut http = Http::connect(server.addr).await?;
         for k in 0..HOT_IDS {
