@@ -115,7 +115,7 @@ fn the_systemd_unit_verifies_and_uses_only_known_flags() {
     assert_known("blocklistd.service", &flags, &variables);
 }
 
-/// The manifests as JSON, one value per YAML document (PyYAML does the parsing: a YAML
+/// The manifests as JSON, one value per YAML document (`PyYAML` does the parsing: a YAML
 /// parser the cluster's tools agree with, rather than one of ours).
 fn manifests() -> Option<Vec<Value>> {
     let parses = Command::new("python3")
