@@ -2,8 +2,9 @@
 //!
 //! Several daemons on one prefix are one blocklist, and only the writer (the holder of the
 //! writer key, [`crate::store::Election`]) runs the committer. A replica (a daemon that
-//! follows the prefix, [`crate::store::Store::follow`]) serves reads — `GET` and `HEAD` —
-//! itself, once its store has caught up with every write acknowledged before the request
+//! follows the prefix, [`crate::store::Store::follow`]) serves reads — `GET`, `HEAD` and
+//! the batch check — itself, once its store has caught up with every write acknowledged
+//! before the request
 //! ([`crate::store::Store::catch_up`]; 503 when it cannot). Every other request, and every
 //! request on a writer whose lease ended (its mirror is no longer kept current), goes —
 //! but its own probes and metrics — to the writer at the URL it announced in the key
