@@ -178,6 +178,36 @@ pub struct DaemonSpec {
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 impl DaemonSpec {
+    /// The value of the daemon flag `name` among the extra flags (`--name=value` or
+    /// `--name value`).
+    fn flag(&self, name: &str) -> Option<&str> {
+        let long = format!("--{name}");
+        self.extra
+            .iter()
+            .enumerate()
+            .find_map(|(i, arg)| match arg.strip_prefix(&long) {
+                Some(rest) => rest.strip_prefix('=').or_else(|| {
+                    rest.is_empty()
+                        .then(|| self.extra.get(i + 1).map(String::as_str))
+                        .flatten()
+                }),
+                None => None,
+            })
+    }
+
+    /// Whether the daemons run on etcd (`--store etcd` among the extra flags).
+    pub fn on_etcd(&self) -> bool {
+        self.flag("store") == Some("etcd")
+    }
+
+    /// The writer's lease on etcd, in seconds (`--etcd-lease-secs`, the daemon's default
+    /// 10 without it).
+    pub fn lease_secs(&self) -> u64 {
+        self.flag("etcd-lease-secs")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10)
+    }
+
     /// Starts a daemon on `data_dir` (the daemon's defaults otherwise: fsync on, 64 MiB
     /// cache), logging at `info` to `log`.
     pub fn start(&self, data_dir: &Path, log: &Path) -> Result<Server, String> {

@@ -34,6 +34,7 @@ use crate::Settings;
 
 mod etcd;
 mod expire;
+mod failover;
 mod feed;
 mod fixture;
 mod read;
@@ -131,6 +132,7 @@ impl Bench {
             "idle" => self.idle().await,
             "restart" => self.restart().await,
             "footprint" => self.footprint().await,
+            "failover" => self.failover().await,
             other => Err(format!("unknown scenario {other:?}")),
         }
     }
