@@ -489,3 +489,107 @@ async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
         );
     }
 }
+
+/// Adds node `id` (a one-hour block) through `urls[*target]` with its id as the
+/// `Idempotency-Key`, retrying a 503 with the same key and moving to the next daemon when a
+/// connection fails; the final status (201, or a guardrail's 429) and body.
+async fn add_through(
+    client: &reqwest::Client,
+    urls: &[String],
+    target: &mut usize,
+    id: &str,
+) -> (StatusCode, serde_json::Value) {
+    let started = Instant::now();
+    loop {
+        let sent = client
+            .post(format!("{}/blocklist/nodes", urls[*target]))
+            .header("idempotency-key", id)
+            .json(&json!([{"id": id, "action": "MARK_BLOCKED", "cause": "storm", "timeout": 3_600_000}]))
+            .send()
+            .await;
+        match sent {
+            Ok(answer) if answer.status() == StatusCode::SERVICE_UNAVAILABLE => {}
+            Ok(answer) => {
+                let status = answer.status();
+                return (status, answer.json().await.unwrap_or_default());
+            }
+            Err(_) => *target = (*target + 1) % urls.len(),
+        }
+        assert!(started.elapsed() < DEADLINE, "{id} never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The guardrail storm across a failover: 16 clients block 200 nodes through three daemons
+/// against a cap of 100 (half of them), and the writer is killed (SIGKILL) in the middle.
+/// Exactly the cap is admitted — the new writer counts from etcd what the old one
+/// admitted — and the blocklist holds exactly the admitted nodes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guardrail_storm_across_a_failover_admits_exactly_the_cap() {
+    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas storm") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let mut flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
+    flags.extend(["--max-blocked-nodes".to_owned(), "100".to_owned()]);
+    let writer = spawn(&ws, &flags, 0);
+    writer
+        .writer_within(DEADLINE)
+        .await
+        .expect("the first daemon writes");
+    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
+    for replica in &replicas {
+        replica
+            .ready_within(DEADLINE)
+            .await
+            .expect("a current replica");
+    }
+    let urls: Vec<String> = [&writer, &replicas[0], &replicas[1]]
+        .iter()
+        .map(|d| d.url(""))
+        .collect();
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for client_no in 0..16 {
+        let (urls, answered) = (urls.clone(), answered.clone());
+        clients.push(tokio::spawn(async move {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap();
+            let mut target = client_no % 3;
+            let mut answers = Vec::new();
+            for node in (client_no..200).step_by(16) {
+                let id = format!("n{node:03}");
+                let answer = add_through(&client, &urls, &mut target, &id).await;
+                answered.fetch_add(1, Ordering::SeqCst);
+                answers.push((id, answer));
+            }
+            answers
+        }));
+    }
+    eventually("the storm is under way", || async {
+        answered.load(Ordering::SeqCst) >= 40
+    })
+    .await;
+    writer.kill9();
+    let mut admitted = Vec::new();
+    for client in clients {
+        for (id, (status, body)) in client.await.expect("a storm client failed") {
+            match status {
+                StatusCode::CREATED => admitted.push(id),
+                StatusCode::TOO_MANY_REQUESTS => {
+                    let error = body["errors"][0].as_str().unwrap_or_default();
+                    assert!(error.contains("the cap is 100"), "{id}: {error}");
+                }
+                other => panic!("{id}: {other} {body}"),
+            }
+        }
+    }
+    admitted.sort();
+    assert_eq!(admitted.len(), 100, "admitted: {admitted:?}");
+    for survivor in &replicas {
+        let listed = ids(&survivor.listing().await["blockedNodes"]);
+        assert_eq!(listed, admitted, "the blocklist through a survivor");
+    }
+}
