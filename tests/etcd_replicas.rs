@@ -26,6 +26,31 @@ fn spawn(ws: &Workspace, flags: &[String], n: usize) -> Daemon {
     Daemon::spawn(&ws.data_dir(), &log, &flags).listening()
 }
 
+/// A three-member etcd cluster of the test's own, and on it the first daemon (the writer)
+/// and two replicas with `extra` flags, each ready; the workspace holds their logs.
+async fn writer_and_replicas(
+    test: &str,
+    extra: &[&str],
+) -> Option<(EtcdCluster, Workspace, Daemon, [Daemon; 2])> {
+    let cluster = EtcdCluster::start(3, test)?;
+    let ws = Workspace::new();
+    let mut flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
+    flags.extend(extra.iter().map(|f| (*f).to_owned()));
+    let writer = spawn(&ws, &flags, 0);
+    writer
+        .writer_within(DEADLINE)
+        .await
+        .expect("the first daemon writes");
+    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
+    for replica in &replicas {
+        replica
+            .ready_within(DEADLINE)
+            .await
+            .expect("a current replica");
+    }
+    Some((cluster, ws, writer, replicas))
+}
+
 /// What the load saw: each acknowledged id with when it was acknowledged.
 #[derive(Default)]
 struct Acknowledged {
@@ -84,24 +109,14 @@ async fn write_load(
 /// acknowledged after the kill comes within the lease and 2 s.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_writer_under_load_through_every_daemon_loses_nothing() {
-    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas killed writer") else {
+    let Some((_cluster, _ws, writer, replicas)) = writer_and_replicas(
+        "etcd_replicas killed writer",
+        &["--forward-wait-ms", "3000"],
+    )
+    .await
+    else {
         return;
     };
-    let ws = Workspace::new();
-    let mut flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
-    flags.extend(["--forward-wait-ms".to_owned(), "3000".to_owned()]);
-    let writer = spawn(&ws, &flags, 0);
-    writer
-        .writer_within(DEADLINE)
-        .await
-        .expect("the first daemon writes");
-    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
-    for replica in &replicas {
-        eventually("the replica says it follows", || async {
-            replica.log_text().contains("serving as a replica")
-        })
-        .await;
-    }
     let urls: Vec<String> = [&writer, &replicas[0], &replicas[1]]
         .iter()
         .map(|d| d.url(""))
@@ -236,23 +251,11 @@ async fn forwarded(d: &Daemon) -> f64 {
 /// over; resumed, the old writer's reads are the new writer's at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() {
-    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas reads") else {
+    let Some((_cluster, _ws, writer, replicas)) =
+        writer_and_replicas("etcd_replicas reads", &[]).await
+    else {
         return;
     };
-    let ws = Workspace::new();
-    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
-    let writer = spawn(&ws, &flags, 0);
-    writer
-        .writer_within(DEADLINE)
-        .await
-        .expect("the first daemon writes");
-    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
-    for replica in &replicas {
-        replica
-            .ready_within(DEADLINE)
-            .await
-            .expect("a current replica");
-    }
 
     for i in 0..200 {
         let id = format!("n{i}");
@@ -526,24 +529,11 @@ async fn add_through(
 /// admitted — and the blocklist holds exactly the admitted nodes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guardrail_storm_across_a_failover_admits_exactly_the_cap() {
-    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas storm") else {
+    let Some((_cluster, _ws, writer, replicas)) =
+        writer_and_replicas("etcd_replicas storm", &["--max-blocked-nodes", "100"]).await
+    else {
         return;
     };
-    let ws = Workspace::new();
-    let mut flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
-    flags.extend(["--max-blocked-nodes".to_owned(), "100".to_owned()]);
-    let writer = spawn(&ws, &flags, 0);
-    writer
-        .writer_within(DEADLINE)
-        .await
-        .expect("the first daemon writes");
-    let replicas = [spawn(&ws, &flags, 1), spawn(&ws, &flags, 2)];
-    for replica in &replicas {
-        replica
-            .ready_within(DEADLINE)
-            .await
-            .expect("a current replica");
-    }
     let urls: Vec<String> = [&writer, &replicas[0], &replicas[1]]
         .iter()
         .map(|d| d.url(""))

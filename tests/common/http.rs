@@ -7,22 +7,13 @@ use super::Daemon;
 
 impl Daemon {
     /// Waits until `/readyz` answers 200 (on etcd: this daemon is the writer and has loaded
-    /// the blocklist), at most `limit`: how long it took, or the last readiness body.
+    /// the blocklist, or a current replica), at most `limit`: how long it took, or the last
+    /// readiness body.
     pub async fn ready_within(
         &self,
         limit: std::time::Duration,
     ) -> Result<std::time::Duration, Value> {
-        let begun = std::time::Instant::now();
-        loop {
-            let (status, body) = self.get("/readyz").await;
-            if status == StatusCode::OK {
-                return Ok(begun.elapsed());
-            }
-            if begun.elapsed() >= limit {
-                return Err(body);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        self.readiness_within(limit, |_| true).await
     }
 
     /// Waits until `/readyz` says this daemon is the ready writer of its etcd prefix (a
@@ -32,10 +23,20 @@ impl Daemon {
         &self,
         limit: std::time::Duration,
     ) -> Result<std::time::Duration, Value> {
+        self.readiness_within(limit, |body| body["etcd"] == "writer")
+            .await
+    }
+
+    /// Waits until `/readyz` answers 200 with a body `wanted` accepts, at most `limit`.
+    async fn readiness_within(
+        &self,
+        limit: std::time::Duration,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Result<std::time::Duration, Value> {
         let begun = std::time::Instant::now();
         loop {
             let (status, body) = self.get("/readyz").await;
-            if status == StatusCode::OK && body["etcd"] == "writer" {
+            if status == StatusCode::OK && wanted(&body) {
                 return Ok(begun.elapsed());
             }
             if begun.elapsed() >= limit {
