@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 const LEASE_SECS: u64 = 2;
@@ -415,8 +415,9 @@ async fn a_replica_cut_off_from_etcd_answers_503_not_stale_data() {
 
 /// Two of three etcd members stopped: writes and reads answer 503 on every daemon (once the
 /// writer's lease has run out), `/readyz` fails, nothing is acknowledged; the members back,
-/// everything recovers by itself: one daemon writes, and both answer reads (the one that
-/// lost the election, if it was the writer, through the new writer).
+/// everything recovers by itself: one daemon writes, both answer reads (the one that lost
+/// the election, if it was the writer, through the new writer), and a write answered 503
+/// meanwhile, retried with its key, is applied once.
 #[tokio::test(flavor = "multi_thread")]
 async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
     let Some(mut cluster) = EtcdCluster::start(3, "etcd_replicas quorum") else {
@@ -439,13 +440,16 @@ async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
     cluster.kill(1);
     cluster.kill(2);
     let lost = Instant::now();
-    for daemon in [&writer, &replica] {
-        let (status, body) = daemon
-            .post(
-                "/blocklist/nodes",
-                json!([item("lost", "MARK_BLOCKED", "c")]),
-            )
-            .await;
+    let lost_add = |id: &'static str| {
+        (
+            [("Idempotency-Key", id)],
+            Some(json!([item(id, "MARK_BLOCKED", "c")])),
+        )
+    };
+    for (daemon, id) in [(&writer, "lost-w"), (&replica, "lost-r")] {
+        let (headers, body) = lost_add(id);
+        let (status, _, body) =
+            request(daemon, Method::POST, "/blocklist/nodes", &headers, body).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     }
     eventually("reads answer 503 everywhere", || async {
@@ -485,10 +489,37 @@ async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
             daemon.get("/blocklist/nodes/after").await.0 == StatusCode::OK
         })
         .await;
+    }
+    // A write answered 503 may or may not have taken effect (etcd may commit its entry once
+    // quorum is back): retried with its key, it is applied exactly once.
+    for (daemon, id) in [(&writer, "lost-w"), (&replica, "lost-r")] {
+        let (headers, body) = lost_add(id);
+        let started = Instant::now();
+        loop {
+            let (status, _, answer) = request(
+                daemon,
+                Method::POST,
+                "/blocklist/nodes",
+                &headers,
+                body.clone(),
+            )
+            .await;
+            if status == StatusCode::CREATED {
+                break;
+            }
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{id}: {answer}");
+            assert!(started.elapsed() < DEADLINE, "{id} never applied: {answer}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let listed = ids(&replica.listing().await["blockedNodes"]);
+    assert_eq!(listed, ["after", "before", "lost-r", "lost-w"]);
+    for id in ["lost-r", "lost-w"] {
+        let (_, item) = replica.get(&format!("/blocklist/nodes/{id}")).await;
         assert_eq!(
-            daemon.get("/blocklist/nodes/lost").await.0,
-            StatusCode::NOT_FOUND,
-            "a write answered 503 was applied"
+            item["reports"].as_array().map(Vec::len),
+            Some(1),
+            "{id} applied more than once: {item}"
         );
     }
 }
