@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, LazyLock};
 use std::time::{Duration, Instant};
 
-use super::DEADLINE;
+use super::{raw_request, DEADLINE};
 
 /// The daemon binary. Cargo names it to the daemon package's own tests; the tests of another
 /// workspace member (the CLI) find it in the same target directory, where the workspace's
@@ -170,7 +170,27 @@ impl Drop for Starting {
 
 impl Daemon {
     pub fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Daemon {
-        Daemon::spawn(data_dir, log, extra).listening()
+        let daemon = Daemon::spawn(data_dir, log, extra).listening();
+        if on_etcd() && !extra.contains(&"--store") {
+            daemon.until_writer();
+        }
+        daemon
+    }
+
+    /// On etcd, a daemon restarted after a `kill -9` serves as a replica until its killed
+    /// predecessor's lease ends (reads of the stored state, writes waiting for a writer),
+    /// and applies its flags' policy when it becomes the writer: a suite's test, written for
+    /// one daemon per data dir, talks to it once it is the writer — waiting at most the
+    /// lease and a few seconds, so a test of a daemon that never writes goes on.
+    fn until_writer(&self) {
+        let until = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < until {
+            let (status, body) = raw_request(self.addr, "GET", "/readyz", "", b"");
+            if status == reqwest::StatusCode::OK && body["etcd"] == "writer" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts a daemon without waiting for it to listen.
