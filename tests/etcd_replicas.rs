@@ -18,6 +18,10 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 const LEASE_SECS: u64 = 2;
+
+/// Held by each test for its whole run: each starts three etcd members and three daemons
+/// and loads them, and five of those at once on two cores starve etcd past its deadlines.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const WRITERS_PER_DAEMON: usize = 2;
 
 fn spawn(ws: &Workspace, flags: &[String], n: usize) -> Daemon {
@@ -109,6 +113,7 @@ async fn write_load(
 /// acknowledged after the kill comes within the lease and 2 s.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_writer_under_load_through_every_daemon_loses_nothing() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let Some((_cluster, _ws, writer, replicas)) = writer_and_replicas(
         "etcd_replicas killed writer",
         &["--forward-wait-ms", "3000"],
@@ -251,6 +256,7 @@ async fn forwarded(d: &Daemon) -> f64 {
 /// over; resumed, the old writer's reads are the new writer's at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let Some((_cluster, _ws, writer, replicas)) =
         writer_and_replicas("etcd_replicas reads", &[]).await
     else {
@@ -345,6 +351,7 @@ async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() 
 /// other replica and the writer go on; healed, it catches up by itself.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_cut_off_from_etcd_answers_503_not_stale_data() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let Some(cluster) = EtcdCluster::start(3, "etcd_replicas partition") else {
         return;
     };
@@ -420,6 +427,7 @@ async fn a_replica_cut_off_from_etcd_answers_503_not_stale_data() {
 /// meanwhile, retried with its key, is applied once.
 #[tokio::test(flavor = "multi_thread")]
 async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let Some(mut cluster) = EtcdCluster::start(3, "etcd_replicas quorum") else {
         return;
     };
@@ -560,6 +568,7 @@ async fn add_through(
 /// admitted — and the blocklist holds exactly the admitted nodes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guardrail_storm_across_a_failover_admits_exactly_the_cap() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let Some((_cluster, _ws, writer, replicas)) =
         writer_and_replicas("etcd_replicas storm", &["--max-blocked-nodes", "100"]).await
     else {
