@@ -101,6 +101,14 @@ pub struct ForwardLabels {
     pub outcome: &'static str,
 }
 
+/// How a term as the writer of the etcd prefix went: `won` (this daemon became the
+/// writer), `lost` (its term ended while it ran: its lease ended, or another daemon took
+/// the key).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ElectionLabels {
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
@@ -133,6 +141,9 @@ pub struct StoreGauges {
     /// On a replica, how many log entries it is behind the last head it read, and for how
     /// many seconds.
     pub replica_lag: Option<(u64, f64)>,
+    /// On etcd, how many times this daemon won the writer key, and how many of those terms
+    /// ended while it ran; `None` on sled.
+    pub etcd_elections: Option<(u64, u64)>,
 }
 
 /// The roles [`RoleLabels`] names.
@@ -175,6 +186,7 @@ pub struct Metrics {
     registered: Family<KindLabels, Gauge>,
     evacuation_tokens: Family<KindLabels, Gauge<f64, AtomicU64>>,
     etcd_role: Family<RoleLabels, Gauge>,
+    etcd_elections: Family<ElectionLabels, Counter>,
     replica_lag_entries: Gauge,
     replica_lag_seconds: Gauge<f64, AtomicU64>,
     /// Reads of the log's head a replica sent to confirm it is current, each shared by
@@ -334,6 +346,14 @@ impl Metrics {
              sends every request on until it wins the writer key back); no series on sled",
             etcd_role.clone(),
         );
+        let etcd_elections = Family::<ElectionLabels, Counter>::default();
+        registry.register(
+            "etcd_elections",
+            "On etcd, this daemon's terms as the writer of its prefix: won (it became the \
+             writer), lost (a term ended while it ran: its lease ended or another daemon took \
+             the writer key)",
+            etcd_elections.clone(),
+        );
         let replica_lag_entries = Gauge::default();
         registry.register(
             "replica_lag_entries",
@@ -378,6 +398,7 @@ impl Metrics {
             registered,
             evacuation_tokens,
             etcd_role,
+            etcd_elections,
             replica_lag_entries,
             replica_lag_seconds,
             replica_head_reads,
@@ -468,6 +489,15 @@ impl Metrics {
             }
             self.etcd_role.get_or_create(&RoleLabels { role }).set(1);
         }
+        if let Some((won, lost)) = store.etcd_elections {
+            // The store counts; the counters catch up with it at each scrape.
+            for (outcome, count) in [("won", won), ("lost", lost)] {
+                let counter = self
+                    .etcd_elections
+                    .get_or_create(&ElectionLabels { outcome });
+                counter.inc_by(count.saturating_sub(counter.get()));
+            }
+        }
         let (entries, seconds) = store.replica_lag.unwrap_or_default();
         self.replica_lag_entries.set(entries as i64);
         self.replica_lag_seconds.set(seconds);
@@ -516,6 +546,7 @@ mod tests {
                 evacuation_tokens: vec![(Kind::TaskManager, 2.5)],
                 etcd_role: Some("writer"),
                 replica_lag: None,
+                etcd_elections: Some((3, 2)),
             };
             let text = metrics.render(&gauges, format);
             assert!(
@@ -528,6 +559,8 @@ mod tests {
                 r#"blocklist_registered{kind="node"} 200"#,
                 r#"blocklist_evacuation_tokens{kind="taskmanager"} 2.5"#,
                 r#"blocklist_etcd_role{role="writer"} 1"#,
+                r#"blocklist_etcd_elections_total{outcome="won"} 3"#,
+                r#"blocklist_etcd_elections_total{outcome="lost"} 2"#,
                 r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
                 r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
                 "blocklist_revision 42",

@@ -156,6 +156,8 @@ pub struct EtcdStanding {
     pub writer: bool,
     /// What an operator must do since etcd refused its last write so (the NOSPACE alarm).
     pub refusal: Option<&'static str>,
+    /// How many times this daemon became the writer.
+    pub elections_won: u64,
 }
 
 /// An open database and its trees.
@@ -400,6 +402,7 @@ impl Store {
             return Some(EtcdStanding {
                 writer: etcd.is_writer(),
                 refusal: etcd.refusal(),
+                elections_won: etcd.elections_won(),
             });
         }
         None

@@ -58,6 +58,7 @@ impl Store {
             })
             .collect();
         let (policy, standing) = self.guard_standing(self.now());
+        let etcd = self.etcd_standing();
         StoreGauges {
             items,
             revision: self.revision(),
@@ -70,7 +71,15 @@ impl Store {
                 .iter()
                 .filter_map(|s| Some((s.kind, s.evacuation_tokens?)))
                 .collect(),
-            etcd_role: self.etcd_standing().map(|standing| {
+            // Every term won but the one running now was lost.
+            etcd_elections: etcd.as_ref().map(|etcd| {
+                let current = u64::from(etcd.writer);
+                (
+                    etcd.elections_won,
+                    etcd.elections_won.saturating_sub(current),
+                )
+            }),
+            etcd_role: etcd.map(|standing| {
                 if self.is_replica() {
                     "replica"
                 } else if standing.writer {

@@ -209,6 +209,40 @@ impl EtcdCluster {
         }
     }
 
+    /// Starts member `i` again on its data dir (it rejoins the cluster by itself).
+    pub fn restart(&mut self, i: usize) {
+        if self.members[i].child.is_none() {
+            self.start_member(i);
+        }
+    }
+
+    /// Which running member is the raft leader, as the members themselves say; `None`
+    /// while none answers with one (an election).
+    pub fn leader(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leader = None;
+        for member in self.members.iter().filter(|m| m.child.is_some()) {
+            let output = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &member.client, "--command-timeout", "1s"])
+                .args(["endpoint", "status", "-w", "json"])
+                .output()
+                .ok()?;
+            let status: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+            let status = &status[0]["Status"];
+            ids.push(status["header"]["member_id"].as_u64()?);
+            leader = leader.or(status["leader"].as_u64());
+        }
+        let leader = leader?;
+        let i = ids.iter().position(|&id| id == leader)?;
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.child.is_some())
+            .nth(i)
+            .map(|(n, _)| n)
+    }
+
     /// SIGKILL of every member.
     pub fn kill_all(&mut self) {
         for member in &mut self.members {

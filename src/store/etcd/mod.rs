@@ -105,6 +105,8 @@ pub(crate) struct Etcd {
     /// Set when the daemon stops: a campaign still waiting for another writer's lease
     /// gives up ([`Etcd::stop_waiting`]).
     stopping: AtomicBool,
+    /// How many times this daemon became the writer (`blocklist_etcd_elections_total`).
+    elections_won: AtomicU64,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -162,6 +164,7 @@ impl Etcd {
             log: Arc::default(),
             refusal: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            elections_won: AtomicU64::new(0),
         }))
     }
 
@@ -222,6 +225,11 @@ impl Etcd {
     /// Whether this daemon holds the writer key with a live lease.
     pub fn is_writer(&self) -> bool {
         self.writing.load(Ordering::SeqCst) && self.lease_lives()
+    }
+
+    /// How many times this daemon became the writer.
+    pub fn elections_won(&self) -> u64 {
+        self.elections_won.load(Ordering::SeqCst)
     }
 
     /// What an operator must do before etcd takes a write again, when it last refused one
@@ -350,6 +358,7 @@ impl Etcd {
                 })?;
             if let Some(fence) = won {
                 self.set_fence(standing, fence);
+                self.elections_won.fetch_add(1, Ordering::SeqCst);
                 tracing::info!(prefix = %self.config.prefix, fence, "this daemon is the writer");
                 return Ok(());
             }
