@@ -8,10 +8,12 @@
 //! without trying other orders, which keeps read-heavy histories cheap.
 //!
 //! Written here rather than taken from a library (stateright's `LinearizabilityTester`, say)
-//! because of crash semantics those do not have: an op whose answer was cut off by a
-//! `kill -9` may have taken effect or not, but if it did, it took effect before the kill.
-//! It is modelled as an op that returns at the kill time with an output nobody saw, and
-//! that the search may also leave out altogether.
+//! because of crash semantics those do not have: an op whose answer was cut off (by a
+//! `kill -9`, a timeout, a 5xx) may have taken effect or not, but if it did, it took effect
+//! by a time the test knows ([`End::Cut`]'s `by`: the kill of the one daemon that could
+//! apply it, or a bound on how long a write can linger among replicas). It is modelled as
+//! an op that returns then with an output nobody saw, and that the search may also leave
+//! out altogether.
 //!
 //! [`violations`] cuts a failing history down to short witnesses a human can read.
 //!
@@ -176,8 +178,17 @@ pub enum End {
     /// The daemon answered at this time (since the run's base instant).
     Answered { at: Duration, outcome: Outcome },
     /// No usable answer (the connection was cut, the request timed out, or a 5xx): the op
-    /// may have taken effect or not, but not after its daemon's end.
-    Cut(String),
+    /// may have taken effect or not, but not after `by` (since the run's base instant).
+    Cut { why: String, by: Duration },
+}
+
+/// Something the test did to the daemons (a kill, a pause, an etcd member's death), shown
+/// among the ops of a witness.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// Since the run's base instant.
+    pub at: Duration,
+    pub what: String,
 }
 
 /// One request of one client on one id.
@@ -228,19 +239,48 @@ struct Event<'a> {
     outcome: Option<&'a Outcome>,
 }
 
-/// The time a cut-off op ends by: the end (kill or stop) of the first daemon still running
-/// when it was sent. That is the daemon it went to, even when the client still held a dead
-/// daemon's address and the port had been reused; ops sent while no daemon ran were refused
-/// and never recorded.
-fn deadline(invoke: Duration, ends: &[Duration]) -> Duration {
+/// The time an op cut off ends by when one daemon at a time runs and only it applies ops:
+/// the end (kill or stop), among `ends`, of the first daemon still running when it was
+/// sent. That is the daemon it went to, even when the client still held a dead daemon's
+/// address and the port had been reused; ops sent while no daemon ran were refused and
+/// never recorded.
+pub fn end_of_daemon(invoke: Duration, ends: &[Duration]) -> Duration {
     let i = ends.partition_point(|&end| end < invoke);
     ends.get(i).copied().unwrap_or(Duration::MAX)
+}
+
+/// The one-daemon crash model: each cut-off op of `ops` took effect, if at all, by the end
+/// of its daemon ([`end_of_daemon`]).
+pub fn bound_by_daemon_ends(ops: &mut [Op], ends: &[Duration]) {
+    for op in ops {
+        if let End::Cut { by, .. } = &mut op.end {
+            *by = end_of_daemon(op.invoke, ends);
+        }
+    }
+}
+
+/// The daemons' ends as faults: each killed and restarted, the last stopped.
+pub fn daemon_ends(ends: &[Duration]) -> Vec<Fault> {
+    ends.iter()
+        .enumerate()
+        .map(|(n, &at)| {
+            let how = if n + 1 == ends.len() {
+                "stopped"
+            } else {
+                "killed (kill -9), restarted"
+            };
+            Fault {
+                at,
+                what: format!("daemon d{n} {how}"),
+            }
+        })
+        .collect()
 }
 
 /// The search's input, sorted by invocation: the ops sent by `until`, those answered after
 /// it counting as cut off. Cut-off reads are left out: they changed nothing and showed
 /// nobody anything.
-fn events<'a>(ops: &[&'a Op], ends: &[Duration], until: Duration) -> Vec<Event<'a>> {
+fn events<'a>(ops: &[&'a Op], until: Duration) -> Vec<Event<'a>> {
     let mut events: Vec<Event<'a>> = ops
         .iter()
         .filter(|op| op.invoke <= until)
@@ -254,7 +294,7 @@ fn events<'a>(ops: &[&'a Op], ends: &[Duration], until: Duration) -> Vec<Event<'
             _ if op.call.is_read() => None,
             _ => Some(Event {
                 invoke: op.invoke,
-                ret: deadline(op.invoke, ends),
+                ret: returned(op),
                 call: &op.call,
                 outcome: None,
             }),
@@ -264,33 +304,36 @@ fn events<'a>(ops: &[&'a Op], ends: &[Duration], until: Duration) -> Vec<Event<'
     events
 }
 
-/// Which events are linearized: all of those before `base`, and those listed in `above`
-/// (sorted, each > `base`). Events are sorted by invocation and the first ones linearize
-/// first, so `above` stays as short as the overlap of ops, whatever the history's length.
+/// Which events are linearized: those before `next` but the `holes` (sorted), none from
+/// `next` on. Events are sorted by invocation and the first ones linearize first, so the
+/// holes are the ops open at once, and the cut-off ops not yet placed (which may stay open
+/// long: see [`End::Cut`]) — few, whatever the history's length.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Done {
-    base: usize,
-    above: Vec<usize>,
+    next: usize,
+    holes: Vec<usize>,
 }
 
 impl Done {
-    fn contains(&self, i: usize) -> bool {
-        i < self.base || self.above.binary_search(&i).is_ok()
+    fn with(&self, i: usize) -> Done {
+        let mut done = self.clone();
+        if i < done.next {
+            let at = done.holes.binary_search(&i).expect("not linearized yet");
+            done.holes.remove(at);
+        } else {
+            done.holes.extend(done.next..i);
+            done.next = i + 1;
+        }
+        done
     }
 
-    fn with(&self, i: usize) -> Done {
-        let mut next = self.clone();
-        if i == next.base {
-            next.base += 1;
-            while next.above.first() == Some(&next.base) {
-                next.above.remove(0);
-                next.base += 1;
-            }
-        } else {
-            let at = next.above.binary_search(&i).unwrap_err();
-            next.above.insert(at, i);
-        }
-        next
+    /// The events not linearized yet, in order.
+    fn open(&self, len: usize) -> impl Iterator<Item = usize> + '_ {
+        self.holes.iter().copied().chain(self.next..len)
+    }
+
+    fn all(&self, len: usize) -> bool {
+        self.next == len && self.holes.is_empty()
     }
 }
 
@@ -308,8 +351,8 @@ fn final_states(
     for state in initial {
         let start = (
             Done {
-                base: 0,
-                above: Vec::new(),
+                next: 0,
+                holes: Vec::new(),
             },
             state.clone(),
         );
@@ -317,7 +360,7 @@ fn final_states(
         stack.push(start);
     }
     while let Some((done, state)) = stack.pop() {
-        if done.base == events.len() {
+        if done.all(events.len()) {
             finals.insert(state);
             if first_only {
                 break;
@@ -327,14 +370,13 @@ fn final_states(
         // Every op still open must be linearized before any op invoked after it returned.
         let mut bound = Duration::MAX;
         let mut open = Vec::new();
-        for (i, e) in events.iter().enumerate().skip(done.base) {
+        for i in done.open(events.len()) {
+            let e = &events[i];
             if e.invoke > bound {
                 break;
             }
-            if !done.contains(i) {
-                bound = bound.min(e.ret);
-                open.push(i);
-            }
+            bound = bound.min(e.ret);
+            open.push(i);
         }
         let open: Vec<usize> = open
             .into_iter()
@@ -418,63 +460,57 @@ fn empty() -> HashSet<Option<Block>> {
     HashSet::from([None])
 }
 
-/// Whether this id's ops are linearizable; `ends` holds the time each daemon was killed or
-/// stopped, in order.
-pub fn check(ops: &[Op], ends: &[Duration]) -> bool {
-    linearizable_from(ops, ends, &empty())
+/// Whether this id's ops are linearizable.
+pub fn check(ops: &[Op]) -> bool {
+    linearizable_from(ops, &empty())
 }
 
-fn linearizable_from(ops: &[Op], ends: &[Duration], initial: &HashSet<Option<Block>>) -> bool {
-    linearizable_until(ops, ends, initial, Duration::MAX)
+fn linearizable_from(ops: &[Op], initial: &HashSet<Option<Block>>) -> bool {
+    linearizable_until(ops, initial, Duration::MAX)
 }
 
 /// Whether the ops sent by `until` are linearizable, those answered after it counting as
 /// cut off.
-fn linearizable_until(
-    ops: &[Op],
-    ends: &[Duration],
-    initial: &HashSet<Option<Block>>,
-    until: Duration,
-) -> bool {
+fn linearizable_until(ops: &[Op], initial: &HashSet<Option<Block>>, until: Duration) -> bool {
     let refs: Vec<&Op> = ops.iter().collect();
-    !final_states(&events(&refs, ends, until), initial, true).is_empty()
+    !final_states(&events(&refs, until), initial, true).is_empty()
 }
 
-/// When an op stops constraining others: its answer, or the end of its daemon.
-fn returned(op: &Op, ends: &[Duration]) -> Duration {
+/// When an op stops constraining others: its answer, or the latest it could take effect.
+fn returned(op: &Op) -> Duration {
     match &op.end {
         End::Answered { at, .. } => *at,
-        End::Cut(_) => deadline(op.invoke, ends),
+        End::Cut { by, .. } => *by,
     }
 }
 
 /// The quiescent moments of ops sorted by invocation: the indices of the ops invoked after
 /// every earlier op returned (and 0). The ops before such a moment and those from it on
 /// linearize independently of each other, the state between them aside.
-fn quiet_points(ops: &[Op], ends: &[Duration]) -> Vec<usize> {
+fn quiet_points(ops: &[Op]) -> Vec<usize> {
     let mut points = Vec::new();
     let mut last = Duration::ZERO;
     for (i, op) in ops.iter().enumerate() {
         if i == 0 || op.invoke > last {
             points.push(i);
         }
-        last = last.max(returned(op, ends));
+        last = last.max(returned(op));
     }
     points
 }
 
 /// One violation [`violations`] found.
 pub struct Violation {
-    /// How many daemons had been killed before the answer nothing explains.
-    pub kills_before: usize,
-    /// Whether the witness spans a kill.
-    pub across_kill: bool,
+    /// How many faults came before the answer nothing explains.
+    pub faults_before: usize,
+    /// Whether the witness spans a fault.
+    pub across_fault: bool,
     /// The witness, rendered.
     pub report: String,
 }
 
 /// The violations of one id's history in time order, each with a witness a human can read:
-/// until `max` of each kind (across a kill, and without one) are found, or the history is
+/// until `max` of each kind (across a fault, and without one) are found, or the history is
 /// done, or it is past `deadline`.
 ///
 /// The first is found from an absent item. After each, the search resumes at the first
@@ -483,13 +519,13 @@ pub struct Violation {
 pub fn violations(
     id: &str,
     ops: &[Op],
-    ends: &[Duration],
+    faults: &[Fault],
     max: usize,
     deadline: std::time::Instant,
 ) -> Vec<Violation> {
     let mut sorted: Vec<Op> = ops
         .iter()
-        .filter(|op| !(op.call.is_read() && matches!(op.end, End::Cut(_))))
+        .filter(|op| !(op.call.is_read() && matches!(op.end, End::Cut { .. })))
         .cloned()
         .collect();
     sorted.sort_by_key(|op| op.invoke);
@@ -498,14 +534,14 @@ pub fn violations(
     let mut rest = &sorted[..];
     let mut found: Vec<Violation> = Vec::new();
     let enough = |found: &[Violation], across: bool| {
-        found.iter().filter(|v| v.across_kill == across).count() >= max
+        found.iter().filter(|v| v.across_fault == across).count() >= max
     };
     while !(enough(&found, true) && enough(&found, false)) && std::time::Instant::now() < deadline {
-        let Some((violation, culprit)) = first_violation(id, rest, ends, &initial, &any) else {
+        let Some((violation, culprit)) = first_violation(id, rest, faults, &initial, &any) else {
             break;
         };
         found.push(violation);
-        let Some(next) = quiet_points(rest, ends)
+        let Some(next) = quiet_points(rest)
             .into_iter()
             .find(|&i| rest[i].invoke > culprit)
         else {
@@ -526,17 +562,16 @@ pub fn violations(
 /// which it fails whatever the item's state, without the reads it can do without (a read
 /// changes nothing, so leaving one out never spoils a linearization). When no moment fails
 /// whatever the state (an acknowledged write lost long before, say), it is shown from the
-/// last quiescent moment before the last kill ahead of the answer, with the states the
+/// last quiescent moment before the last fault ahead of the answer, with the states the
 /// earlier ops allow.
 fn first_violation(
     id: &str,
     ops: &[Op],
-    ends: &[Duration],
+    faults: &[Fault],
     initial: &HashSet<Option<Block>>,
     any: &HashSet<Option<Block>>,
 ) -> Option<(Violation, Duration)> {
-    let fails =
-        |ops: &[Op], initial: &HashSet<Option<Block>>| !linearizable_from(ops, ends, initial);
+    let fails = |ops: &[Op], initial: &HashSet<Option<Block>>| !linearizable_from(ops, initial);
     if !fails(ops, initial) {
         return None;
     }
@@ -544,7 +579,7 @@ fn first_violation(
         .iter()
         .filter_map(|op| match &op.end {
             End::Answered { at, .. } => Some(*at),
-            End::Cut(_) => None,
+            End::Cut { .. } => None,
         })
         .collect();
     answers.sort();
@@ -553,7 +588,10 @@ fn first_violation(
             .filter(|op| op.invoke <= until)
             .filter_map(|op| match &op.end {
                 End::Answered { at, .. } if *at > until => (!op.call.is_read()).then(|| Op {
-                    end: End::Cut("still open".into()),
+                    end: End::Cut {
+                        why: "still open".into(),
+                        by: *at,
+                    },
                     ..op.clone()
                 }),
                 _ => Some(op.clone()),
@@ -562,7 +600,7 @@ fn first_violation(
     };
     // The first answer after which the history fails: galloping, then bisecting, so the
     // cost follows how far the violation is rather than the history's length.
-    let fails_by = |i: usize| !linearizable_until(ops, ends, initial, answers[i]);
+    let fails_by = |i: usize| !linearizable_until(ops, initial, answers[i]);
     let mut hi = 0;
     while hi + 1 < answers.len() && !fails_by(hi) {
         hi = 2 * hi + 1;
@@ -578,14 +616,14 @@ fn first_violation(
         }
     }
     let culprit = answers[lo];
-    let last_kill = ends.iter().copied().rfind(|&end| end < culprit);
+    let last_fault = faults.iter().map(|f| f.at).rfind(|&at| at < culprit);
     let spare_read =
         |op: &Op| op.call.is_read() && matches!(op.end, End::Answered { at, .. } if at < culprit);
     // The last quiescent moment from which the ops fail whatever the state. Failing from
     // one moment implies failing from every earlier one, so it is found by galloping back
     // from the end and bisecting.
     let universal = |ops: &[Op]| -> Option<usize> {
-        let points = quiet_points(ops, ends);
+        let points = quiet_points(ops);
         let fails_from = |k: usize| fails(&ops[points[k]..], any);
         let (mut step, mut passes) = (1, points.len());
         let mut failing = loop {
@@ -647,17 +685,16 @@ fn first_violation(
         (witness, split, "whatever the item was".to_owned())
     } else {
         let witness = without_spare_reads(whole, initial);
-        let until = last_kill.unwrap_or(culprit);
-        let split = quiet_points(&witness, ends)
+        let until = last_fault.unwrap_or(culprit);
+        let split = quiet_points(&witness)
             .into_iter()
             .rfind(|&i| witness[i].invoke <= until)
             .unwrap_or(0);
         let refs: Vec<&Op> = witness[..split].iter().collect();
-        let mut states: Vec<String> =
-            final_states(&events(&refs, ends, Duration::MAX), initial, false)
-                .iter()
-                .map(|s| s.as_ref().map_or("absent".to_owned(), Block::to_string))
-                .collect();
+        let mut states: Vec<String> = final_states(&events(&refs, Duration::MAX), initial, false)
+            .iter()
+            .map(|s| s.as_ref().map_or("absent".to_owned(), Block::to_string))
+            .collect();
         states.sort();
         let allowed = format!(
             "the {split} earlier ops leave the item {}",
@@ -667,30 +704,33 @@ fn first_violation(
     };
     let quiet = witness[split].invoke;
     let shown: Vec<&Op> = witness[split..].iter().collect();
-    let kills_before = ends.iter().filter(|&&end| end < culprit).count();
+    let faults_before = faults.iter().filter(|f| f.at < culprit).count();
     let mut report = format!(
-        "{id}: not linearizable after {kills_before} kills: nothing explains the answer at {} \
-         ms. A witness from {} ms, when no op was open; {allowed}:\n",
+        "{id}: not linearizable after {faults_before} faults: nothing explains the answer at \
+         {} ms. A witness from {} ms, when no op was open; {allowed}:\n",
         ms(culprit),
         ms(quiet),
     );
-    report.push_str(&render(&shown, ends, quiet, culprit));
+    report.push_str(&render(&shown, faults, quiet, culprit));
     let violation = Violation {
-        kills_before,
-        across_kill: ends.iter().any(|&end| quiet < end && end < culprit),
+        faults_before,
+        across_fault: faults.iter().any(|f| quiet < f.at && f.at < culprit),
         report,
     };
     Some((violation, culprit))
 }
 
-/// Lines of ops sorted by invocation, with the daemons' ends between them.
-pub fn render(ops: &[&Op], ends: &[Duration], from: Duration, until: Duration) -> String {
+/// Lines of ops sorted by invocation, with the faults between them.
+pub fn render(ops: &[&Op], faults: &[Fault], from: Duration, until: Duration) -> String {
     let mut lines: Vec<(Duration, String)> = ops
         .iter()
         .map(|op| {
             let (ret, answer) = match &op.end {
                 End::Answered { at, outcome } => (format!("{:>10}", ms(*at)), outcome.to_string()),
-                End::Cut(why) => (format!("{:>10}", "?"), format!("no answer ({why})")),
+                End::Cut { why, by } => (
+                    format!("{:>10}", "?"),
+                    format!("no answer ({why}; took effect by {} ms, or never)", ms(*by)),
+                ),
             };
             let line = format!(
                 "[{:>10}, {ret}] c{} d{}  {} → {answer}",
@@ -702,14 +742,9 @@ pub fn render(ops: &[&Op], ends: &[Duration], from: Duration, until: Duration) -
             (op.invoke, line)
         })
         .collect();
-    for (n, &end) in ends.iter().enumerate() {
-        if end >= from && end <= until {
-            let how = if n + 1 == ends.len() {
-                "stopped"
-            } else {
-                "killed (kill -9), restarted"
-            };
-            lines.push((end, format!("{:>10} ms  daemon d{n} {how}", ms(end))));
+    for fault in faults {
+        if fault.at >= from && fault.at <= until {
+            lines.push((fault.at, format!("{:>10} ms  {}", ms(fault.at), fault.what)));
         }
     }
     lines.sort_by_key(|(at, _)| *at);
