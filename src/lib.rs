@@ -28,6 +28,8 @@
 //! - [`shell`]: completion scripts and manual pages from the clap definitions (both
 //!   binaries' `completion` and `man` subcommands).
 //! - [`metrics`]: the Prometheus registry.
+//! - `roles`: a daemon's roles on an etcd prefix in turn — replica, writer, replica again —
+//!   each application swapped in on the same listener.
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
 
@@ -44,6 +46,7 @@ pub mod offline;
 pub mod policy;
 pub mod progress;
 pub mod provenance;
+mod roles;
 pub mod shell;
 pub mod store;
 pub mod sweep_signal;
@@ -176,10 +179,10 @@ fn limits(config: &Config) -> Limits {
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the sweeper, serves
 /// HTTP, then drains in-flight requests and closes the store.
 ///
-/// On etcd, a daemon that finds another writer on its prefix serves as a replica
-/// (`Store::follow`, `http::replica_router`: reads served from the followed prefix, writes
-/// sent on to the writer) and takes over, store, sweeper and application, once it wins the
-/// writer key.
+/// On etcd, the daemon takes its roles on the prefix in turn ([`roles`]): a replica while
+/// another daemon writes (`Store::follow`: reads served from the followed prefix, writes
+/// sent on to the writer), the writer (store, sweeper and application) once it wins the
+/// writer key, a replica again once another daemon has taken the key from it.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -213,6 +216,7 @@ pub async fn run(
     let store_config = store_config(&config, &advertised)?;
     let metrics = store_config.metrics.clone();
     let election = store_config.election();
+    let stopping_election = election.clone();
     let forwarder = election.clone().map(|election| {
         Forwarder::new(
             election,
@@ -222,72 +226,49 @@ pub async fn run(
             metrics.clone(),
         )
     });
-    let replica = match &election {
-        Some(election) => {
-            let election = election.clone();
-            !tokio::task::spawn_blocking(move || election.try_win())
-                .await
-                .expect("campaigning does not panic")?
-        }
-        None => false,
-    };
     let stop = Stop::new();
-    let (app, opening, failed) = if let Some(forwarder) = forwarder.clone().filter(|_| replica) {
-        tracing::info!(
-            "another daemon writes the prefix: serving as a replica (reads served here, \
-             writes sent on to the writer)"
-        );
-        let follow = store_config.clone();
-        let replica = tokio::task::spawn_blocking(move || Store::follow(&follow))
-            .await
-            .expect("opening a replica does not panic")?;
-        // The replica's streams (the feed) end when the server stops and when this daemon
-        // takes over: its subscribers resume, with Last-Event-ID, on the writer's.
-        let replica_stop = Stop::new();
-        tokio::spawn({
-            let (stop, replica_stop) = (stop.clone(), replica_stop.clone());
-            async move {
-                stop.fired().await;
-                replica_stop.fire();
-            }
-        });
-        let replica_app = application(
-            &config,
-            &replica,
-            metrics,
-            auth.clone(),
-            None,
-            Some(forwarder.clone()),
-            replica_stop.clone(),
-        );
-        let replica_app = Arc::new(std::sync::Mutex::new(Some(replica_app)));
-        let taken_over = forwarder.taken_over.clone();
-        let app = http::replica_router(replica_app.clone(), taken_over.clone());
-        let (fail, failed) = tokio::sync::oneshot::channel::<()>();
-        let (config, auth, stop) = (config.clone(), auth, stop.clone());
-        let opening = tokio::spawn(async move {
-            let started = start(&config, store_config, auth, Some(forwarder), stop).await;
-            match started {
-                Ok((running, app)) => {
-                    let _ = taken_over.set(app);
-                    // Requests still in flight on the replica's application finish on it.
-                    replica_app.lock().expect("not poisoned").take();
-                    replica.stop_following();
-                    replica_stop.fire();
-                    tracing::info!("took over as the writer");
-                    Ok(running)
-                }
-                Err(e) => {
+    let (app, opening, failed) = match (election, forwarder) {
+        (Some(election), Some(forwarder)) => {
+            let won = {
+                let election = election.clone();
+                tokio::task::spawn_blocking(move || election.try_win())
+                    .await
+                    .expect("campaigning does not panic")?
+            };
+            let app = forwarder.roles.router();
+            let daemon = roles::Daemon {
+                config: config.clone(),
+                store_config,
+                auth,
+                forwarder,
+                election,
+                stop: stop.clone(),
+            };
+            let (first, served) = tokio::sync::oneshot::channel();
+            let (fail, failed) = tokio::sync::oneshot::channel::<()>();
+            let opening = tokio::spawn(async move {
+                let ran = roles::run(daemon, won, first).await;
+                if !matches!(ran, Ok(_) | Err(Error::Store(StoreError::Closed))) {
                     let _ = fail.send(());
-                    Err(e)
                 }
+                ran
+            });
+            // Listening once the first role serves; a first role that failed is the
+            // daemon's failure to start.
+            if served.await.is_err() {
+                return Err(opening
+                    .await
+                    .expect("the roles do not panic")
+                    .err()
+                    .unwrap_or(Error::Store(StoreError::Closed)));
             }
-        });
-        (app, opening, Some(failed))
-    } else {
-        let (running, app) = start(&config, store_config, auth, forwarder, stop.clone()).await?;
-        let opening = tokio::spawn(async move { Ok(running) });
-        (app, opening, None)
+            (app, opening, Some(failed))
+        }
+        _ => {
+            let (running, app) = start(&config, store_config, auth, None, stop.clone()).await?;
+            let opening = tokio::spawn(async move { Ok(running) });
+            (app, opening, None)
+        }
     };
     let listener = match listener.take() {
         Some(listener) => listener,
@@ -298,11 +279,11 @@ pub async fn run(
     println!("listening on {addr}");
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "blocklistd started");
 
-    // A replica whose open as the writer failed (not a wait: an error) stops, as a daemon
+    // On etcd, a role that failed (not a wait: an error) stops the daemon, as a daemon
     // whose first open failed does.
     let shutdown = async move {
         match failed {
-            // Dropped unsent once the replica took over: that is no failure.
+            // Dropped unsent when the roles ended without failing.
             Some(failed) => tokio::select! {
                 () = shutdown => {}
                 Ok(()) = failed => {}
@@ -321,8 +302,8 @@ pub async fn run(
     .await;
     tracing::info!("shutting down");
     if !opening.is_finished() {
-        // Still a replica: stop waiting for the writer key.
-        if let Some(election) = &election {
+        // Perhaps a replica: stop waiting for the writer key.
+        if let Some(election) = &stopping_election {
             election.stop_waiting();
         }
     }

@@ -109,6 +109,12 @@ pub struct ElectionLabels {
     pub outcome: &'static str,
 }
 
+/// The writer of the etcd prefix, by the name it announced.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriterLabels {
+    pub name: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
@@ -144,6 +150,9 @@ pub struct StoreGauges {
     /// On etcd, how many times this daemon won the writer key, and how many of those terms
     /// ended while it ran; `None` on sled.
     pub etcd_elections: Option<(u64, u64)>,
+    /// On etcd, the writer's name as this daemon last saw it; `None` on sled or while it
+    /// knows none.
+    pub etcd_writer: Option<String>,
 }
 
 /// The roles [`RoleLabels`] names.
@@ -187,6 +196,7 @@ pub struct Metrics {
     evacuation_tokens: Family<KindLabels, Gauge<f64, AtomicU64>>,
     etcd_role: Family<RoleLabels, Gauge>,
     etcd_elections: Family<ElectionLabels, Counter>,
+    etcd_writer: Family<WriterLabels, Gauge>,
     replica_lag_entries: Gauge,
     replica_lag_seconds: Gauge<f64, AtomicU64>,
     /// Reads of the log's head a replica sent to confirm it is current, each shared by
@@ -354,6 +364,13 @@ impl Metrics {
              the writer key)",
             etcd_elections.clone(),
         );
+        let etcd_writer = Family::<WriterLabels, Gauge>::default();
+        registry.register(
+            "etcd_writer",
+            "On etcd, 1 for the writer of the prefix as this daemon last saw it, by the name it \
+             announced (process and address); no series while it knows none",
+            etcd_writer.clone(),
+        );
         let replica_lag_entries = Gauge::default();
         registry.register(
             "replica_lag_entries",
@@ -399,6 +416,7 @@ impl Metrics {
             evacuation_tokens,
             etcd_role,
             etcd_elections,
+            etcd_writer,
             replica_lag_entries,
             replica_lag_seconds,
             replica_head_reads,
@@ -498,6 +516,13 @@ impl Metrics {
                 counter.inc_by(count.saturating_sub(counter.get()));
             }
         }
+        // One series at most: the writer now.
+        self.etcd_writer.clear();
+        if let Some(name) = &store.etcd_writer {
+            self.etcd_writer
+                .get_or_create(&WriterLabels { name: name.clone() })
+                .set(1);
+        }
         let (entries, seconds) = store.replica_lag.unwrap_or_default();
         self.replica_lag_entries.set(entries as i64);
         self.replica_lag_seconds.set(seconds);
@@ -547,6 +572,7 @@ mod tests {
                 etcd_role: Some("writer"),
                 replica_lag: None,
                 etcd_elections: Some((3, 2)),
+                etcd_writer: Some("blocklistd 7 at 10.0.0.1:7224".into()),
             };
             let text = metrics.render(&gauges, format);
             assert!(
@@ -561,6 +587,7 @@ mod tests {
                 r#"blocklist_etcd_role{role="writer"} 1"#,
                 r#"blocklist_etcd_elections_total{outcome="won"} 3"#,
                 r#"blocklist_etcd_elections_total{outcome="lost"} 2"#,
+                r#"blocklist_etcd_writer{name="blocklistd 7 at 10.0.0.1:7224"} 1"#,
                 r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
                 r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
                 "blocklist_revision 42",

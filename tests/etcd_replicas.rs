@@ -201,7 +201,8 @@ async fn forwarded(d: &Daemon) -> f64 {
 /// themselves: a subscriber moving from one to the other resumes exactly, and reads go on,
 /// unchanged, while the writer is stopped (SIGSTOP) past its lease. One replica takes
 /// over; resumed, the old writer's reads are the new writer's at once, and each daemon's
-/// metrics count the terms it won and lost.
+/// metrics name the new writer and count the terms it won and lost; the old writer then
+/// steps down to a replica.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
@@ -302,6 +303,17 @@ async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() 
             )
         })
     };
+    // And each names the new writer.
+    let named = format!(
+        "blocklist_etcd_writer{{name=\"blocklistd pid {} at ",
+        replicas[new].pid()
+    );
+    for daemon in [&writer, &replicas[0], &replicas[1]] {
+        eventually("every daemon names the new writer", || async {
+            daemon.scrape().await.lines().any(|l| l.starts_with(&named))
+        })
+        .await;
+    }
     assert_eq!(
         elections(&writer.scrape().await),
         [1.0, 1.0],
@@ -316,6 +328,23 @@ async fn replicas_read_their_own_state_never_older_than_an_acknowledged_write() 
         elections(&replicas[1 - new].scrape().await),
         [0.0, 0.0],
         "the third"
+    );
+
+    // The old writer steps down to a replica: ready again, reads served from its own
+    // followed state, writes sent on to the new writer.
+    eventually("the old writer serves as a replica", || async {
+        let (status, body) = writer.get("/readyz").await;
+        status == StatusCode::OK && body["store"] == "replica"
+    })
+    .await;
+    let sent_on = forwarded(&writer).await;
+    add_acknowledged(&writer, "through-the-old-writer").await;
+    let (status, body) = writer.get("/blocklist/nodes/through-the-old-writer").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        forwarded(&writer).await,
+        sent_on + 1.0,
+        "the old writer sent on its write, and served its read itself"
     );
 }
 

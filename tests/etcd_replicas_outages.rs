@@ -148,7 +148,7 @@ async fn a_dead_etcd_member_then_a_dead_leader_fail_no_request() {
         task.await.expect("a load task failed");
     }
 
-    let log = log.lock().unwrap();
+    let log = std::mem::take(&mut *log.lock().unwrap());
     let slowest = log.iter().map(|r| r.took).max().unwrap_or_default();
     let retried = log.iter().filter(|r| r.retried > 0).count();
     eprintln!(
@@ -173,7 +173,7 @@ async fn a_dead_etcd_member_then_a_dead_leader_fail_no_request() {
             request.retried
         );
     }
-    let acknowledged = acknowledged.lock().unwrap().clone();
+    let acknowledged = std::mem::take(&mut *acknowledged.lock().unwrap());
     for replica in &replicas {
         let listed = ids(&replica.listing().await["blockedNodes"]);
         let missing: Vec<&String> = acknowledged

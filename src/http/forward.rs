@@ -26,7 +26,7 @@
 //!   then answers 503 with `Retry-After`. However many requests wait, one read of the
 //!   writer key at a time is in flight.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -35,7 +35,6 @@ use axum::http::header::{self, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -43,7 +42,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::error::ApiError;
 use super::limits::{read_body, Limits};
-use super::replica::served_once_taken_over;
+use super::replica::Roles;
 use crate::metrics::{ForwardLabels, Metrics};
 use crate::store::{Announcement, Election, Store};
 
@@ -74,9 +73,9 @@ pub struct Forwarder {
     /// Held by the one request reading the writer key; the others wait for its result.
     reading: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
-    /// The application this daemon serves once it became the writer (set by
-    /// [`crate::run`]): what a request that found this replica became the writer goes to.
-    pub taken_over: Arc<OnceLock<Router>>,
+    /// What this daemon serves in each role (set by [`crate::run`]): a request that found
+    /// this replica became the writer goes to the writer's application.
+    pub roles: Roles,
 }
 
 /// The writer key as read at `read`: the URL to send to, or why there is none.
@@ -125,7 +124,7 @@ impl Forwarder {
             known: Mutex::new(None),
             reading: tokio::sync::Mutex::new(()),
             metrics,
-            taken_over: Arc::default(),
+            roles: Roles::default(),
         })
     }
 
@@ -402,7 +401,10 @@ pub async fn forward_unless_served_here(
         // A replica's store writes nothing: the request goes to the application this
         // daemon serves as the writer, once it is loaded.
         Err(request) if store.is_replica() => {
-            served_once_taken_over(&forwarder.taken_over, forwarder.wait, request).await
+            forwarder
+                .roles
+                .served_as_writer(forwarder.wait, request)
+                .await
         }
         Err(request) => next.run(request).await,
     }

@@ -61,7 +61,7 @@ pub use error::{ApiError, ErrorBody};
 pub use forward::{Forwarder, FORWARDED_HEADER};
 pub use limits::Limits;
 pub use openapi::ApiDoc;
-pub use replica::replica_router;
+pub use replica::Roles;
 pub use reply::REVISION_HEADER;
 pub use state::{AppState, Shared, Stop};
 

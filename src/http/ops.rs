@@ -104,7 +104,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let sweeper = state.sweeper.as_ref().is_some_and(|s| !s.is_finished());
     let open = state.store.is_open();
     let etcd = state.store.etcd_standing();
-    let writer = etcd.is_none_or(|etcd| etcd.writer);
+    let writer = etcd.as_ref().is_none_or(|etcd| etcd.writer);
     let ready = committer && sweeper && open && writer;
     let readiness = Readiness {
         status: if ready { "ready" } else { "not ready" },

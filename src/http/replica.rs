@@ -1,77 +1,95 @@
-//! What a replica serves (a daemon on an etcd prefix another daemon writes): the full
-//! application over its followed store ([`crate::store::Store::follow`]), which serves
-//! reads itself and sends the rest on to the writer ([`super::forward`]). Once it has won
-//! the writer key and loaded the blocklist as the writer, the writer's application takes
-//! over on the same listener, connections already open included.
+//! What a daemon on an etcd prefix serves, role by role: as a replica (another daemon
+//! writes), the full application over its followed store
+//! ([`crate::store::Store::follow`]), which serves reads itself and sends the rest on to
+//! the writer ([`super::forward`]); as the writer, the writer's application. Each takes
+//! over from the other on the same listener, connections already open included
+//! ([`Roles`]).
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use tokio::sync::watch;
 use tower_service::Service;
 
 use super::error::ApiError;
 
-/// The replica's application: `replica` until `taken_over` holds the writer's, that from
-/// then on. `replica` is taken out (and dropped with the last request that holds it) at the
-/// takeover.
-pub fn replica_router(
-    replica: Arc<Mutex<Option<Router>>>,
-    taken_over: Arc<OnceLock<Router>>,
-) -> Router {
-    Router::new().fallback(move |request: Request| {
-        let app = match taken_over.get() {
-            Some(app) => Some(app.clone()),
-            None => replica.lock().expect("not poisoned").clone(),
-        };
-        async move {
-            match app {
-                Some(app) => call(app, request).await,
-                // Between the takeover's two steps: the writer's application is set first.
-                None => unreachable_replica(),
-            }
-        }
-    })
+/// The application a daemon on an etcd prefix serves now, swapped as its role changes.
+/// Requests in flight finish on the application they started on.
+#[derive(Clone)]
+pub struct Roles {
+    /// What a new request goes to; `None` only before the first role is set.
+    current: Arc<RwLock<Option<Router>>>,
+    /// The writer's application while this daemon is the writer: where a write that waited
+    /// for a writer and found this daemon became it goes.
+    writer: watch::Sender<Option<Router>>,
 }
 
-/// The replica's application is gone only once the writer's is set; answered as a 503
-/// all the same rather than trusted.
-fn unreachable_replica() -> Response {
-    ApiError::Unavailable("this daemon is changing roles; retry in a moment".into()).into_response()
+impl Default for Roles {
+    fn default() -> Roles {
+        Roles {
+            current: Arc::default(),
+            writer: watch::Sender::new(None),
+        }
+    }
+}
+
+impl Roles {
+    /// Serves `app`, a replica's, from now on.
+    pub fn serve_replica(&self, app: Router) {
+        self.writer.send_replace(None);
+        *self.current.write().expect("not poisoned") = Some(app);
+    }
+
+    /// Serves `app`, the writer's, from now on.
+    pub fn serve_writer(&self, app: Router) {
+        self.writer.send_replace(Some(app.clone()));
+        *self.current.write().expect("not poisoned") = Some(app);
+    }
+
+    /// The router the listener serves: each request to the current role's application.
+    pub fn router(&self) -> Router {
+        let current = self.current.clone();
+        Router::new().fallback(move |request: Request| {
+            let app = current.read().expect("not poisoned").clone();
+            async move {
+                match app {
+                    Some(app) => call(app, request).await,
+                    None => {
+                        ApiError::Unavailable("this daemon is starting; retry in a moment".into())
+                            .into_response()
+                    }
+                }
+            }
+        })
+    }
+
+    /// Serves a write this daemon must serve itself — one that waited for the writer until
+    /// this daemon became it — with the writer's application once the blocklist is loaded,
+    /// waiting up to `wait` for that; 503 after.
+    pub(super) async fn served_as_writer(&self, wait: Duration, request: Request) -> Response {
+        let mut writer = self.writer.subscribe();
+        // The watch's borrow is not held past this statement (it is not `Send`).
+        let app = match tokio::time::timeout(wait, writer.wait_for(Option::is_some)).await {
+            Ok(Ok(app)) => app.clone(),
+            _ => None,
+        };
+        match app {
+            Some(app) => call(app, request).await,
+            None => ApiError::Unavailable(
+                "this daemon has just become the writer of the etcd prefix and is loading the \
+                 blocklist from etcd; retry in a moment"
+                    .into(),
+            )
+            .into_response(),
+        }
+    }
 }
 
 async fn call(mut app: Router, request: Request) -> Response {
     let answered: Result<Response, Infallible> = app.call(request).await;
     answered.unwrap_or_else(|never| match never {})
 }
-
-/// A write this daemon must serve itself: one that waited for the writer until this
-/// daemon became it. Served by the writer's application once the blocklist is loaded,
-/// waiting up to `wait` for that; 503 after.
-pub(super) async fn served_once_taken_over(
-    full: &OnceLock<Router>,
-    wait: Duration,
-    request: Request,
-) -> Response {
-    let until = Instant::now() + wait;
-    loop {
-        if let Some(app) = full.get() {
-            return call(app.clone(), request).await;
-        }
-        if Instant::now() >= until {
-            return ApiError::Unavailable(
-                "this daemon has just become the writer of the etcd prefix and is loading the \
-                 blocklist from etcd; retry in a moment"
-                    .into(),
-            )
-            .into_response();
-        }
-        tokio::time::sleep(TAKEOVER_POLL).await;
-    }
-}
-
-/// How often a request waiting for this daemon's takeover looks whether it is done.
-const TAKEOVER_POLL: Duration = Duration::from_millis(20);

@@ -33,6 +33,14 @@ impl Election {
         match *self._never {}
     }
 
+    /// Whether another daemon holds the writer key now (a linearizable read).
+    pub fn held_by_another(&self) -> Result<bool> {
+        #[cfg(feature = "etcd")]
+        return self.etcd.held_by_another();
+        #[cfg(not(feature = "etcd"))]
+        match *self._never {}
+    }
+
     /// Tries once to become the writer, without waiting for another daemon's lease to end:
     /// `Ok(true)` when this daemon is the writer now.
     pub fn try_win(&self) -> Result<bool> {

@@ -150,7 +150,7 @@ struct Shared {
 }
 
 /// Where a daemon on the etcd store stands.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EtcdStanding {
     /// It holds the writer key with a live lease: it writes, and its reads are current.
     pub writer: bool,
@@ -158,6 +158,8 @@ pub struct EtcdStanding {
     pub refusal: Option<&'static str>,
     /// How many times this daemon became the writer.
     pub elections_won: u64,
+    /// The writer's name as this daemon last saw it.
+    pub writer_name: Option<String>,
 }
 
 /// An open database and its trees.
@@ -403,6 +405,7 @@ impl Store {
                 writer: etcd.is_writer(),
                 refusal: etcd.refusal(),
                 elections_won: etcd.elections_won(),
+                writer_name: etcd.writer_seen(),
             });
         }
         None

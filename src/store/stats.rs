@@ -79,6 +79,7 @@ impl Store {
                     etcd.elections_won.saturating_sub(current),
                 )
             }),
+            etcd_writer: etcd.as_ref().and_then(|etcd| etcd.writer_name.clone()),
             etcd_role: etcd.map(|standing| {
                 if self.is_replica() {
                     "replica"

@@ -107,6 +107,9 @@ pub(crate) struct Etcd {
     stopping: AtomicBool,
     /// How many times this daemon became the writer (`blocklist_etcd_elections_total`).
     elections_won: AtomicU64,
+    /// The writer's name as this daemon last saw it (its own once it won; a waiting
+    /// campaign reads the key four times a second): `blocklist_etcd_writer`.
+    writer_seen: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -165,6 +168,7 @@ impl Etcd {
             refusal: Mutex::new(None),
             stopping: AtomicBool::new(false),
             elections_won: AtomicU64::new(0),
+            writer_seen: Mutex::new(None),
         }))
     }
 
@@ -230,6 +234,18 @@ impl Etcd {
     /// How many times this daemon became the writer.
     pub fn elections_won(&self) -> u64 {
         self.elections_won.load(Ordering::SeqCst)
+    }
+
+    /// The writer's name as this daemon last saw it: its own while it writes.
+    pub fn writer_seen(&self) -> Option<String> {
+        if self.is_writer() {
+            return Some(super::Announcement::from_value(&self.config.name).name);
+        }
+        self.writer_seen.lock().expect("not poisoned").clone()
+    }
+
+    fn saw_writer(&self, name: Option<String>) {
+        *self.writer_seen.lock().expect("not poisoned") = name.filter(|n| !n.is_empty());
     }
 
     /// What an operator must do before etcd takes a write again, when it last refused one
@@ -356,6 +372,11 @@ impl Etcd {
                         })
                     }
                 })?;
+            self.saw_writer(Some(if won.is_some() {
+                super::Announcement::from_value(&self.config.name).name
+            } else {
+                holder.clone()
+            }));
             if let Some(fence) = won {
                 self.set_fence(standing, fence);
                 self.elections_won.fetch_add(1, Ordering::SeqCst);
@@ -395,6 +416,19 @@ impl Etcd {
                     .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
             }
         })
+        .inspect(|value| {
+            let name = value
+                .as_deref()
+                .map(|v| super::Announcement::from_value(v).name);
+            self.saw_writer(name);
+        })
+    }
+
+    /// Whether the writer key holds another daemon's announcement.
+    pub fn held_by_another(&self) -> Result<bool, StoreError> {
+        Ok(self
+            .writer()?
+            .is_some_and(|value| value != self.config.name))
     }
 
     /// Ends a campaign that waits for another writer's lease ([`Etcd::campaign`] returns
