@@ -19,7 +19,8 @@ use crate::{application, start, Error, Running};
 /// How often a writer that lost its lease looks whether another daemon holds the key.
 const DEPOSED_POLL: Duration = Duration::from_millis(250);
 
-/// How long a replica's open that failed on etcd waits before it is tried again.
+/// How long a replica's open, or its takeover, that failed on etcd waits before it is
+/// tried again.
 const FOLLOW_RETRY: Duration = Duration::from_secs(1);
 
 /// What the roles need, the same for each.
@@ -74,7 +75,7 @@ pub(crate) async fn run(
                 stop.fire();
                 shut_down(running).await;
             }
-            let became = become_writer(&daemon).await;
+            let became = take_over(&daemon).await;
             // Requests in flight on the replica's application finish on it; its streams end,
             // and their subscribers resume with Last-Event-ID on the writer's.
             replica.stop_following();
@@ -113,6 +114,33 @@ async fn become_writer(daemon: &Daemon) -> Result<(Running, Stop), Error> {
     .await?;
     daemon.forwarder.roles.serve_writer(app);
     Ok((running, writer_stop))
+}
+
+/// A replica's takeover: waits for the writer key, then loads the blocklist as the writer.
+/// An open that fails after the key was won (etcd unreachable while the log is read, say)
+/// gives the key up, so that another daemon may take over, and the replica, still serving,
+/// campaigns again a moment later: a replica never stops for a takeover that failed.
+async fn take_over(daemon: &Daemon) -> Result<(Running, Stop), Error> {
+    loop {
+        match become_writer(daemon).await {
+            Err(Error::Store(error)) if !matches!(error, StoreError::Closed) => {
+                tracing::warn!(
+                    %error,
+                    "taking over as the writer failed; giving the writer key up and trying \
+                     again as a replica"
+                );
+                let election = daemon.election.clone();
+                tokio::task::spawn_blocking(move || election.give_up())
+                    .await
+                    .expect("giving the key up does not panic");
+                tokio::select! {
+                    () = daemon.stop.fired() => return Err(Error::Store(StoreError::Closed)),
+                    () = tokio::time::sleep(FOLLOW_RETRY) => {}
+                }
+            }
+            became => return became,
+        }
+    }
 }
 
 /// Opens the store as a replica. At the daemon's start a failure stops it; later (a writer

@@ -378,18 +378,30 @@ async fn add_through(
     }
 }
 
-/// The guardrail storm across a failover: 16 clients block 200 nodes through three daemons
-/// against a cap of 100 (half of them), and the writer is killed (SIGKILL) in the middle.
-/// Exactly the cap is admitted — the new writer counts from etcd what the old one
-/// admitted — and the blocklist holds exactly the admitted nodes.
+/// The guardrail storm across a failover: 200 nodes registered, 16 clients block all of
+/// them through three daemons against the default cap of 50 % of the registered nodes, and
+/// the writer is killed (SIGKILL) in the middle. Exactly the cap, 100, is admitted — the
+/// new writer counts from etcd what the old one admitted — and the blocklist holds exactly
+/// the admitted nodes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guardrail_storm_across_a_failover_admits_exactly_the_cap() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     let Some((_cluster, _ws, writer, replicas)) =
-        writer_and_replicas("etcd_replicas storm", &["--max-blocked-nodes", "100"]).await
+        writer_and_replicas("etcd_replicas storm", &[]).await
     else {
         return;
     };
+    let registrations: Vec<_> = (0..200)
+        .map(|node| json!({"id": format!("tm-{node:03}"), "node": format!("n{node:03}")}))
+        .collect();
+    let (status, body) = writer
+        .call(
+            reqwest::Method::PUT,
+            "/taskmanagers",
+            Some(serde_json::Value::Array(registrations)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
     let urls: Vec<String> = [&writer, &replicas[0], &replicas[1]]
         .iter()
         .map(|d| d.url(""))
@@ -426,7 +438,10 @@ async fn a_guardrail_storm_across_a_failover_admits_exactly_the_cap() {
                 StatusCode::CREATED => admitted.push(id),
                 StatusCode::TOO_MANY_REQUESTS => {
                     let error = body["errors"][0].as_str().unwrap_or_default();
-                    assert!(error.contains("the cap is 100"), "{id}: {error}");
+                    assert!(
+                        error.contains("of 200 now, the cap is 100 (50%)"),
+                        "{id}: {error}"
+                    );
                 }
                 other => panic!("{id}: {other} {body}"),
             }

@@ -184,11 +184,26 @@ async fn reads_through_any_replica_are_linearizable_under_faults() {
     history.assert_linearizable(&ids, &faults, violations);
 }
 
-/// Which slot's daemon says it is the writer; `None` during an election.
+/// Which slot's daemon says it is the writer; `None` during an election. A daemon that
+/// does not answer has stopped by itself: the test fails with its log.
 async fn writer_slot(slots: &[Slot]) -> Option<usize> {
     for (n, slot) in slots.iter().enumerate() {
-        let (status, body) = slot.daemon.get("/readyz").await;
-        if status.is_success() && body["etcd"] == "writer" {
+        let answer = slot
+            .daemon
+            .client
+            .get(slot.daemon.url("/readyz"))
+            .send()
+            .await;
+        let Ok(answer) = answer else {
+            panic!(
+                "d{} stopped by itself; its log:\n{}",
+                slot.incarnation,
+                slot.daemon.log_text()
+            );
+        };
+        let ok = answer.status().is_success();
+        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        if ok && body["etcd"] == "writer" {
             return Some(n);
         }
     }

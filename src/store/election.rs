@@ -54,6 +54,15 @@ impl Election {
         match *self._never {}
     }
 
+    /// Gives the writer key up (revokes this daemon's lease) after an open as the writer
+    /// failed: another daemon may take over meanwhile. Blocking.
+    pub fn give_up(&self) {
+        #[cfg(feature = "etcd")]
+        self.etcd.resign();
+        #[cfg(not(feature = "etcd"))]
+        match *self._never {}
+    }
+
     /// Ends a wait to become the writer (a replica's open that is still waiting returns
     /// [`super::StoreError::Closed`]): the daemon is stopping.
     pub fn stop_waiting(&self) {
