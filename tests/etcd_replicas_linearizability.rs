@@ -13,7 +13,8 @@
 //!
 //! The defaults fit CI. For a longer campaign, set `BLOCKLISTD_LIN_FAULTS` (default 12),
 //! and as in `linearizability.rs` `BLOCKLISTD_LIN_CLIENTS`, `BLOCKLISTD_LIN_READERS`,
-//! `BLOCKLISTD_LIN_IDS`, `BLOCKLISTD_LIN_VIOLATIONS` and `BLOCKLISTD_LIN_SEED`, e.g.
+//! `BLOCKLISTD_LIN_IDS`, `BLOCKLISTD_LIN_VIOLATIONS`, `BLOCKLISTD_LIN_SEED`,
+//! `BLOCKLISTD_LIN_CHECK_SECS` and `BLOCKLISTD_LIN_REPLAY`, e.g.
 //! `BLOCKLISTD_LIN_FAULTS=200 cargo test --features etcd --test etcd_replicas_linearizability
 //! -- --nocapture`.
 //!
@@ -30,7 +31,7 @@ mod common;
 use std::time::Duration;
 
 use checker::Fault;
-use clients::{seed, setting, Clients, Rng, Target};
+use clients::{seed, setting, Clients, Rng, Saved, Target};
 use common::*;
 
 /// How long after it was sent a cut-off write may still take effect. A write takes effect
@@ -74,6 +75,10 @@ async fn reads_through_any_replica_are_linearizable_under_faults() {
     );
     let ids = setting("BLOCKLISTD_LIN_IDS", 4) as usize;
     let violations = setting("BLOCKLISTD_LIN_VIOLATIONS", 5) as usize;
+    if let Some(saved) = Saved::from_env() {
+        saved.assert_linearizable(violations);
+        return;
+    }
     let seed = seed();
     println!(
         "BLOCKLISTD_LIN_SEED={seed} faults={faults_wanted} clients={writers} readers={readers} \

@@ -7,6 +7,13 @@
 //! before is not explored again. A read that may go next and matches the state goes next
 //! without trying other orders, which keeps read-heavy histories cheap.
 //!
+//! Cut-off ops make the search exponential in how many are open at once (each may take
+//! effect at any step of its window, or never), so three dominance rules keep it small,
+//! none of which loses a linearization: a cut-off op that never took effect stays open
+//! until it stands in the way (leaving it open can do all that leaving it out can); one
+//! whose effect would not change the state is not applied (that is leaving it out); of
+//! identical cut-off ops, the one whose window ends first is applied first.
+//!
 //! Written here rather than taken from a library (stateright's `LinearizabilityTester`, say)
 //! because of crash semantics those do not have: an op whose answer was cut off (by a
 //! `kill -9`, a timeout, a 5xx) may have taken effect or not, but if it did, it took effect
@@ -22,10 +29,12 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
 
 /// The derive order is the strength order, as in the daemon: the stronger action wins a merge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Action {
     MarkBlocked,
     Evacuate,
@@ -55,7 +64,7 @@ impl Action {
 
 /// A present item as the model sees it (its timestamps are not modelled: the test's items
 /// are permanent, so time never changes what a read shows).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Block {
     pub action: Action,
     /// The causes joined by `,`, in arrival order.
@@ -93,7 +102,7 @@ impl fmt::Display for Block {
 }
 
 /// What a client asked of the one id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Call {
     /// `POST /blocklist/taskmanagers` with one permanent item.
     Add {
@@ -138,7 +147,7 @@ impl fmt::Display for Call {
 }
 
 /// What the daemon answered, reduced to what the model predicts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// 201.
     Created,
@@ -173,7 +182,7 @@ impl fmt::Display for Outcome {
 }
 
 /// How an op ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum End {
     /// The daemon answered at this time (since the run's base instant).
     Answered { at: Duration, outcome: Outcome },
@@ -184,7 +193,7 @@ pub enum End {
 
 /// Something the test did to the daemons (a kill, a pause, an etcd member's death), shown
 /// among the ops of a witness.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Fault {
     /// Since the run's base instant.
     pub at: Duration,
@@ -192,7 +201,7 @@ pub struct Fault {
 }
 
 /// One request of one client on one id.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Op {
     pub client: usize,
     /// Which daemon (0 = the first started) the client sent it to.
@@ -337,6 +346,10 @@ impl Done {
     }
 }
 
+/// A search ran past its deadline: the history is neither accepted nor rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfTime;
+
 /// The states a linearization of the events can leave the item in, starting from any of
 /// `initial`: all of them, or (with `first_only`) the first found. Empty when the events
 /// are not linearizable from there.
@@ -344,7 +357,8 @@ fn final_states(
     events: &[Event<'_>],
     initial: &HashSet<Option<Block>>,
     first_only: bool,
-) -> HashSet<Option<Block>> {
+    deadline: Instant,
+) -> Result<HashSet<Option<Block>>, OutOfTime> {
     let mut finals = HashSet::new();
     let mut seen: HashSet<(Done, Option<Block>)> = HashSet::new();
     let mut stack = Vec::new();
@@ -359,7 +373,12 @@ fn final_states(
         seen.insert(start.clone());
         stack.push(start);
     }
+    let mut steps: u32 = 0;
     while let Some((done, state)) = stack.pop() {
+        steps = steps.wrapping_add(1);
+        if steps.is_multiple_of(4096) && Instant::now() > deadline {
+            return Err(OutOfTime);
+        }
         if done.all(events.len()) {
             finals.insert(state);
             if first_only {
@@ -368,20 +387,33 @@ fn final_states(
             continue;
         }
         // Every op still open must be linearized before any op invoked after it returned.
+        // `reach` is the latest invocation among the ops that could go next if the cut-off
+        // ops still open were left out (none: only they are open).
         let mut bound = Duration::MAX;
+        let mut answered_bound = Duration::MAX;
         let mut open = Vec::new();
+        let mut scanned = Vec::new();
         for i in done.open(events.len()) {
             let e = &events[i];
-            if e.invoke > bound {
+            if e.invoke > answered_bound {
                 break;
             }
-            bound = bound.min(e.ret);
-            open.push(i);
+            scanned.push(e.invoke);
+            if e.outcome.is_some() {
+                answered_bound = answered_bound.min(e.ret);
+            }
+            if e.invoke <= bound {
+                bound = bound.min(e.ret);
+                open.push(i);
+            }
         }
         let open: Vec<usize> = open
             .into_iter()
             .filter(|&i| events[i].invoke <= bound)
             .collect();
+        let reach = (answered_bound < Duration::MAX)
+            .then(|| scanned.into_iter().rfind(|&at| at <= answered_bound))
+            .flatten();
         // A read that may go next and matches the state goes next: moving a read to the
         // front of any linearization keeps it one, so no other order need be tried.
         let now = open.iter().copied().find(|&i| {
@@ -395,27 +427,47 @@ fn final_states(
             }
             continue;
         }
-        for i in open {
+        // The likeliest linearization goes first (the stack pops the last pushed): the ops
+        // in the order they were answered, and a cut-off op's effect only when nothing else
+        // fits. Any order is complete; this one finds a linearization without wandering
+        // first through the subsets of the cut-off ops left open.
+        let mut steps: Vec<(bool, Duration, usize, Option<Block>)> = Vec::new();
+        for &i in &open {
             let e = &events[i];
-            let mut next = Vec::with_capacity(2);
             let (after, answer) = apply(&state, e.call);
             match e.outcome {
-                Some(outcome) if *outcome == answer => next.push(after),
+                Some(outcome) if *outcome == answer => steps.push((false, e.ret, i, after)),
                 Some(_) => {}
                 None => {
-                    next.push(after);
-                    next.push(state.clone()); // it never took effect
-                }
-            }
-            for after in next {
-                let config = (done.with(i), after);
-                if seen.insert(config.clone()) {
-                    stack.push(config);
+                    // It never took effect (or took effect without changing the state).
+                    // Leaving it open dominates leaving it out, as long as it can be left
+                    // out whenever it stands in the way: so it is left out only when an
+                    // op that could otherwise go next was invoked after its time was up,
+                    // or when only cut-off ops are left.
+                    if reach.is_none_or(|at| at > e.ret) {
+                        steps.push((true, e.ret, i, state.clone()));
+                    }
+                    // Of cut-off ops alike, the one whose time is up first takes effect:
+                    // leaving open the one that may take effect later dominates.
+                    let sooner_twin = open.iter().any(|&j| {
+                        let twin = &events[j];
+                        twin.outcome.is_none() && twin.call == e.call && (twin.ret, j) < (e.ret, i)
+                    });
+                    if after != state && !sooner_twin {
+                        steps.push((true, e.ret, i, after));
+                    }
                 }
             }
         }
+        steps.sort_by_key(|&(cut, ret, _, _)| std::cmp::Reverse((cut, ret)));
+        for (_, _, i, after) in steps {
+            let config = (done.with(i), after);
+            if seen.insert(config.clone()) {
+                stack.push(config);
+            }
+        }
     }
-    finals
+    Ok(finals)
 }
 
 /// Every state the item could be in given the ops' actions and causes (causes in any order
@@ -460,20 +512,29 @@ fn empty() -> HashSet<Option<Block>> {
     HashSet::from([None])
 }
 
-/// Whether this id's ops are linearizable.
-pub fn check(ops: &[Op]) -> bool {
-    linearizable_from(ops, &empty())
+/// Whether this id's ops are linearizable, if that is known by `deadline`.
+pub fn check(ops: &[Op], deadline: Instant) -> Result<bool, OutOfTime> {
+    linearizable_from(ops, &empty(), deadline)
 }
 
-fn linearizable_from(ops: &[Op], initial: &HashSet<Option<Block>>) -> bool {
-    linearizable_until(ops, initial, Duration::MAX)
+fn linearizable_from(
+    ops: &[Op],
+    initial: &HashSet<Option<Block>>,
+    deadline: Instant,
+) -> Result<bool, OutOfTime> {
+    linearizable_until(ops, initial, Duration::MAX, deadline)
 }
 
 /// Whether the ops sent by `until` are linearizable, those answered after it counting as
 /// cut off.
-fn linearizable_until(ops: &[Op], initial: &HashSet<Option<Block>>, until: Duration) -> bool {
+fn linearizable_until(
+    ops: &[Op],
+    initial: &HashSet<Option<Block>>,
+    until: Duration,
+    deadline: Instant,
+) -> Result<bool, OutOfTime> {
     let refs: Vec<&Op> = ops.iter().collect();
-    !final_states(&events(&refs, until), initial, true).is_empty()
+    Ok(!final_states(&events(&refs, until), initial, true, deadline)?.is_empty())
 }
 
 /// When an op stops constraining others: its answer, or the latest it could take effect.
@@ -511,7 +572,7 @@ pub struct Violation {
 
 /// The violations of one id's history in time order, each with a witness a human can read:
 /// until `max` of each kind (across a fault, and without one) are found, or the history is
-/// done, or it is past `deadline`.
+/// done, or it is past `deadline` (then those found by then).
 ///
 /// The first is found from an absent item. After each, the search resumes at the first
 /// quiescent moment after its answer, from any state of the item (which a violation leaves
@@ -521,7 +582,7 @@ pub fn violations(
     ops: &[Op],
     faults: &[Fault],
     max: usize,
-    deadline: std::time::Instant,
+    deadline: Instant,
 ) -> Vec<Violation> {
     let mut sorted: Vec<Op> = ops
         .iter()
@@ -536,8 +597,10 @@ pub fn violations(
     let enough = |found: &[Violation], across: bool| {
         found.iter().filter(|v| v.across_fault == across).count() >= max
     };
-    while !(enough(&found, true) && enough(&found, false)) && std::time::Instant::now() < deadline {
-        let Some((violation, culprit)) = first_violation(id, rest, faults, &initial, &any) else {
+    while !(enough(&found, true) && enough(&found, false)) {
+        let Ok(Some((violation, culprit))) =
+            first_violation(id, rest, faults, &initial, &any, deadline)
+        else {
             break;
         };
         found.push(violation);
@@ -570,10 +633,13 @@ fn first_violation(
     faults: &[Fault],
     initial: &HashSet<Option<Block>>,
     any: &HashSet<Option<Block>>,
-) -> Option<(Violation, Duration)> {
-    let fails = |ops: &[Op], initial: &HashSet<Option<Block>>| !linearizable_from(ops, initial);
-    if !fails(ops, initial) {
-        return None;
+    deadline: Instant,
+) -> Result<Option<(Violation, Duration)>, OutOfTime> {
+    let fails = |ops: &[Op], initial: &HashSet<Option<Block>>| {
+        linearizable_from(ops, initial, deadline).map(|ok| !ok)
+    };
+    if !fails(ops, initial)? {
+        return Ok(None);
     }
     let mut answers: Vec<Duration> = ops
         .iter()
@@ -600,16 +666,16 @@ fn first_violation(
     };
     // The first answer after which the history fails: galloping, then bisecting, so the
     // cost follows how far the violation is rather than the history's length.
-    let fails_by = |i: usize| !linearizable_until(ops, initial, answers[i]);
+    let fails_by = |i: usize| linearizable_until(ops, initial, answers[i], deadline).map(|ok| !ok);
     let mut hi = 0;
-    while hi + 1 < answers.len() && !fails_by(hi) {
+    while hi + 1 < answers.len() && !fails_by(hi)? {
         hi = 2 * hi + 1;
     }
     hi = hi.min(answers.len() - 1);
     let mut lo = hi / 2;
     while lo < hi {
         let mid = usize::midpoint(lo, hi);
-        if fails_by(mid) {
+        if fails_by(mid)? {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -622,79 +688,81 @@ fn first_violation(
     // The last quiescent moment from which the ops fail whatever the state. Failing from
     // one moment implies failing from every earlier one, so it is found by galloping back
     // from the end and bisecting.
-    let universal = |ops: &[Op]| -> Option<usize> {
+    let universal = |ops: &[Op]| -> Result<Option<usize>, OutOfTime> {
         let points = quiet_points(ops);
         let fails_from = |k: usize| fails(&ops[points[k]..], any);
         let (mut step, mut passes) = (1, points.len());
         let mut failing = loop {
             let k = points.len().saturating_sub(step);
-            if fails_from(k) {
+            if fails_from(k)? {
                 break k;
             }
             if k == 0 {
-                return None;
+                return Ok(None);
             }
             passes = k;
             step *= 2;
         };
         while passes - failing > 1 {
             let mid = usize::midpoint(failing, passes);
-            if fails_from(mid) {
+            if fails_from(mid)? {
                 failing = mid;
             } else {
                 passes = mid;
             }
         }
-        Some(points[failing])
+        Ok(Some(points[failing]))
     };
     // Leaves out the spare reads the witness fails without: in long runs first (most are
     // far from the violation and go together), then in ever shorter ones, down to one.
-    let without_spare_reads = |witness: Vec<Op>, initial: &HashSet<Option<Block>>| {
-        let mut keep = vec![true; witness.len()];
-        let kept = |keep: &[bool]| -> Vec<Op> {
-            witness
-                .iter()
-                .zip(keep)
-                .filter(|(_, &k)| k)
-                .map(|(op, _)| op.clone())
-                .collect()
-        };
-        let mut run = witness.iter().filter(|op| spare_read(op)).count();
-        while run > 0 {
-            let reads: Vec<usize> = (0..witness.len())
-                .filter(|&i| keep[i] && spare_read(&witness[i]))
-                .collect();
-            for block in reads.chunks(run).rev() {
-                for &i in block {
-                    keep[i] = false;
-                }
-                if !fails(&kept(&keep), initial) {
+    let without_spare_reads =
+        |witness: Vec<Op>, initial: &HashSet<Option<Block>>| -> Result<Vec<Op>, OutOfTime> {
+            let mut keep = vec![true; witness.len()];
+            let kept = |keep: &[bool]| -> Vec<Op> {
+                witness
+                    .iter()
+                    .zip(keep)
+                    .filter(|(_, &k)| k)
+                    .map(|(op, _)| op.clone())
+                    .collect()
+            };
+            let mut run = witness.iter().filter(|op| spare_read(op)).count();
+            while run > 0 {
+                let reads: Vec<usize> = (0..witness.len())
+                    .filter(|&i| keep[i] && spare_read(&witness[i]))
+                    .collect();
+                for block in reads.chunks(run).rev() {
                     for &i in block {
-                        keep[i] = true;
+                        keep[i] = false;
+                    }
+                    if !fails(&kept(&keep), initial)? {
+                        for &i in block {
+                            keep[i] = true;
+                        }
                     }
                 }
+                run /= 2;
             }
-            run /= 2;
-        }
-        kept(&keep)
-    };
+            Ok(kept(&keep))
+        };
     let whole = prefix(culprit);
-    let (witness, split, allowed) = if let Some(split) = universal(&whole) {
-        let witness = without_spare_reads(whole[split..].to_vec(), any);
-        let split = universal(&witness).unwrap_or(0);
+    let (witness, split, allowed) = if let Some(split) = universal(&whole)? {
+        let witness = without_spare_reads(whole[split..].to_vec(), any)?;
+        let split = universal(&witness)?.unwrap_or(0);
         (witness, split, "whatever the item was".to_owned())
     } else {
-        let witness = without_spare_reads(whole, initial);
+        let witness = without_spare_reads(whole, initial)?;
         let until = last_fault.unwrap_or(culprit);
         let split = quiet_points(&witness)
             .into_iter()
             .rfind(|&i| witness[i].invoke <= until)
             .unwrap_or(0);
         let refs: Vec<&Op> = witness[..split].iter().collect();
-        let mut states: Vec<String> = final_states(&events(&refs, Duration::MAX), initial, false)
-            .iter()
-            .map(|s| s.as_ref().map_or("absent".to_owned(), Block::to_string))
-            .collect();
+        let mut states: Vec<String> =
+            final_states(&events(&refs, Duration::MAX), initial, false, deadline)?
+                .iter()
+                .map(|s| s.as_ref().map_or("absent".to_owned(), Block::to_string))
+                .collect();
         states.sort();
         let allowed = format!(
             "the {split} earlier ops leave the item {}",
@@ -717,7 +785,7 @@ fn first_violation(
         across_fault: faults.iter().any(|f| quiet < f.at && f.at < culprit),
         report,
     };
-    Some((violation, culprit))
+    Ok(Some((violation, culprit)))
 }
 
 /// Lines of ops sorted by invocation, with the faults between them.

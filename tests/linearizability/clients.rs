@@ -8,10 +8,12 @@
 //! the test bounds when it may have taken effect ([`End::Cut`]) once the run is over.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -241,12 +243,11 @@ impl History {
         );
     }
 
-    /// Checks each id's history; for one that fails, prints a witness of each kind (across
-    /// a fault, and without one) among up to `max` violations of each searched for, and
-    /// where its whole history went; then fails the test if any did.
+    /// Checks each id's history ([`judge`]), then fails the test if any is not
+    /// linearizable or could not be decided in time.
     pub fn assert_linearizable(&self, ids: &[String], faults: &[Fault], max: usize) {
         let checked = Instant::now();
-        let mut found = Vec::new();
+        let mut failed = Vec::new();
         for (i, id) in ids.iter().enumerate() {
             let ops: Vec<Op> = self
                 .ops
@@ -254,47 +255,114 @@ impl History {
                 .filter(|(at, _)| *at == i)
                 .map(|(_, op)| op.clone())
                 .collect();
-            if checker::check(&ops) {
-                continue;
+            if let Err(failure) = judge(id, &ops, faults, max, DEADLINE / ids.len() as u32) {
+                failed.push(failure);
             }
-            // A share of the time for each id: a violation found costs searches of the
-            // history up to it, and a daemon that breaks the guarantee gives many.
-            let deadline = Instant::now() + DEADLINE / ids.len() as u32;
-            let violations = checker::violations(id, &ops, faults, max, deadline);
+        }
+        println!("checked in {:.1} s", checked.elapsed().as_secs_f64());
+        assert!(
+            failed.is_empty(),
+            "{} of {} ids failed ({} faults; witnesses above):\n{}",
+            failed.len(),
+            ids.len(),
+            faults.len(),
+            failed.join("\n"),
+        );
+    }
+}
+
+/// An id's history as a failing run saves it, to be checked again without the daemons.
+#[derive(Serialize, Deserialize)]
+pub struct Saved {
+    pub id: String,
+    pub ops: Vec<Op>,
+    pub faults: Vec<Fault>,
+}
+
+impl Saved {
+    /// The history named by `BLOCKLISTD_LIN_REPLAY` (a `.json` file a failing or undecided
+    /// run wrote), if set: a test checks it instead of running the daemons.
+    pub fn from_env() -> Option<Saved> {
+        let path = PathBuf::from(std::env::var_os("BLOCKLISTD_LIN_REPLAY")?);
+        let failed = |e: &dyn std::fmt::Display| -> ! {
+            panic!("BLOCKLISTD_LIN_REPLAY={}: {e}", path.display())
+        };
+        let text = std::fs::read(&path).unwrap_or_else(|e| failed(&e));
+        Some(serde_json::from_slice(&text).unwrap_or_else(|e| failed(&e)))
+    }
+
+    /// Checks it as the run that saved it did.
+    pub fn assert_linearizable(&self, max: usize) {
+        let checked = Instant::now();
+        let judged = judge(&self.id, &self.ops, &self.faults, max, DEADLINE);
+        println!("checked in {:.1} s", checked.elapsed().as_secs_f64());
+        if let Err(failure) = judged {
+            panic!("{failure}");
+        }
+    }
+}
+
+/// Checks one id's history, within [`check_time`]. When it is not linearizable, prints a
+/// witness of each kind (across a fault, and without one) among up to `max` violations of
+/// each searched for (for up to `witness_time`); in both failures, saves the history and
+/// returns what went wrong.
+fn judge(
+    id: &str,
+    ops: &[Op],
+    faults: &[Fault],
+    max: usize,
+    witness_time: Duration,
+) -> Result<(), String> {
+    let limit = check_time();
+    let failure = match checker::check(ops, Instant::now() + limit) {
+        Ok(true) => return Ok(()),
+        Ok(false) => {
+            // A violation found costs searches of the history up to it, and a daemon that
+            // breaks the guarantee gives many: the search for witnesses stops in time.
+            let violations =
+                checker::violations(id, ops, faults, max, Instant::now() + witness_time);
             for across in [true, false] {
                 if let Some(v) = violations.iter().find(|v| v.across_fault == across) {
                     println!("{}", v.report);
                 }
             }
-            println!(
-                "{id}: {} violations found ({} across a fault; the search stops at {max} of \
-                 each kind or after its share of time); its whole history: {}\n",
+            let first = |across: bool| {
+                violations
+                    .iter()
+                    .filter(|v| !across || v.across_fault)
+                    .map(|v| v.faults_before.to_string())
+                    .next()
+                    .unwrap_or_else(|| "-".to_owned())
+            };
+            format!(
+                "{id}: not linearizable: {} violations found ({} across a fault; the search \
+                 stops at {max} of each kind or after {witness_time:?}), the first after {} \
+                 faults, the first across a fault after {} faults",
                 violations.len(),
                 violations.iter().filter(|v| v.across_fault).count(),
-                write_history(id, &ops, faults).display()
-            );
-            found.extend(violations);
+                first(false),
+                first(true),
+            )
         }
-        println!("checked in {:.1} s", checked.elapsed().as_secs_f64());
-        let first = |across: Option<bool>| {
-            found
-                .iter()
-                .filter(|v| across.is_none_or(|a| v.across_fault == a))
-                .map(|v| v.faults_before)
-                .min()
-                .map_or("-".to_owned(), |k| k.to_string())
-        };
-        assert!(
-            found.is_empty(),
-            "not linearizable: {} violations found ({} across a fault) in {} faults; the \
-             first after {} faults, the first across a fault after {} faults; witnesses above",
-            found.len(),
-            found.iter().filter(|v| v.across_fault).count(),
-            faults.len(),
-            first(None),
-            first(Some(true)),
-        );
-    }
+        Err(checker::OutOfTime) => format!(
+            "{id}: undecided: the checker searched {} ops for {limit:?} (more: \
+             BLOCKLISTD_LIN_CHECK_SECS)",
+            ops.len()
+        ),
+    };
+    let (text, json) = save_history(id, ops, faults);
+    println!(
+        "{failure}\n{id}: its whole history: {}; to check it again: BLOCKLISTD_LIN_REPLAY={}\n",
+        text.display(),
+        json.display()
+    );
+    Err(failure)
+}
+
+/// How long the checker may search one id's history: `BLOCKLISTD_LIN_CHECK_SECS`, or a
+/// minute (the CI runs' ids check in well under a second).
+fn check_time() -> Duration {
+    Duration::from_secs(setting("BLOCKLISTD_LIN_CHECK_SECS", 60))
 }
 
 pub fn http_client() -> reqwest::Client {
@@ -373,7 +441,7 @@ async fn client(
 }
 
 /// A random op; only reads for a reader.
-fn random_call(rng: &mut Rng, reader: bool) -> Call {
+pub fn random_call(rng: &mut Rng, reader: bool) -> Call {
     if reader {
         return if rng.below(2) == 0 {
             Call::Get
@@ -493,13 +561,23 @@ fn verdict(body: &Value, id: &str) -> Option<Option<Block>> {
     }
 }
 
-/// Writes an id's whole history where it outlives the test's temp dir; returns the path.
-fn write_history(id: &str, ops: &[Op], faults: &[Fault]) -> std::path::PathBuf {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{}-{id}.txt", env!("CARGO_CRATE_NAME")));
+/// Writes an id's whole history where it outlives the test's temp dir, rendered and as
+/// [`Saved`] JSON; returns their paths.
+fn save_history(id: &str, ops: &[Op], faults: &[Fault]) -> (PathBuf, PathBuf) {
+    let path = |ext: &str| {
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{}-{id}.{ext}", env!("CARGO_CRATE_NAME")))
+    };
     let mut sorted: Vec<&Op> = ops.iter().collect();
     sorted.sort_by_key(|op| op.invoke);
     let text = checker::render(&sorted, faults, Duration::ZERO, Duration::MAX);
-    std::fs::write(&path, text).expect("write the history");
-    path
+    std::fs::write(path("txt"), text).expect("write the history");
+    let saved = Saved {
+        id: id.to_owned(),
+        ops: ops.to_vec(),
+        faults: faults.to_vec(),
+    };
+    let json = serde_json::to_vec(&saved).expect("a history serializes");
+    std::fs::write(path("json"), json).expect("write the history");
+    (path("txt"), path("json"))
 }
