@@ -30,6 +30,8 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - `roles`: a daemon's roles on an etcd prefix in turn — replica, writer, replica again —
 //!   each application swapped in on the same listener.
+//! - [`tls`]: TLS on the listener (rustls): the certificate, reloaded without a restart,
+//!   and the identity of a client certificate.
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
 
@@ -51,6 +53,7 @@ pub mod shell;
 pub mod store;
 pub mod sweep_signal;
 pub mod sweeper;
+pub mod tls;
 pub mod validate;
 
 use std::future::Future;
@@ -60,7 +63,9 @@ use tokio::net::TcpListener;
 
 use crate::config::{Config, Opener};
 use crate::http::{AppState, Auth, Forwarder, Limits, Stop};
+use crate::metrics::Metrics;
 use crate::store::{Store, StoreConfig, StoreError};
+use crate::tls::ServerTls;
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -81,8 +86,13 @@ pub enum Error {
 /// The store's settings: the data dir's, or, with `--store etcd`, the cluster's (connected;
 /// nothing written yet), announcing `advertised` as where to forward to while this daemon
 /// is the writer.
-fn store_config(config: &Config, advertised: &str) -> Result<StoreConfig, Error> {
+fn store_config(
+    config: &Config,
+    advertised: &str,
+    metrics: Arc<Metrics>,
+) -> Result<StoreConfig, Error> {
     let mut store = config.store();
+    store.metrics = metrics;
     let name = crate::store::Announcement {
         name: format!("blocklistd pid {} at {advertised}", std::process::id()),
         url: Some(advertised.to_owned()),
@@ -176,6 +186,33 @@ fn limits(config: &Config) -> Limits {
     }
 }
 
+/// The listener's TLS, if `--tls-cert` asks for it: loaded, and reloaded on SIGHUP and when
+/// its files change. Without it, SIGHUP is only logged, and plain HTTP off loopback warned
+/// about.
+fn listener_tls(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Arc<ServerTls>>, Error> {
+    let Some(files) = config.tls.files() else {
+        crate::tls::log_hangups().map_err(Error::Serve)?;
+        if !config.listen.ip().is_loopback() {
+            tracing::warn!(
+                listen = %config.listen,
+                "serving plain HTTP on a non-loopback address: tokens and the blocklist \
+                 cross the network in the clear; give --tls-cert and --tls-key"
+            );
+        }
+        return Ok(None);
+    };
+    if config.store.on_etcd() {
+        return Err(Error::Config(
+            "--tls-cert is not available with --store etcd yet: replicas forward writes to \
+             each other over plain HTTP"
+                .to_owned(),
+        ));
+    }
+    let tls = ServerTls::load(files, metrics.clone()).map_err(Error::Config)?;
+    tls.watch().map_err(Error::Serve)?;
+    Ok(Some(tls))
+}
+
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the sweeper, serves
 /// HTTP, then drains in-flight requests and closes the store.
 ///
@@ -199,6 +236,8 @@ pub async fn run(
             config.listen
         )));
     }
+    let metrics = Arc::new(Metrics::new());
+    let tls = listener_tls(&config, &metrics)?;
     // On etcd the address is announced in the writer key, so the listener comes first; on
     // sled it comes after the store opened, so that nothing connects to a daemon that may
     // still fail to start.
@@ -213,8 +252,7 @@ pub async fn run(
             .advertised(listener.local_addr().map_err(Error::Serve)?),
         None => String::new(),
     };
-    let store_config = store_config(&config, &advertised)?;
-    let metrics = store_config.metrics.clone();
+    let store_config = store_config(&config, &advertised, metrics.clone())?;
     let election = store_config.election();
     let stopping_election = election.clone();
     let forwarder = election.clone().map(|election| {
@@ -298,6 +336,7 @@ pub async fn run(
         stop,
         shutdown,
         config.shutdown_timeout(),
+        tls,
     )
     .await;
     tracing::info!("shutting down");

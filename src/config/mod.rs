@@ -7,8 +7,10 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 mod store;
+mod tls;
 
 pub use store::{Opener, StoreFlags, StoreKind};
+pub use tls::{ClientAuth, TlsFiles, TlsFlags};
 
 use crate::model::Kind;
 use crate::policy::{slot, Overrides};
@@ -254,6 +256,9 @@ pub struct Config {
     /// are ignored. Without it, nothing is authenticated (and only loopback may be bound).
     #[arg(long, env = "BLOCKLISTD_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub tls: TlsFlags,
 
     /// With --token-file, require the token for reads too (probes and /metrics stay open).
     #[arg(long, env = "BLOCKLISTD_AUTH_READS", default_value_t = false, action = ArgAction::Set)]

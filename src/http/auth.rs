@@ -2,10 +2,12 @@
 //! the role each token has.
 //!
 //! Tokens come from `--token-file` (syntax: `super::tokens`), each with an optional name and
-//! a role. Several tokens let one be rotated without a gap: add the new one, move clients,
-//! remove the old. Comparison is constant-time over every token, and tokens are never
-//! logged: only the method and path of a refused request, and the name and role of a token
-//! refused for its role.
+//! a role; so do client certificates (a name they carry, verified by `--tls-client-ca`): a
+//! request without a token is its connection's certificate's, if the file names it. Several
+//! tokens let one be rotated without a gap: add the new one, move clients, remove the old.
+//! Comparison is constant-time over every token, and tokens are never logged: only the
+//! method and path of a refused request, and the name and role of a caller refused for its
+//! role.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,7 +21,8 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::caller::{Caller, Role};
 use super::error::ApiError;
-use super::tokens::{self, Entry};
+use super::tokens::{self, Credential, Entry};
+use crate::tls::Peer;
 
 /// The accepted tokens, who holds each, and what they protect.
 #[derive(Clone)]
@@ -61,11 +64,28 @@ impl Auth {
         let mut found = subtle::Choice::from(0);
         let mut index = 0u64;
         for (i, entry) in (0u64..).zip(&self.entries) {
-            let hit = entry.token.as_slice().ct_eq(presented);
+            // Skipping certificates' entries tells only how many there are.
+            let Credential::Token(token) = &entry.credential else {
+                continue;
+            };
+            let hit = token.as_slice().ct_eq(presented);
             index.conditional_assign(&i, hit);
             found |= hit;
         }
         bool::from(found).then(|| &self.entries[index as usize].caller)
+    }
+
+    /// The holder of a verified client certificate: the entry of the first of its names
+    /// (subject alternative names first, then the common name) the token file lists.
+    fn caller_of_peer(&self, peer: &Peer) -> Option<&Caller> {
+        peer.names.iter().find_map(|name| {
+            self.entries
+                .iter()
+                .find_map(|entry| match &entry.credential {
+                    Credential::Subject(subject) if subject == name => Some(&entry.caller),
+                    _ => None,
+                })
+        })
     }
 
     /// The least role this request needs, or `None` when it needs no token.
@@ -106,14 +126,26 @@ pub async fn require_token(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    let Some(caller) = presented.and_then(|token| auth.caller_of(token)) else {
-        let why = if presented.is_some() {
-            "the bearer token is not valid"
-        } else {
-            "this request needs an Authorization: Bearer <token> header"
+    let peer = req.extensions().get::<Peer>();
+    // A token sent wins over the connection's certificate: the client chose it for this
+    // request.
+    let caller = match (presented, peer) {
+        (Some(token), _) => auth.caller_of(token),
+        (None, Some(peer)) => auth.caller_of_peer(peer),
+        (None, None) => None,
+    };
+    let Some(caller) = caller else {
+        let why = match (presented, peer) {
+            (Some(_), _) => "the bearer token is not valid".to_owned(),
+            (None, Some(peer)) => format!(
+                "the client certificate ({}) is not in the token file, and no \
+                 Authorization: Bearer <token> header was sent",
+                peer.names.join(", ")
+            ),
+            (None, None) => "this request needs an Authorization: Bearer <token> header".to_owned(),
         };
         tracing::info!(method = %req.method(), path = req.uri().path(), "refused: {why}");
-        let mut response = ApiError::Unauthorized(why.into()).into_response();
+        let mut response = ApiError::Unauthorized(why).into_response();
         response.headers_mut().insert(
             WWW_AUTHENTICATE,
             HeaderValue::from_static("Bearer realm=\"blocklistd\""),
@@ -128,7 +160,7 @@ pub async fn require_token(
             path = req.uri().path(),
             caller = caller.name.as_deref().unwrap_or("-"),
             role = %caller.role,
-            "refused: the token's role is too low"
+            "refused: the caller's role is too low"
         );
         if let Err(refused) = caller.require(needs, &what) {
             return refused.into_response();
@@ -175,6 +207,35 @@ mod tests {
         assert_eq!(a.caller_of(b"new-toke"), None);
         assert_eq!(a.caller_of(b"new-token "), None);
         assert_eq!(a.caller_of(b""), None);
+    }
+
+    #[test]
+    fn a_certificate_is_the_caller_its_first_listed_name_says() {
+        let a = auth(
+            "subject=cn.example name=by-cn role=reader\n\
+             subject=san.example name=by-san role=admin\n\
+             san.example",
+            false,
+        );
+        let peer = |names: &[&str]| Peer {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        };
+        // Subject alternative names come first: the first listed one wins.
+        assert_eq!(
+            a.caller_of_peer(&peer(&["san.example", "cn.example"])),
+            Some(&Caller::with_certificate("by-san".into(), Role::Admin))
+        );
+        assert_eq!(
+            a.caller_of_peer(&peer(&["other.example", "cn.example"])),
+            Some(&Caller::with_certificate("by-cn".into(), Role::Reader))
+        );
+        assert_eq!(a.caller_of_peer(&peer(&["other.example"])), None);
+        // A token line is no certificate, and a subject is no token.
+        assert_eq!(
+            a.caller_of(b"san.example"),
+            Some(&Caller::with_token(None, Role::Writer))
+        );
+        assert_eq!(a.caller_of(b"subject=san.example"), None);
     }
 
     #[test]

@@ -74,9 +74,17 @@ pub struct Caller {
     /// a caller who sent no token.
     pub name: Option<String>,
     pub role: Role,
-    /// Whether a token was checked: a refusal says "no token was sent" otherwise. Private, so
-    /// that a `Caller` is built only by the constructors below.
-    token: bool,
+    /// What was checked: a refusal says which. Private, so that a `Caller` is built only by
+    /// the constructors below.
+    checked: Checked,
+}
+
+/// What identified a [`Caller`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checked {
+    Nothing,
+    Token,
+    Certificate,
 }
 
 impl Caller {
@@ -87,7 +95,7 @@ impl Caller {
         Caller {
             name: None,
             role: Role::Admin,
-            token: false,
+            checked: Checked::Nothing,
         }
     }
 
@@ -97,7 +105,7 @@ impl Caller {
         Caller {
             name: None,
             role: Role::Reader,
-            token: false,
+            checked: Checked::Nothing,
         }
     }
 
@@ -106,7 +114,16 @@ impl Caller {
         Caller {
             name,
             role,
-            token: true,
+            checked: Checked::Token,
+        }
+    }
+
+    /// The holder of a verified client certificate the token file names.
+    pub fn with_certificate(name: String, role: Role) -> Caller {
+        Caller {
+            name: Some(name),
+            role,
+            checked: Checked::Certificate,
         }
     }
 
@@ -117,10 +134,10 @@ impl Caller {
         if self.role >= role {
             return Ok(());
         }
-        let why = if self.token {
-            format!("this token's role is {}", self.role)
-        } else {
-            "no token was sent".to_owned()
+        let why = match self.checked {
+            Checked::Token => format!("this token's role is {}", self.role),
+            Checked::Certificate => format!("this client certificate's role is {}", self.role),
+            Checked::Nothing => "no token was sent".to_owned(),
         };
         Err(ApiError::Forbidden(format!(
             "{what} needs {} token; {why}",

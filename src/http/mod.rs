@@ -47,14 +47,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{Method, Uri};
+use axum::http::{Method, Request, Uri};
 use axum::{middleware, Router};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::tls::ServerTls;
 
 pub use auth::Auth;
 pub use error::{ApiError, ErrorBody};
@@ -174,10 +178,12 @@ content-type: application/json\r\ncontent-length: 59\r\nconnection: close\r\n\r\
 {\"errors\":[\"too many open connections; retry in a moment\"]}";
 
 /// Serves until `shutdown` resolves, then stops accepting, ends watch streams, and waits up
-/// to `grace` for the requests in flight.
+/// to `grace` for the requests in flight. With `tls`, each connection's handshake comes
+/// first, and each request on it carries the client's verified certificate
+/// ([`crate::tls::Peer`]) as an extension.
 ///
 /// A hand-written accept loop rather than `axum::serve`, for what that does not offer: a
-/// deadline for request headers (slow-header clients), and a cap on open connections.
+/// deadline for request headers (slow-header clients), a cap on open connections, and TLS.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -185,6 +191,7 @@ pub async fn serve(
     stop: Stop,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
+    tls: Option<Arc<ServerTls>>,
 ) -> std::io::Result<()> {
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
@@ -193,7 +200,7 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout);
     tokio::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -214,11 +221,32 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let (app, http, tls, watcher) =
+            (app.clone(), http.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
             // Errors here are the client's (reset, timeout): nothing to do but close.
-            let _ = connection.await;
+            match tls {
+                None => {
+                    let service = TowerToHyperService::new(app);
+                    let _ = watcher
+                        .watch(http.serve_connection(TokioIo::new(stream), service))
+                        .await;
+                }
+                Some(tls) => {
+                    if let Some(accepted) = tls.accept(stream, addr, limits.header_timeout).await {
+                        let peer = accepted.peer;
+                        let app = app.map_request(move |mut request: Request<Incoming>| {
+                            if let Some(peer) = &peer {
+                                request.extensions_mut().insert(peer.clone());
+                            }
+                            request
+                        });
+                        let service = TowerToHyperService::new(app);
+                        let io = TokioIo::new(accepted.stream);
+                        let _ = watcher.watch(http.serve_connection(io, service)).await;
+                    }
+                }
+            }
             drop(permit);
         });
     }

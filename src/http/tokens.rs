@@ -3,21 +3,34 @@
 //! ```text
 //! TOKEN                               a writer without a name (every file from before roles)
 //! TOKEN name=NAME role=ROLE           fields after the token, each optional, in any order
+//! subject=CERT-NAME name=NAME role=ROLE
+//!                                     a client certificate (--tls-client-ca) that names
+//!                                     CERT-NAME: a subject alternative name (DNS, URI or
+//!                                     email) or its common name; NAME defaults to CERT-NAME
 //! ```
 //!
 //! ROLE is `admin`, `writer` or `reader`. The token is the first word whatever it holds (a
-//! base64 token may end in `=`). A bad entry stops the daemon at start with the line number
-//! and the field, never the token.
+//! base64 token may end in `=`), unless that word starts with `subject=`. A bad entry stops
+//! the daemon at start with the line number and the field, never the token.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use super::caller::{Caller, Role};
 
-/// One token and its holder.
+/// What a caller presents.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) enum Credential {
+    /// A bearer token.
+    Token(Vec<u8>),
+    /// A client certificate the client CA verified, one of whose names is this.
+    Subject(String),
+}
+
+/// One token or certificate and its holder.
 #[derive(Clone)]
 pub(super) struct Entry {
-    pub token: Vec<u8>,
+    pub credential: Credential,
     pub caller: Caller,
 }
 
@@ -47,6 +60,8 @@ pub(super) fn read(path: &Path) -> Result<Vec<Entry>, String> {
 /// The fields an entry may carry after its token.
 const NAME: &str = "name";
 const ROLE: &str = "role";
+/// The first word of a certificate's entry starts with `subject=`.
+const SUBJECT: &str = "subject=";
 
 /// What is wrong with one line of the token file. Nothing here holds the token: a word is
 /// repeated only when it cannot be one (see [`shown`]).
@@ -67,6 +82,8 @@ pub(super) enum Problem {
     BadRole(Option<String>),
     #[error("the field `name` is empty")]
     EmptyName,
+    #[error("`subject=` names no certificate name: subject=CERT-NAME name=NAME role=ROLE")]
+    EmptySubject,
     #[error("the token of line {first} is repeated with another name or role")]
     Conflict { first: usize },
 }
@@ -163,10 +180,17 @@ fn parse_line(line: &str) -> Result<(&str, Entry), Problem> {
             }
         }
     }
-    let caller = Caller::with_token(name, role.unwrap_or(Role::Writer));
-    let entry = Entry {
-        token: token.as_bytes().to_vec(),
-        caller,
+    let role = role.unwrap_or(Role::Writer);
+    let entry = match token.strip_prefix(SUBJECT) {
+        Some("") => return Err(Problem::EmptySubject),
+        Some(subject) => Entry {
+            credential: Credential::Subject(subject.to_owned()),
+            caller: Caller::with_certificate(name.unwrap_or_else(|| subject.to_owned()), role),
+        },
+        None => Entry {
+            credential: Credential::Token(token.as_bytes().to_vec()),
+            caller: Caller::with_token(name, role),
+        },
     };
     Ok((token, entry))
 }
@@ -179,7 +203,10 @@ mod tests {
         parse(text)
             .unwrap()
             .into_iter()
-            .map(|e| (String::from_utf8(e.token).unwrap(), e.caller))
+            .map(|e| match e.credential {
+                Credential::Token(token) => (String::from_utf8(token).unwrap(), e.caller),
+                Credential::Subject(name) => (format!("{SUBJECT}{name}"), e.caller),
+            })
             .collect()
     }
 
@@ -337,5 +364,39 @@ mod tests {
         std::fs::write(&path, "# none\n\n").unwrap();
         let message = read(&path).unwrap_err();
         assert!(message.ends_with("holds no token"), "{message}");
+    }
+
+    #[test]
+    fn a_subject_line_is_a_certificate_named_by_default_after_its_subject() {
+        assert_eq!(
+            callers(
+                "subject=detector-7.example role=reader\n\
+                 subject=grafana.example name=grafana\n\
+                 tok name=ops role=admin"
+            ),
+            [
+                (
+                    "subject=detector-7.example".into(),
+                    Caller::with_certificate("detector-7.example".into(), Role::Reader)
+                ),
+                (
+                    "subject=grafana.example".into(),
+                    Caller::with_certificate("grafana".into(), Role::Writer)
+                ),
+                (
+                    "tok".into(),
+                    Caller::with_token(Some("ops".into()), Role::Admin)
+                ),
+            ]
+        );
+        assert_eq!(
+            problem("subject= role=reader"),
+            (
+                1,
+                "`subject=` names no certificate name: subject=CERT-NAME name=NAME role=ROLE"
+                    .into()
+            )
+        );
+        assert_eq!(problem("subject=a role=reader\nsubject=a role=admin").0, 2);
     }
 }

@@ -121,7 +121,7 @@ impl Daemon {
     }
 }
 
-pub(super) async fn read(resp: reqwest::Response) -> (StatusCode, Value) {
+pub async fn read(resp: reqwest::Response) -> (StatusCode, Value) {
     let status = resp.status();
     let bytes = resp.bytes().await.expect("body");
     let body = if bytes.is_empty() {

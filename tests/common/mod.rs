@@ -10,6 +10,7 @@
 //! - `raw`: a raw-socket HTTP/1.1 client;
 //! - `metrics`: `/metrics` samples;
 //! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs;
+//! - `pki`: a private CA and the certificates it signs, for the TLS tests;
 //! - `tools`: the external tools some tests need, and the skip-or-fail rule when one is missing;
 //! - `terminal`: a binary run on a pseudo-terminal, and what it drew;
 //! - `shell`: the completion scripts and manual pages both binaries print, checked.
@@ -20,6 +21,7 @@ mod etcd;
 mod http;
 mod metrics;
 mod offline;
+mod pki;
 mod process;
 mod proxy;
 mod raw;
@@ -35,6 +37,7 @@ pub use etcd::*;
 pub use http::*;
 pub use metrics::*;
 pub use offline::*;
+pub use pki::*;
 pub use process::*;
 pub use proxy::*;
 pub use raw::*;

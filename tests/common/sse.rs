@@ -34,7 +34,16 @@ impl Watch {
             None => "/blocklist/events".to_owned(),
         };
         // No overall timeout: a watch lives as long as the test needs it.
-        let mut req = reqwest::Client::new().get(d.url(&path));
+        Watch::open_at(&reqwest::Client::new(), &d.url(&path), last_event_id).await
+    }
+
+    /// Opens a watch at `url` with `client` (an https one, say).
+    pub async fn open_at(
+        client: &reqwest::Client,
+        url: &str,
+        last_event_id: Option<u64>,
+    ) -> Result<Watch, (StatusCode, Value)> {
+        let mut req = client.get(url);
         if let Some(id) = last_event_id {
             req = req.header("Last-Event-ID", id.to_string());
         }

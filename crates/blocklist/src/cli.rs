@@ -30,9 +30,35 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7224";
 #[derive(Debug, Parser)]
 #[command(name = "blocklist", version)]
 pub struct Cli {
-    /// Base URL of the daemon (http only; a path prefix is kept, for a reverse proxy).
+    /// Base URL of the daemon, http:// or https:// (a path prefix is kept, for a reverse
+    /// proxy).
     #[arg(long, env = "BLOCKLIST_SERVER", default_value = DEFAULT_SERVER, global = true)]
     pub server: String,
+
+    /// With an https:// server: a PEM file of CA certificates to trust besides the system's
+    /// (a private CA's).
+    #[arg(long, env = "BLOCKLIST_CACERT", value_name = "PATH", global = true)]
+    pub cacert: Option<PathBuf>,
+
+    /// With an https:// server: a client certificate to present (PEM), with --key.
+    #[arg(
+        long,
+        env = "BLOCKLIST_CERT",
+        value_name = "PATH",
+        global = true,
+        requires = "key"
+    )]
+    pub cert: Option<PathBuf>,
+
+    /// The private key of --cert (PEM).
+    #[arg(
+        long,
+        env = "BLOCKLIST_KEY",
+        value_name = "PATH",
+        global = true,
+        requires = "cert"
+    )]
+    pub key: Option<PathBuf>,
 
     /// File holding a token, sent as `Authorization: Bearer <token>` (surrounding
     /// whitespace is ignored). The token is never printed.

@@ -101,14 +101,18 @@ impl Client {
     pub fn new(
         server: &str,
         token_file: Option<&Path>,
+        tls: &TlsFiles,
         streaming: bool,
     ) -> Result<Client, Failure> {
         let base = base_url(server).map_err(Failure::refused)?;
         let token = token_file.map(read_token).transpose()?;
-        let mut builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .https_only(base.starts_with("https://"));
         if !streaming {
             builder = builder.timeout(REQUEST_TIMEOUT);
         }
+        builder = tls.apply(builder)?;
         let http = builder
             .build()
             .map_err(|e| Failure::refused(format!("cannot set up HTTP: {}", chain(&e))))?;
@@ -324,9 +328,9 @@ pub fn base_url(server: &str) -> Result<String, String> {
         format!("http://{server}")
     };
     let url = Url::parse(&with_scheme).map_err(|e| format!("--server {server:?}: {e}"))?;
-    if url.scheme() != "http" {
+    if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
-            "--server {server:?}: only http:// URLs are supported (this client has no TLS)"
+            "--server {server:?}: give an http:// or https:// URL"
         ));
     }
     if url.query().is_some() || url.fragment().is_some() {
@@ -335,6 +339,66 @@ pub fn base_url(server: &str) -> Result<String, String> {
         ));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// The files an `https://` server is reached with: a CA to trust besides the system's, and
+/// a client certificate with its key.
+#[derive(Debug, Default, Clone)]
+pub struct TlsFiles {
+    pub cacert: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    fn apply(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+    ) -> Result<reqwest::ClientBuilder, Failure> {
+        let read = |what: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| {
+                Failure::refused(format!("cannot read the {what} {}: {e}", path.display()))
+            })
+        };
+        if let Some(path) = &self.cacert {
+            let pem = read("CA certificate (--cacert)", path)?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                Failure::refused(format!("--cacert {}: {}", path.display(), chain(&e)))
+            })?;
+            if certs.is_empty() {
+                return Err(Failure::refused(format!(
+                    "--cacert {}: no PEM certificate in it",
+                    path.display()
+                )));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                let mut pem = read("client certificate (--cert)", cert)?;
+                pem.push(b'\n');
+                pem.extend(read("client key (--key)", key)?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    Failure::refused(format!(
+                        "--cert {} with --key {}: {}",
+                        cert.display(),
+                        key.display(),
+                        chain(&e)
+                    ))
+                })?;
+                builder = builder.identity(identity);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Failure::refused(
+                    "--cert and --key go together: the client certificate and its key",
+                ))
+            }
+        }
+        Ok(builder)
+    }
 }
 
 /// Reads the token file. Errors never quote its content.
@@ -398,7 +462,11 @@ mod tests {
             base_url("http://proxy/blocklistd/").unwrap(),
             "http://proxy/blocklistd"
         );
-        assert!(base_url("https://example.com").is_err());
+        assert_eq!(
+            base_url("https://example.com:7224/").unwrap(),
+            "https://example.com:7224"
+        );
+        assert!(base_url("ftp://example.com").is_err());
         assert!(base_url("http://h/?x=1").is_err());
         assert!(base_url("http://").is_err());
     }

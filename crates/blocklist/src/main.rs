@@ -41,7 +41,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::cli::{AddArgs, AllowCommand, Api, Cli, Command, DryRunArg, PolicyCommand};
-use crate::client::{check_id, segment, Client, Failure, Reply};
+use crate::client::{check_id, segment, Client, Failure, Reply, TlsFiles};
 use crate::render::{ItemView, Listing};
 
 fn main() -> ExitCode {
@@ -77,7 +77,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(&cli.server, cli.token_file.as_deref(), cli.json, api)) {
+    let tls = TlsFiles {
+        cacert: cli.cacert.clone(),
+        cert: cli.cert.clone(),
+        key: cli.key.clone(),
+    };
+    match runtime.block_on(run(
+        &cli.server,
+        cli.token_file.as_deref(),
+        &tls,
+        cli.json,
+        api,
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             for message in failure.messages() {
@@ -111,11 +122,12 @@ pub fn emit(text: &str) -> bool {
 async fn run(
     server: &str,
     token_file: Option<&std::path::Path>,
+    tls: &TlsFiles,
     json: bool,
     api: Api,
 ) -> Result<(), Failure> {
     let streaming = matches!(api, Api::Watch { .. });
-    let client = Client::new(server, token_file, streaming)?;
+    let client = Client::new(server, token_file, tls, streaming)?;
     match api {
         Api::List { kind } => list(&client, kind.map(Kind::from), json).await,
         Api::Get { kind, id } => provenance::get(&client, kind.into(), &id, json).await,

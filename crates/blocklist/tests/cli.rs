@@ -340,6 +340,66 @@ fn token_is_sent_as_bearer_and_never_printed() {
     assert!(!run.stderr.contains("s3cret"), "{run:?}");
 }
 
+#[test]
+fn https_with_a_private_ca_and_a_client_certificate() {
+    let ca = Ca::new("blocklist CLI test CA");
+    let mut ws = Workspace::new();
+    let dir = ws.tmp.path().to_owned();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (cert, key) = ca.server(&["127.0.0.1"]).write(&dir, "server");
+    let ca_file = path(&ca.write(&dir, "ca"));
+    let (client_cert, client_key) = ca.client("detector-7.example").write(&dir, "detector");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "subject=detector-7.example role=writer\n").unwrap();
+    let d = ws.start(&[
+        "--tls-cert",
+        &path(&cert),
+        "--tls-key",
+        &path(&key),
+        "--tls-client-ca",
+        &ca_file,
+        "--token-file",
+        &path(&tokens),
+    ]);
+    let server = format!("https://127.0.0.1:{}", d.addr.port());
+
+    // The system's CAs do not know the private one.
+    let run = run_cmd(command(&server, &["list"]));
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("UnknownIssuer"), "{run:?}");
+
+    run_cmd(command(&server, &["--cacert", &ca_file, "list"])).ok();
+    let add = ["add", "node", "n1", "--cause", "disk"];
+    let run = run_cmd(command(
+        &server,
+        &[&["--cacert", &ca_file][..], &add].concat(),
+    ));
+    assert_refused(&run, &["401"]);
+    let with_certificate = [
+        "--cacert",
+        &ca_file,
+        "--cert",
+        &path(&client_cert),
+        "--key",
+        &path(&client_key),
+    ];
+    run_cmd(command(&server, &[&with_certificate[..], &add].concat())).ok();
+    let run = run_cmd(command(
+        &server,
+        &["--cacert", &ca_file, "--json", "get", "node", "n1"],
+    ))
+    .ok();
+    assert!(run.stdout.contains("detector-7.example"), "{run:?}");
+
+    // --cert without --key is refused before anything is sent.
+    let run = run_cmd(command(
+        &server,
+        &["--cacert", &ca_file, "--cert", &path(&client_cert), "list"],
+    ));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("--key"), "{run:?}");
+}
+
 /// A `blocklist watch` child whose stdout lines arrive on a channel; killed on drop.
 struct Watcher {
     child: Child,

@@ -39,6 +39,9 @@ pub fn command(server: &str, args: &[&str]) -> Command {
         .args(args)
         .env_remove("BLOCKLIST_SERVER")
         .env_remove("BLOCKLIST_TOKEN_FILE")
+        .env_remove("BLOCKLIST_CACERT")
+        .env_remove("BLOCKLIST_CERT")
+        .env_remove("BLOCKLIST_KEY")
         .env("TZ", "UTC");
     cmd
 }

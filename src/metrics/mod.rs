@@ -19,6 +19,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod tls;
+
+pub use tls::TlsMetrics;
+
 use crate::model::{Action, EventType, Kind};
 use crate::policy::{Figure, Guard};
 
@@ -202,6 +206,8 @@ pub struct Metrics {
     /// Reads of the log's head a replica sent to confirm it is current, each shared by
     /// every read waiting when it was sent.
     pub replica_head_reads: Counter,
+    /// The TLS listener's.
+    pub tls: TlsMetrics,
 }
 
 impl Default for Metrics {
@@ -392,6 +398,7 @@ impl Metrics {
              acknowledged write; each is shared by every read waiting when it was sent",
             replica_head_reads.clone(),
         );
+        let tls = TlsMetrics::register(&mut registry);
         Metrics {
             registry,
             changes,
@@ -420,6 +427,7 @@ impl Metrics {
             replica_lag_entries,
             replica_lag_seconds,
             replica_head_reads,
+            tls,
         }
     }
 

@@ -1,0 +1,201 @@
+//! TLS on the listener, with rustls: the server's certificate and key (swapped without a
+//! restart), the client certificates it asks for, and the handshake of each connection.
+//!
+//! - [`ServerTls`] holds the rustls configuration in use; a reload builds a whole new one
+//!   from the files and swaps it in, so each new connection gets the newest pair while the
+//!   open ones keep theirs. A reload that fails leaves the old configuration in place.
+//! - `reload`: what triggers a reload (SIGHUP, and changes in the files' directories).
+//! - `handshake`: accepting one connection, and why a handshake failed.
+//! - [`Peer`]: the names a verified client certificate carries, which the token file may
+//!   give a name and a role.
+//!
+//! The protocol versions are TLS 1.2 and 1.3 and the cipher suites rustls' defaults (ring's
+//! provider: no CBC, no RSA key exchange); ALPN offers `http/1.1`, the only protocol the
+//! server speaks.
+
+mod handshake;
+mod identity;
+mod reload;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+use crate::config::{ClientAuth, TlsFiles};
+use crate::metrics::Metrics;
+
+pub use handshake::Accepted;
+pub use identity::Peer;
+pub use reload::log_hangups;
+
+/// A TLS configuration built from the files, with what the logs and metrics show of it.
+struct Loaded {
+    config: Arc<ServerConfig>,
+    /// The files' bytes, to tell a change from a touch.
+    sources: Vec<Vec<u8>>,
+    /// The leaf certificate's serial number, in hex.
+    serial: String,
+    /// The leaf certificate's notAfter, unix seconds.
+    not_after: i64,
+}
+
+/// The listener's TLS: the configuration in use, and the files it is reloaded from.
+pub struct ServerTls {
+    files: TlsFiles,
+    current: ArcSwap<Loaded>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.files)
+            .field("serial", &self.current.load().serial)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// Reads the files; the error names the file and what is wrong with it.
+    pub fn load(files: TlsFiles, metrics: Arc<Metrics>) -> Result<Arc<ServerTls>, String> {
+        let loaded = load(&files)?;
+        tracing::info!(
+            cert = %files.cert.display(),
+            serial = %loaded.serial,
+            not_after = loaded.not_after,
+            client_ca = ?files.client_ca.as_ref().map(|p| p.display().to_string()),
+            client_auth = ?files.client_auth,
+            "TLS certificate loaded"
+        );
+        metrics.tls.certificate(loaded.not_after);
+        Ok(Arc::new(ServerTls {
+            files,
+            current: ArcSwap::from_pointee(loaded),
+            metrics,
+        }))
+    }
+
+    /// Reads the files again and, if they changed and make a configuration, uses it for
+    /// new connections; otherwise keeps the one in use and logs why.
+    pub fn reload(&self, why: &str) {
+        match load(&self.files) {
+            Ok(loaded) if loaded.sources == self.current.load().sources => {
+                tracing::debug!(why, "TLS files unchanged");
+            }
+            Ok(loaded) => {
+                tracing::info!(
+                    why,
+                    serial = %loaded.serial,
+                    not_after = loaded.not_after,
+                    "TLS certificate reloaded"
+                );
+                self.metrics.tls.certificate(loaded.not_after);
+                self.metrics.tls.reloaded(true);
+                self.current.store(Arc::new(loaded));
+            }
+            Err(e) => {
+                tracing::error!(
+                    why,
+                    error = %e,
+                    serial = %self.current.load().serial,
+                    "TLS reload failed; keeping the certificate in use"
+                );
+                self.metrics.tls.reloaded(false);
+            }
+        }
+    }
+
+    /// The configuration for the next connection.
+    fn config(&self) -> Arc<ServerConfig> {
+        self.current.load().config.clone()
+    }
+
+    /// Reloads on SIGHUP and when the files change, until the daemon stops. The SIGHUP
+    /// handler is in place when this returns.
+    pub fn watch(self: &Arc<ServerTls>) -> std::io::Result<()> {
+        reload::watch(self)
+    }
+}
+
+/// Reads `path`, naming it in the error.
+fn read(what: &str, path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+}
+
+/// The certificates of a PEM file: at least one.
+fn certificates(
+    what: &str,
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the {what} {} is not PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "the {what} {} holds no certificate (PEM `BEGIN CERTIFICATE`)",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
+fn load(files: &TlsFiles) -> Result<Loaded, String> {
+    let cert_pem = read("TLS certificate", &files.cert)?;
+    let key_pem = read("TLS key", &files.key)?;
+    let chain = certificates("TLS certificate", &files.cert, &cert_pem)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        format!(
+            "the TLS key {} holds no private key (PEM PKCS#8, PKCS#1 or SEC1): {e}",
+            files.key.display()
+        )
+    })?;
+    let (serial, not_after) = identity::serial_and_expiry(&chain[0])
+        .map_err(|e| format!("the TLS certificate {}: {e}", files.cert.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let mut sources = vec![cert_pem, key_pem];
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let pem = read("TLS client CA", path)?;
+            let mut roots = RootCertStore::empty();
+            for cert in certificates("TLS client CA", path, &pem)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("the TLS client CA {}: {e}", path.display()))?;
+            }
+            sources.push(pem);
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match files.client_auth {
+                ClientAuth::Optional => verifier.allow_unauthenticated(),
+                ClientAuth::Required => verifier,
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("the TLS client CA {}: {e}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        format!(
+            "the TLS key {} does not go with the certificate {}: {e}",
+            files.key.display(),
+            files.cert.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Loaded {
+        config: Arc::new(config),
+        sources,
+        serial,
+        not_after,
+    })
+}
