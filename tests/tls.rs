@@ -33,6 +33,18 @@ fn https(d: &Daemon, path: &str) -> String {
     format!("https://127.0.0.1:{}{path}", d.addr.port())
 }
 
+/// The status and JSON body of a request that completes its handshake.
+async fn answer(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    read(request.send().await.expect("the request completes")).await
+}
+
+/// An add of one permanent task manager, `id`.
+fn add(client: &reqwest::Client, d: &Daemon, id: &str) -> reqwest::RequestBuilder {
+    client
+        .post(https(d, "/blocklist/taskmanagers"))
+        .json(&json!([item(id, "MARK_BLOCKED", "oom")]))
+}
+
 /// A daemon serving `server`'s certificate, with `extra` flags.
 fn start(ws: &mut Workspace, server: &Issued, extra: &[&str]) -> Daemon {
     let (cert, key) = server.write(ws.tmp.path(), "server");
@@ -97,26 +109,25 @@ fn skip() -> bool {
     skip_on_etcd("TLS with --store etcd waits for TLS between replicas")
 }
 
+/// A CA of the test's own, and a daemon serving its certificate for 127.0.0.1 and
+/// localhost.
+fn serving() -> (Ca, Workspace, Daemon) {
+    let ca = Ca::new("blocklistd test CA");
+    let mut ws = Workspace::new();
+    let d = start(&mut ws, &ca.server(&["127.0.0.1", "localhost"]), &[]);
+    (ca, ws, d)
+}
+
 #[tokio::test]
 async fn https_serves_the_cas_certificate_and_plain_http_is_told_to_use_https() {
     if skip() {
         return;
     }
-    let ca = Ca::new("blocklistd test CA");
-    let mut ws = Workspace::new();
-    let d = start(&mut ws, &ca.server(&["127.0.0.1", "localhost"]), &[]);
+    let (ca, ws, d) = serving();
     let ca_file = ca.write(ws.tmp.path(), "ca");
     let client = https_client(&ca, None);
 
-    let (status, body) = read(
-        client
-            .post(https(&d, "/blocklist/taskmanagers"))
-            .json(&json!([item("tm-1", "MARK_BLOCKED", "oom")]))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = answer(add(&client, &d, "tm-1")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let listing: Value = client
         .get(https(&d, "/blocklist"))
@@ -178,9 +189,7 @@ async fn the_wrong_ca_an_expired_certificate_and_a_name_mismatch_are_refused_and
     if skip() {
         return;
     }
-    let ca = Ca::new("blocklistd test CA");
-    let mut ws = Workspace::new();
-    let d = start(&mut ws, &ca.server(&["127.0.0.1", "localhost"]), &[]);
+    let (ca, _ws, d) = serving();
     let good = https_client(&ca, None);
 
     let stranger = https_client(&Ca::new("another CA"), None);
@@ -280,37 +289,14 @@ async fn client_certificates_named_in_the_token_file_are_callers_with_their_role
     until_metric(&detector, &d, &failures("bad_client_certificate"), 1.0).await;
 
     // The writer's certificate writes, and the item records its name.
-    let (status, body) = read(
-        detector
-            .post(https(&d, "/blocklist/taskmanagers"))
-            .json(&json!([item("tm-1", "MARK_BLOCKED", "oom")]))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = answer(add(&detector, &d, "tm-1")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, got) = read(
-        grafana
-            .get(https(&d, "/blocklist/taskmanagers/tm-1"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, got) = answer(grafana.get(https(&d, "/blocklist/taskmanagers/tm-1"))).await;
     assert_eq!(status, StatusCode::OK, "{got}");
     assert_eq!(got["source"], "detector-7.example", "{got}");
 
     // The reader's reads, and may not write.
-    let (status, body) = read(
-        grafana
-            .post(https(&d, "/blocklist/taskmanagers"))
-            .json(&json!([item("tm-2", "MARK_BLOCKED", "oom")]))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = answer(add(&grafana, &d, "tm-2")).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(
         body["errors"][0]
@@ -321,38 +307,19 @@ async fn client_certificates_named_in_the_token_file_are_callers_with_their_role
     );
 
     // A certificate the CA signed but the token file does not name: no caller.
-    let (status, body) = read(
-        https_client(&ca, Some(&ca.client("stranger.example")))
-            .post(https(&d, "/blocklist/taskmanagers"))
-            .json(&json!([item("tm-3", "MARK_BLOCKED", "oom")]))
-            .send()
-            .await
-            .unwrap(),
-    )
+    let (status, body) = answer(add(
+        &https_client(&ca, Some(&ca.client("stranger.example"))),
+        &d,
+        "tm-3",
+    ))
     .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert!(body.to_string().contains("stranger.example"), "{body}");
 
     // A token sent on a certificate's connection is the caller.
-    let (status, body) = read(
-        grafana
-            .post(https(&d, "/blocklist/taskmanagers"))
-            .bearer_auth("admin-token")
-            .json(&json!([item("tm-4", "MARK_BLOCKED", "oom")]))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = answer(add(&grafana, &d, "tm-4").bearer_auth("admin-token")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (_, got) = read(
-        grafana
-            .get(https(&d, "/blocklist/taskmanagers/tm-4"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (_, got) = answer(grafana.get(https(&d, "/blocklist/taskmanagers/tm-4"))).await;
     assert_eq!(got["source"], "ops", "{got}");
 }
 
@@ -389,13 +356,10 @@ async fn a_new_certificate_is_served_without_a_restart_and_a_broken_one_is_not()
     );
 
     // The watch opened before goes on.
-    let (status, _) = read(
+    let (status, _) = answer(
         client
             .post(https(&d, "/blocklist/nodes"))
-            .json(&json!([item("n-1", "MARK_BLOCKED", "disk")]))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!([item("n-1", "MARK_BLOCKED", "disk")])),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED);
@@ -485,9 +449,7 @@ fn a_tls_scanner_finds_no_old_protocol_no_weak_cipher_and_nothing_high() {
     {
         return;
     }
-    let ca = Ca::new("blocklistd test CA");
-    let mut ws = Workspace::new();
-    let d = start(&mut ws, &ca.server(&["127.0.0.1", "localhost"]), &[]);
+    let (ca, ws, d) = serving();
     let ca_file = ca.write(ws.tmp.path(), "ca");
     let report = ws.tmp.path().join("testssl.json");
     // Protocols, cipher categories, server defaults (the certificate), vulnerabilities.
