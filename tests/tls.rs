@@ -323,6 +323,13 @@ async fn client_certificates_named_in_the_token_file_are_callers_with_their_role
     assert_eq!(got["source"], "ops", "{got}");
 }
 
+/// Sends the daemon SIGHUP.
+fn hangup(d: &Daemon) {
+    let pid = d.pid().to_string();
+    let sent = Command::new("kill").args(["-HUP", &pid]).status();
+    assert!(sent.unwrap().success());
+}
+
 /// Replaces a certificate and key the way an agent rewrites them in place.
 fn replace(dir: &Path, issued: &Issued) {
     issued.write(dir, "server");
@@ -371,12 +378,7 @@ async fn a_new_certificate_is_served_without_a_restart_and_a_broken_one_is_not()
     }
 
     // SIGHUP with the files unchanged: nothing to do.
-    let pid = d.pid().to_string();
-    assert!(Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    hangup(&d);
     // A broken certificate: refused, the pair in use stays.
     std::fs::write(
         dir.join("server.crt"),
@@ -408,12 +410,7 @@ async fn a_new_certificate_is_served_without_a_restart_and_a_broken_one_is_not()
 async fn sighup_without_tls_does_not_stop_the_daemon() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    let pid = d.pid().to_string();
-    assert!(Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    hangup(&d);
     eventually("the SIGHUP is logged", || async {
         d.log_text().contains("SIGHUP: nothing to reload")
     })
