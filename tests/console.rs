@@ -1,8 +1,8 @@
 //! The operator console (`GET /ui`) in a real headless Chromium against the real daemon:
 //! it shows what is stored, follows the feed live (adds, removals and expiries by other
 //! clients within a second, a kill -9 and restart with no row lost or repeated), tries
-//! writes as dry runs first, asks for the token when reads need one, and CORS lets a page
-//! of another origin in only with `--cors-origin`.
+//! writes as dry runs first, asks for the token when reads need one, works over HTTPS, and
+//! CORS lets a page of another origin in only with `--cors-origin`.
 
 #[path = "console/browser.rs"]
 mod browser;
@@ -315,6 +315,63 @@ async fn a_dry_run_shows_the_merged_result_and_changes_nothing_then_the_add_land
     assert!(error.as_str().unwrap().contains("positive"), "{error}");
     assert_eq!(d.revision().await, before);
     assert_eq!(d.get("/blocklist/nodes/n2").await.0, StatusCode::NOT_FOUND);
+    browser.close().await;
+}
+
+/// Chromium's pin of a certificate's key: the SHA-256 of its `SubjectPublicKeyInfo`, base64.
+fn spki_pin(cert_pem: &str) -> String {
+    use base64::Engine as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use sha2::Digest as _;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(cert.public_key().raw))
+}
+
+#[tokio::test]
+async fn the_console_works_over_https() {
+    if !have_chromium("the_console_works_over_https")
+        || skip_on_etcd("TLS with --store etcd waits for TLS between replicas")
+    {
+        return;
+    }
+    let _turn = one_at_a_time().await;
+    let ca = Ca::new("blocklistd console test CA");
+    let server = ca.server(&["127.0.0.1", "localhost"]);
+    let mut ws = Workspace::new();
+    let (cert, key) = server.write(ws.tmp.path(), "server");
+    let d = ws.start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let base = format!("https://localhost:{}", d.addr.port());
+    // Chromium trusts the test certificate by its key, the way its own tests pin one.
+    let pin = format!(
+        "--ignore-certificate-errors-spki-list={}",
+        spki_pin(&server.cert_pem)
+    );
+    let browser = Browser::start_with(1280, 900, &[pin]).await;
+    browser.client.goto(&format!("{base}/ui")).await.unwrap();
+    browser
+        .until("the feed is live", DEADLINE, STATUS, status_is("live"))
+        .await;
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let resp = client
+        .post(format!("{base}/blocklist/nodes"))
+        .json(&json!([item("n1", MB, "disk")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    until_rows(&browser, "an add", LIVE, &["node/n1".to_owned()]).await;
+    assert_eq!(browser.console_errors().await, Vec::<String>::new());
     browser.close().await;
 }
 

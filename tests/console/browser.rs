@@ -62,6 +62,11 @@ fn free_port() -> u16 {
 impl Browser {
     /// Starts chromedriver and a headless Chromium at `width` × `height`.
     pub async fn start(width: u32, height: u32) -> Browser {
+        Browser::start_with(width, height, &[]).await
+    }
+
+    /// As [`Browser::start`], with `extra` flags for Chromium.
+    pub async fn start_with(width: u32, height: u32, extra: &[String]) -> Browser {
         let port = free_port();
         let driver = Driver(
             Command::new(CHROMEDRIVER)
@@ -87,7 +92,10 @@ impl Browser {
             "--disable-sync".to_owned(),
             format!("--window-size={width},{height}"),
             format!("--user-data-dir={}", profile.path().display()),
-        ];
+        ]
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .collect::<Vec<_>>();
         let caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
