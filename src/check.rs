@@ -8,8 +8,10 @@
 //! recent verdicts, so a scheduler asking about the same task managers over and over is
 //! answered from memory: a kept verdict is served until the committer, about to change a
 //! key it was read from, drops it (exactly: a storm of writes to other keys drops none) or
-//! an item it shows ends; it is kept only once durable, so a hit never waits.
+//! an item it shows ends; it is kept only once durable, so a hit never waits, and served
+//! only once no change after its read shows in the stamps of its keys.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -70,6 +72,9 @@ impl Verdict {
 pub struct Checked {
     pub verdict: Verdict,
     json: OnceLock<Bytes>,
+    /// Whether its copy in the cache may be served: set once no change to a key it was read
+    /// from came after its read ([`Checker::settle`]).
+    settled: AtomicBool,
 }
 
 impl Checked {
@@ -77,6 +82,7 @@ impl Checked {
         Arc::new(Checked {
             verdict,
             json: OnceLock::new(),
+            settled: AtomicBool::new(false),
         })
     }
 
@@ -232,8 +238,10 @@ impl Checker {
     /// it shows has ended (a change to a key it was read from would have dropped it).
     fn kept_now(&self, which: Which, id: &str, now: i64) -> Option<Arc<Checked>> {
         let hit = self.kept.as_ref()?.cache(which).get(id)?;
-        // Kept only once durable, and unchanged since: nothing to wait for.
-        (hit.until > now).then(|| hit.verdict.clone())
+        // Kept only once durable, and unchanged since: nothing to wait for. One offered but
+        // not settled yet may be stale (see [`Checker::keep`]).
+        let settled = hit.verdict.settled.load(Ordering::Acquire);
+        (settled && hit.until > now).then(|| hit.verdict.clone())
     }
 
     /// Whether no key `verdict` was read from has been stamped since `mark` (false may also
@@ -301,17 +309,37 @@ impl Checker {
                 verdict,
                 mark,
             } => {
-                if let Some(kept) = &self.kept {
-                    let id = &verdict.verdict.id;
-                    let cache = kept.cache(which);
-                    cache.insert(id.clone(), KeptVerdict::new(&verdict));
-                    // A transaction about to change a key it was read from may have told the
-                    // cache before the insert; it stamped the key first, which shows here.
-                    if !self.unchanged_since(which, &verdict.verdict, mark) {
-                        cache.remove(id);
-                    }
-                }
+                self.offer(which, &verdict);
+                self.settle(which, &verdict, mark);
                 verdict
+            }
+        }
+    }
+
+    /// The first half of keeping a fresh verdict: into the cache, not to be served yet.
+    ///
+    /// Why two halves: a transaction about to change a key stamps it, then drops the
+    /// verdicts it may change from the cache, then applies. A verdict read before that
+    /// change and offered after the drop is caught only by comparing the stamps with its
+    /// mark after the offer ([`Checker::settle`]); until then it must not be served, or a
+    /// check that starts after the change was acknowledged could answer from it. Once
+    /// settled, any later change finds it in the cache and drops it (the offer and the drop
+    /// take the same lock, so one of the two sees the other).
+    fn offer(&self, which: Which, verdict: &Arc<Checked>) {
+        if let Some(kept) = &self.kept {
+            let cache = kept.cache(which);
+            cache.insert(verdict.verdict.id.clone(), KeptVerdict::new(verdict));
+        }
+    }
+
+    /// The second half: served from now on if no key the verdict was read from has been
+    /// stamped since its read, else dropped.
+    fn settle(&self, which: Which, verdict: &Arc<Checked>, mark: ReadMark) {
+        if let Some(kept) = &self.kept {
+            if self.unchanged_since(which, &verdict.verdict, mark) {
+                verdict.settled.store(true, Ordering::Release);
+            } else {
+                kept.cache(which).remove(&verdict.verdict.id);
             }
         }
     }
@@ -441,6 +469,45 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(check(&checker, "tm-b").await, (false, true), "its own item");
+        tokio::task::spawn_blocking(move || store.shutdown().unwrap())
+            .await
+            .unwrap();
+    }
+    /// A verdict read before a change and offered to the cache after the change told it is
+    /// never served, not even between the offer and the settling that drops it: a check
+    /// that starts after the change is acknowledged must see it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_verdict_read_before_an_acknowledged_change_is_never_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreConfig::new(dir.path().join("data"))).unwrap();
+        let checker = Checker::new(store.clone(), 1 << 20);
+        let now = crate::clock::now_ms();
+        let mut seen = store.seen();
+        let found = checker.task_manager_now("tm-a", now, &mut seen).unwrap();
+        let Found::Fresh {
+            which,
+            verdict,
+            mark,
+        } = found
+        else {
+            panic!("nothing kept yet");
+        };
+        assert!(!verdict.verdict.blocked);
+
+        store
+            .add(Kind::TaskManager, vec![block("tm-a")], now)
+            .await
+            .unwrap();
+        checker.offer(which, &verdict);
+        let served = checker.kept_now(Which::TaskManager, "tm-a", now);
+        assert!(
+            served.is_none(),
+            "a check after the add was answered from a verdict read before it: {:?}",
+            served.map(|checked| checked.verdict.clone())
+        );
+        checker.settle(which, &verdict, mark);
+        assert_eq!(check(&checker, "tm-a").await, (false, true), "read again");
+        assert_eq!(check(&checker, "tm-a").await, (true, true), "kept blocked");
         tokio::task::spawn_blocking(move || store.shutdown().unwrap())
             .await
             .unwrap();

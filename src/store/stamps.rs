@@ -55,8 +55,9 @@ pub struct ReadMark(pub(super) u64);
 /// writes to other keys they would make most of its answers look stale.
 ///
 /// A cache that keeps an answer must still compare the stamps of the keys it read with its
-/// mark *after* keeping it (and drop it if one moved): a transaction told before the answer
-/// was kept stamped first, so that check sees it.
+/// mark *after* keeping it, drop it if one moved, and serve it only after that comparison
+/// passed: a transaction told before the answer was kept stamped first, so that check sees
+/// it, but until then the kept answer may be older than an acknowledged change.
 pub trait Stale: Send + Sync {
     /// Checks of task manager `tm` may change: its item, its registration or its node's
     /// item is about to.
