@@ -201,10 +201,10 @@ fn listener_tls(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<Arc<Se
         }
         return Ok(None);
     };
-    if config.store.on_etcd() {
+    if config.store.on_etcd() && files.peer_ca.is_none() {
         return Err(Error::Config(
-            "--tls-cert is not available with --store etcd yet: replicas forward writes to \
-             each other over plain HTTP"
+            "--tls-cert with --store etcd needs --tls-peer-ca: the CA that signed the other \
+             daemons' certificates, to verify the writer a request is sent on to"
                 .to_owned(),
         ));
     }
@@ -249,8 +249,15 @@ pub async fn run(
     let advertised = match &listener {
         Some(listener) => config
             .store
-            .advertised(listener.local_addr().map_err(Error::Serve)?),
+            .advertised(listener.local_addr().map_err(Error::Serve)?, tls.is_some())
+            .map_err(Error::Config)?,
         None => String::new(),
+    };
+    let forwarding_tls = match (&tls, &config.tls.tls_peer_ca) {
+        (Some(tls), Some(peer_ca)) => {
+            Some(crate::tls::forwarding_config(tls, peer_ca).map_err(Error::Config)?)
+        }
+        _ => None,
     };
     let store_config = store_config(&config, &advertised, metrics.clone())?;
     let election = store_config.election();
@@ -261,6 +268,7 @@ pub async fn run(
             advertised,
             config.store.forward_wait(),
             limits(&config),
+            forwarding_tls,
             metrics.clone(),
         )
     });

@@ -38,7 +38,7 @@ async fn write_load(
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Acknowledged>>,
 ) {
-    let client = reqwest::Client::builder()
+    let client = trusting_daemons()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
@@ -411,7 +411,7 @@ async fn a_guardrail_storm_across_a_failover_admits_exactly_the_cap() {
     for client_no in 0..16 {
         let (urls, answered) = (urls.clone(), answered.clone());
         clients.push(tokio::spawn(async move {
-            let client = reqwest::Client::builder()
+            let client = trusting_daemons()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .unwrap();

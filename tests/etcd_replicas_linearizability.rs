@@ -59,10 +59,7 @@ struct Slot {
 
 impl Slot {
     fn target(&self) -> Target {
-        Target {
-            incarnation: self.incarnation,
-            addr: self.daemon.addr,
-        }
+        Target::of(self.incarnation, &self.daemon)
     }
 }
 
@@ -84,11 +81,12 @@ async fn reads_through_any_replica_are_linearizable_under_faults() {
         "BLOCKLISTD_LIN_SEED={seed} faults={faults_wanted} clients={writers} readers={readers} \
          ids={ids}"
     );
-    let Some(mut cluster) = EtcdCluster::start(3, "etcd_replicas_linearizability") else {
+    let ws = Workspace::new();
+    let Some((mut cluster, mut flags)) =
+        tls_cluster(&ws, "etcd_replicas_linearizability", LEASE_SECS, 1_000)
+    else {
         return;
     };
-    let ws = Workspace::new();
-    let mut flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
     flags.extend(["--forward-wait-ms", "1000"].map(str::to_owned));
     let (writer, [first, second]) = three_daemons(&ws, &flags).await;
     let mut slots: Vec<Slot> = [writer, first, second]
@@ -183,7 +181,7 @@ async fn reads_through_any_replica_are_linearizable_under_faults() {
     let ids = clients.ids().to_vec();
     let wall = clients.now();
     let last = &slots[0];
-    let mut history = clients.stop(last.daemon.addr, last.incarnation).await;
+    let mut history = clients.stop(last.target()).await;
     history.bound_cut_ops(|op| op.invoke + LINGER);
     history.summarize(faults.len(), wall);
     history.assert_linearizable(&ids, &faults, violations);

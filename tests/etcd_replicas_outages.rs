@@ -85,13 +85,13 @@ fn leader(cluster: &EtcdCluster) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_etcd_member_then_a_dead_leader_fail_no_request() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
-    let Some(mut cluster) = EtcdCluster::start(3, "etcd_replicas_outages members") else {
-        return;
-    };
     let ws = Workspace::new();
     // A call deadline of 3 s outlasts an etcd leader's election (1–2 s); the lease
     // outlasts the deadline, so that no writer change adds to the test.
-    let flags = cluster.daemon_flags("/t/", 5, 3_000);
+    let Some((mut cluster, flags)) = tls_cluster(&ws, "etcd_replicas_outages members", 5, 3_000)
+    else {
+        return;
+    };
     let (writer, replicas) = three_daemons(&ws, &flags).await;
     add_acknowledged(&writer, "before").await;
     let daemons = [&writer, &replicas[0], &replicas[1]];
@@ -109,10 +109,7 @@ async fn a_dead_etcd_member_then_a_dead_leader_fail_no_request() {
             urls[1 + task % 2].clone()
         };
         load.push(tokio::spawn(async move {
-            let client = reqwest::Client::builder()
-                .timeout(DEADLINE)
-                .build()
-                .unwrap();
+            let client = trusting_daemons().timeout(DEADLINE).build().unwrap();
             let mut n = 0;
             while !stop.load(Ordering::SeqCst) {
                 if task < 6 {
@@ -190,11 +187,11 @@ async fn a_dead_etcd_member_then_a_dead_leader_fail_no_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_cut_off_from_etcd_answers_503_not_stale_data() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
-    let Some(cluster) = EtcdCluster::start(3, "etcd_replicas partition") else {
+    let ws = Workspace::new();
+    let Some((cluster, flags)) = tls_cluster(&ws, "etcd_replicas partition", LEASE_SECS, 1_000)
+    else {
         return;
     };
-    let ws = Workspace::new();
-    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
     let writer = spawn_numbered(&ws, &flags, 0);
     writer
         .writer_within(DEADLINE)
@@ -266,11 +263,11 @@ async fn a_replica_cut_off_from_etcd_answers_503_not_stale_data() {
 #[tokio::test(flavor = "multi_thread")]
 async fn quorum_lost_is_503_everywhere_and_recovers_by_itself() {
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
-    let Some(mut cluster) = EtcdCluster::start(3, "etcd_replicas quorum") else {
+    let ws = Workspace::new();
+    let Some((mut cluster, flags)) = tls_cluster(&ws, "etcd_replicas quorum", LEASE_SECS, 1_000)
+    else {
         return;
     };
-    let ws = Workspace::new();
-    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
     let writer = spawn_numbered(&ws, &flags, 0);
     writer
         .writer_within(DEADLINE)

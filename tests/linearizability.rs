@@ -75,10 +75,7 @@ async fn point_reads_and_checks_are_linearizable_across_kill_9() {
     );
     let mut ws = Workspace::new();
     let mut daemon = start(&mut ws).await;
-    let target = |incarnation, daemon: &Daemon| Target {
-        incarnation,
-        addr: daemon.addr,
-    };
+    let target = Target::of;
     let clients = Clients::spawn(writers, readers, ids, seed, vec![target(0, &daemon)]);
 
     // The nemesis: load, kill -9, restart on the same data dir, again and again.
@@ -96,7 +93,7 @@ async fn point_reads_and_checks_are_linearizable_across_kill_9() {
     tokio::time::sleep(Duration::from_millis(rng.in_range(LOAD))).await;
     let ids = clients.ids().to_vec();
     let base = clients.base;
-    let mut history = clients.stop(daemon.addr, kills).await;
+    let mut history = clients.stop(Target::of(kills, &daemon)).await;
     let wall = base.elapsed();
     let exit = tokio::task::block_in_place(|| daemon.terminate());
     ends.push(base.elapsed());

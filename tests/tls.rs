@@ -13,22 +13,6 @@ use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-/// An https client trusting `ca` only, presenting `identity` if given, that reports the
-/// server's certificate.
-fn https_client(ca: &Ca, identity: Option<&Issued>) -> reqwest::Client {
-    let mut builder = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap())
-        .tls_info(true)
-        .timeout(DEADLINE);
-    if let Some(identity) = identity {
-        let pem = format!("{}\n{}", identity.cert_pem, identity.key_pem);
-        builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
-    }
-    builder.build().unwrap()
-}
-
 fn https(d: &Daemon, path: &str) -> String {
     format!("https://127.0.0.1:{}{path}", d.addr.port())
 }

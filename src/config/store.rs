@@ -57,6 +57,30 @@ pub struct StoreFlags {
     )]
     pub etcd_password_file: Option<PathBuf>,
 
+    /// etcd's CA (PEM): the members' certificates are verified with it. Needs `https://`
+    /// endpoints (and they need it). Read at start.
+    #[arg(long, env = "BLOCKLISTD_ETCD_CACERT", global = true)]
+    pub etcd_cacert: Option<PathBuf>,
+
+    /// A client certificate (PEM) for a cluster run with `--client-cert-auth`, with
+    /// --etcd-key. Read at start.
+    #[arg(
+        long,
+        env = "BLOCKLISTD_ETCD_CERT",
+        requires = "etcd_key",
+        global = true
+    )]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// The private key of --etcd-cert (PEM).
+    #[arg(
+        long,
+        env = "BLOCKLISTD_ETCD_KEY",
+        requires = "etcd_cert",
+        global = true
+    )]
+    pub etcd_key: Option<PathBuf>,
+
     /// The writer's lease, in seconds: how long after a writer dies a replica takes over.
     #[arg(long, env = "BLOCKLISTD_ETCD_LEASE_SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(2..=3600), global = true)]
@@ -87,8 +111,9 @@ pub struct StoreFlags {
     pub etcd_timeout_ms: u64,
 
     /// The URL other daemons on the prefix forward requests to while this one is the
-    /// writer (written in the writer key); default: `http://` and the bound --listen
-    /// address, with this machine's host name for an unspecified address (0.0.0.0, ::).
+    /// writer (written in the writer key); default: `http://` (`https://` with
+    /// --tls-cert) and the bound --listen address, with this machine's host name for an
+    /// unspecified address (0.0.0.0, ::).
     #[arg(long, env = "BLOCKLISTD_ADVERTISE_URL", value_parser = parse_advertise_url)]
     pub advertise_url: Option<String>,
 
@@ -103,9 +128,8 @@ fn parse_advertise_url(text: &str) -> Result<String, String> {
     let uri: axum::http::Uri = text
         .parse()
         .map_err(|e| format!("not a URL ({e}); e.g. http://10.0.0.7:7224"))?;
-    // The daemon serves plain HTTP only, and sends on to plain HTTP only.
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err("must be http:// with a host, e.g. http://10.0.0.7:7224".into());
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+        return Err("must be http:// or https:// with a host, e.g. https://10.0.0.7:7224".into());
     }
     if uri.path() != "/" || uri.query().is_some() {
         return Err("must name a host and port only, no path".into());
@@ -120,19 +144,31 @@ impl StoreFlags {
     }
 
     /// The URL this daemon announces as the writer ([`StoreFlags::advertise_url`]), for the
-    /// address it is bound to.
-    pub fn advertised(&self, bound: std::net::SocketAddr) -> String {
+    /// address it is bound to; `https` when the listener serves TLS, which a given URL must
+    /// match.
+    pub fn advertised(&self, bound: std::net::SocketAddr, https: bool) -> Result<String, String> {
+        let scheme = if https { "https" } else { "http" };
         if let Some(url) = &self.advertise_url {
-            return url.clone();
+            if !url.starts_with(&format!("{scheme}://")) {
+                return Err(format!(
+                    "--advertise-url {url} must be {scheme}://: the listener serves {}",
+                    if https {
+                        "TLS (--tls-cert)"
+                    } else {
+                        "plain HTTP"
+                    }
+                ));
+            }
+            return Ok(url.clone());
         }
         if !bound.ip().is_unspecified() {
-            return format!("http://{bound}");
+            return Ok(format!("{scheme}://{bound}"));
         }
         let host = rustix::system::uname()
             .nodename()
             .to_string_lossy()
             .into_owned();
-        format!("http://{host}:{}", bound.port())
+        Ok(format!("{scheme}://{host}:{}", bound.port()))
     }
 
     /// [`StoreFlags::forward_wait_ms`].
@@ -205,6 +241,7 @@ impl StoreFlags {
             _ => None,
         };
         Ok(crate::store::etcd::EtcdConfig {
+            tls: self.etcd_tls()?,
             endpoints: self.etcd_endpoints.clone(),
             prefix: self.etcd_prefix.clone(),
             user,
@@ -218,20 +255,127 @@ impl StoreFlags {
             create: true,
         })
     }
+
+    /// The TLS of the connections to etcd: `None` for `http://` endpoints. The files are
+    /// read here, so a wrong path or a file that is not PEM stops the start with its name.
+    #[cfg(feature = "etcd")]
+    fn etcd_tls(&self) -> Result<Option<etcd_client::TlsOptions>, String> {
+        use etcd_client::{Certificate, Identity, TlsOptions};
+        let https = self
+            .etcd_endpoints
+            .iter()
+            .filter(|url| url.starts_with("https://"));
+        let https = https.count();
+        let given = self.etcd_cacert.is_some() || self.etcd_cert.is_some();
+        if https == 0 && !given {
+            return Ok(None);
+        }
+        if https != self.etcd_endpoints.len() {
+            return Err(format!(
+                "--etcd-endpoints {}: with --etcd-cacert or --etcd-cert every endpoint must \
+                 be https://, and an https:// endpoint needs them all so",
+                self.etcd_endpoints.join(",")
+            ));
+        }
+        let Some(ca) = &self.etcd_cacert else {
+            return Err(
+                "https:// etcd endpoints need --etcd-cacert, the CA that signed the \
+                        members' certificates"
+                    .into(),
+            );
+        };
+        let ca = crate::tls::read_certificates("--etcd-cacert", ca)?;
+        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+        if let (Some(cert), Some(key)) = (&self.etcd_cert, &self.etcd_key) {
+            let cert = crate::tls::read_certificates("--etcd-cert", cert)?;
+            let key = crate::tls::read_key("--etcd-key", key)?;
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        Ok(Some(tls))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_advertise_url;
+    use clap::Parser;
+
+    use super::{parse_advertise_url, StoreFlags};
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        store: StoreFlags,
+    }
+
+    fn flags(args: &[&str]) -> StoreFlags {
+        let args = std::iter::once("blocklistd").chain(args.iter().copied());
+        Flags::try_parse_from(args).expect("flags parse").store
+    }
 
     #[test]
-    fn an_advertised_url_is_plain_http_to_a_host() {
+    fn the_advertised_scheme_is_the_listeners() {
+        let bound: std::net::SocketAddr = "127.0.0.1:7224".parse().unwrap();
+        assert_eq!(
+            flags(&[]).advertised(bound, true).as_deref(),
+            Ok("https://127.0.0.1:7224")
+        );
+        assert_eq!(
+            flags(&[]).advertised(bound, false).as_deref(),
+            Ok("http://127.0.0.1:7224")
+        );
+        let plain = flags(&["--advertise-url", "http://10.0.0.7:7224"]);
+        let refused = plain.advertised(bound, true).unwrap_err();
+        assert!(refused.contains("must be https://"), "{refused}");
+        let secure = flags(&["--advertise-url", "https://10.0.0.7:7224"]);
+        assert!(secure.advertised(bound, false).is_err());
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcds_tls_needs_https_endpoints_and_a_ca_that_is_pem() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        let ca = ca.to_str().unwrap();
+        assert!(flags(&[]).etcd_tls().unwrap().is_none(), "plain by default");
+        let refused = [
+            (vec!["--etcd-cacert", ca], "must be https://"),
+            (
+                vec!["--etcd-endpoints", "https://10.0.0.1:2379"],
+                "need --etcd-cacert",
+            ),
+            (
+                vec![
+                    "--etcd-endpoints",
+                    "https://e:2379,http://f:2379",
+                    "--etcd-cacert",
+                    ca,
+                ],
+                "must be https://",
+            ),
+            (
+                vec!["--etcd-endpoints", "https://e:2379", "--etcd-cacert", ca],
+                "--etcd-cacert",
+            ),
+        ];
+        for (args, says) in refused {
+            let error = flags(&args).etcd_tls().unwrap_err();
+            assert!(error.contains(says), "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_advertised_url_is_http_or_https_to_a_host() {
         assert_eq!(
             parse_advertise_url("http://10.0.0.7:7224/").as_deref(),
             Ok("http://10.0.0.7:7224")
         );
+        assert_eq!(
+            parse_advertise_url("https://replica-1.example:7224").as_deref(),
+            Ok("https://replica-1.example:7224")
+        );
         for refused in [
-            "https://10.0.0.7:7224",
+            "ftp://10.0.0.7:7224",
             "10.0.0.7:7224",
             "http://h:1/api",
             "http://h:1/?a=b",

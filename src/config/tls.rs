@@ -36,6 +36,13 @@ pub struct TlsFlags {
     #[arg(long, env = "BLOCKLISTD_TLS_CLIENT_AUTH", value_enum,
           default_value_t = ClientAuth::Optional, requires = "tls_client_ca")]
     pub tls_client_auth: ClientAuth,
+
+    /// With --store etcd: the CA (PEM) that signed the other daemons' --tls-cert. Requests
+    /// sent on to the writer go over https verified with it, this daemon's own certificate
+    /// as the client's, and the writer takes a certificate this CA verifies as another
+    /// daemon's (see docs/operations.md). Read at start.
+    #[arg(long, env = "BLOCKLISTD_TLS_PEER_CA", requires = "tls_cert")]
+    pub tls_peer_ca: Option<PathBuf>,
 }
 
 /// The files of a TLS listener, as [`TlsFlags`] named them.
@@ -45,6 +52,7 @@ pub struct TlsFiles {
     pub key: PathBuf,
     pub client_ca: Option<PathBuf>,
     pub client_auth: ClientAuth,
+    pub peer_ca: Option<PathBuf>,
 }
 
 impl TlsFlags {
@@ -55,6 +63,7 @@ impl TlsFlags {
             key: self.tls_key.clone()?,
             client_ca: self.tls_client_ca.clone(),
             client_auth: self.tls_client_auth,
+            peer_ca: self.tls_peer_ca.clone(),
         })
     }
 }

@@ -126,7 +126,8 @@ pub async fn require_token(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    let peer = req.extensions().get::<Peer>();
+    let peer = certificate_caller(&req);
+    let peer = peer.as_ref();
     // A token sent wins over the connection's certificate: the client chose it for this
     // request.
     let caller = match (presented, peer) {
@@ -168,6 +169,28 @@ pub async fn require_token(
     }
     req.extensions_mut().insert(caller.clone());
     next.run(req).await
+}
+
+/// The client certificate a request is the caller's by: its connection's, or — on a
+/// request another daemon sent on, over a connection whose certificate `--tls-peer-ca`
+/// verified — the one the caller showed that daemon, by the names it sent
+/// ([`crate::tls::FORWARDED_NAMES_HEADER`]; none: the caller showed no certificate, and
+/// the forwarding daemon's own is not the caller's). Anyone else's names header is ignored.
+fn certificate_caller(req: &Request) -> Option<Peer> {
+    let connection = req.extensions().get::<Peer>()?;
+    if !(connection.daemon && req.headers().contains_key(super::forward::FORWARDED_HEADER)) {
+        return Some(connection.clone());
+    }
+    let names: Vec<String> = req
+        .headers()
+        .get_all(crate::tls::FORWARDED_NAMES_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
+    (!names.is_empty()).then(|| Peer {
+        names: names.into(),
+        daemon: false,
+    })
 }
 
 #[cfg(test)]
@@ -218,6 +241,7 @@ mod tests {
             false,
         );
         let peer = |names: &[&str]| Peer {
+            daemon: false,
             names: names.iter().map(|n| (*n).to_owned()).collect(),
         };
         // Subject alternative names come first: the first listed one wins.

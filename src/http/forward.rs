@@ -36,6 +36,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::Full;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -45,6 +46,7 @@ use super::limits::{read_body, Limits};
 use super::replica::Roles;
 use crate::metrics::{ForwardLabels, Metrics};
 use crate::store::{Announcement, Election, Store};
+use crate::tls::{Peer, FORWARDED_NAMES_HEADER};
 
 /// Marks a request one daemon sent on to another; its value is the sender's URL.
 pub const FORWARDED_HEADER: &str = "blocklist-forwarded-by";
@@ -67,7 +69,8 @@ pub struct Forwarder {
     own_url: String,
     wait: Duration,
     limits: Limits,
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// `https` to a writer that advertises it (verified with `--tls-peer-ca`), else `http`.
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// The writer key as last read.
     known: Mutex<Option<Known>>,
     /// Held by the one request reading the writer key; the others wait for its result.
@@ -101,17 +104,36 @@ impl Known {
 impl Forwarder {
     /// `limits`: this daemon's, for reading bodies; its header timeout is also the idle
     /// time after which the writer (run with the same flags) closes a kept connection, so
-    /// connections are kept for less.
+    /// connections are kept for less. `tls`: for a writer that advertises `https`
+    /// ([`crate::tls::forwarding_config`]); without it only `http` writers are reached.
     pub fn new(
         election: Election,
         own_url: String,
         wait: Duration,
         limits: Limits,
+        tls: Option<rustls::ClientConfig>,
         metrics: Arc<Metrics>,
     ) -> Arc<Forwarder> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        // `https_or_http` needs HttpConnector to pass https URLs on.
+        connector.enforce_http(false);
+        // No trust roots without --tls-peer-ca: an https writer is refused, and says why.
+        let tls = tls.unwrap_or_else(|| {
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+        });
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(limits.header_timeout / 2)
             .build(connector);
@@ -182,6 +204,7 @@ impl Forwarder {
             if let Ok(own) = HeaderValue::from_str(&self.own_url) {
                 headers.insert(FORWARDED_HEADER, own);
             }
+            name_certificate(headers, parts.extensions.get::<Peer>());
             match tokio::time::timeout(ANSWER_TIMEOUT, self.client.request(outgoing)).await {
                 Ok(Ok(answer)) => {
                     if answer.status() == StatusCode::SERVICE_UNAVAILABLE {
@@ -293,6 +316,21 @@ impl Forwarder {
             .is_some_and(|k| k.writer.as_deref() == Ok(url))
         {
             *known = None;
+        }
+    }
+}
+
+/// Names the caller's verified client certificate, if it has one and sends no token (a
+/// token wins, as on the writer), for the writer's token file: the writer has only the
+/// forwarding daemon's certificate. A client's own header of that name is never passed on.
+fn name_certificate(headers: &mut HeaderMap, caller: Option<&Peer>) {
+    headers.remove(FORWARDED_NAMES_HEADER);
+    if headers.contains_key(header::AUTHORIZATION) {
+        return;
+    }
+    for name in caller.map(|peer| &peer.names[..]).unwrap_or_default() {
+        if let Ok(value) = HeaderValue::from_str(name) {
+            headers.append(FORWARDED_NAMES_HEADER, value);
         }
     }
 }

@@ -56,12 +56,12 @@ impl ServerTls {
         .unwrap_or(Err(Failure::Timeout));
         let (reason, error) = match shaken {
             Ok(stream) => {
-                let peer = stream
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .and_then(Peer::of);
+                let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+                let peer = chain.split_first().and_then(|(leaf, intermediates)| {
+                    let mut peer = Peer::of(leaf)?;
+                    peer.daemon = self.is_daemon(leaf, intermediates);
+                    Some(peer)
+                });
                 return Some(Accepted { stream, peer });
             }
             Err(Failure::PlainHttp(mut stream)) => {

@@ -13,6 +13,9 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub names: Arc<[String]>,
+    /// Whether `--tls-peer-ca` verifies it: another daemon of the prefix, sending a request
+    /// on to this one.
+    pub daemon: bool,
 }
 
 impl Peer {
@@ -38,6 +41,7 @@ impl Peer {
         }
         (!names.is_empty()).then(|| Peer {
             names: names.into(),
+            daemon: false,
         })
     }
 }

@@ -7,7 +7,8 @@
 //! - `reload`: what triggers a reload (SIGHUP, and changes in the files' directories).
 //! - `handshake`: accepting one connection, and why a handshake failed.
 //! - [`Peer`]: the names a verified client certificate carries, which the token file may
-//!   give a name and a role.
+//!   give a name and a role, and whether it is another daemon's.
+//! - `peer`: the client side of a request sent on to the writer (`--tls-peer-ca`).
 //!
 //! The protocol versions are TLS 1.2 and 1.3 and the cipher suites rustls' defaults (ring's
 //! provider: no CBC, no RSA key exchange); ALPN offers `http/1.1`, the only protocol the
@@ -15,6 +16,7 @@
 
 mod handshake;
 mod identity;
+mod peer;
 mod reload;
 
 use std::path::Path;
@@ -23,7 +25,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
 use crate::config::{ClientAuth, TlsFiles};
@@ -31,11 +35,18 @@ use crate::metrics::Metrics;
 
 pub use handshake::Accepted;
 pub use identity::Peer;
+pub use peer::{forwarding_config, FORWARDED_NAMES_HEADER};
 pub use reload::log_hangups;
 
 /// A TLS configuration built from the files, with what the logs and metrics show of it.
 struct Loaded {
     config: Arc<ServerConfig>,
+    /// The same certificate and key, which this daemon presents as a client when it sends
+    /// a request on to the writer ([`peer`]).
+    certified: Arc<CertifiedKey>,
+    /// Verifies a client's certificate with `--tls-peer-ca` alone: whether the client is
+    /// another daemon.
+    daemons: Option<Arc<dyn ClientCertVerifier>>,
     /// The files' bytes, to tell a change from a touch.
     sources: Vec<Vec<u8>>,
     /// The leaf certificate's serial number, in hex.
@@ -145,16 +156,48 @@ fn certificates(
     Ok(certs)
 }
 
+/// The certificates of the CA file at `path`, as trust roots; its bytes join `sources`.
+fn roots(what: &str, path: &Path, sources: &mut Vec<Vec<u8>>) -> Result<RootCertStore, String> {
+    let pem = read(what, path)?;
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(what, path, &pem)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("the {what} {}: {e}", path.display()))?;
+    }
+    sources.push(pem);
+    Ok(roots)
+}
+
+/// The PEM file at `path` (named `what` in errors), once it is known to hold at least one
+/// certificate.
+pub fn read_certificates(what: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let pem = read(what, path)?;
+    certificates(what, path, &pem)?;
+    Ok(pem)
+}
+
+/// The PEM file at `path` (named `what` in errors), once it is known to hold a private key.
+pub fn read_key(what: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let pem = read(what, path)?;
+    private_key(what, path, &pem)?;
+    Ok(pem)
+}
+
+fn private_key(what: &str, path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
+        format!(
+            "the {what} {} holds no private key (PEM PKCS#8, PKCS#1 or SEC1): {e}",
+            path.display()
+        )
+    })
+}
+
 fn load(files: &TlsFiles) -> Result<Loaded, String> {
     let cert_pem = read("TLS certificate", &files.cert)?;
     let key_pem = read("TLS key", &files.key)?;
     let chain = certificates("TLS certificate", &files.cert, &cert_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        format!(
-            "the TLS key {} holds no private key (PEM PKCS#8, PKCS#1 or SEC1): {e}",
-            files.key.display()
-        )
-    })?;
+    let key = private_key("TLS key", &files.key, &key_pem)?;
     let (serial, not_after) = identity::serial_and_expiry(&chain[0])
         .map_err(|e| format!("the TLS certificate {}: {e}", files.cert.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -162,28 +205,49 @@ fn load(files: &TlsFiles) -> Result<Loaded, String> {
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?;
     let mut sources = vec![cert_pem, key_pem];
-    let builder = match &files.client_ca {
-        None => builder.with_no_client_auth(),
-        Some(path) => {
-            let pem = read("TLS client CA", path)?;
-            let mut roots = RootCertStore::empty();
-            for cert in certificates("TLS client CA", path, &pem)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("the TLS client CA {}: {e}", path.display()))?;
-            }
-            sources.push(pem);
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
-            let verifier = match files.client_auth {
-                ClientAuth::Optional => verifier.allow_unauthenticated(),
-                ClientAuth::Required => verifier,
-            };
-            let verifier = verifier
-                .build()
-                .map_err(|e| format!("the TLS client CA {}: {e}", path.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+    let client_roots = match &files.client_ca {
+        Some(path) => Some(roots("TLS client CA", path, &mut sources)?),
+        None => None,
     };
+    let peer_roots = match &files.peer_ca {
+        Some(path) => Some(roots("TLS peer CA", path, &mut sources)?),
+        None => None,
+    };
+    let verifier = |roots: RootCertStore, required: bool| {
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+        let verifier = if required {
+            verifier
+        } else {
+            verifier.allow_unauthenticated()
+        };
+        verifier
+            .build()
+            .map_err(|e| format!("TLS client verification: {e}"))
+    };
+    let daemons = match &peer_roots {
+        Some(roots) => Some(verifier(roots.clone(), true)? as Arc<dyn ClientCertVerifier>),
+        None => None,
+    };
+    // Another daemon sending a request on presents its own certificate, so the listener
+    // takes those of either CA.
+    let builder = match (client_roots, peer_roots) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(mut roots), peer) => {
+            roots.roots.extend(peer.into_iter().flat_map(|p| p.roots));
+            let required = files.client_auth == ClientAuth::Required;
+            builder.with_client_cert_verifier(verifier(roots, required)?)
+        }
+        (None, Some(peer)) => builder.with_client_cert_verifier(verifier(peer, false)?),
+    };
+    let certified =
+        CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider).map_err(|e| {
+            format!(
+                "the TLS key {} does not go with the certificate {}: {e}",
+                files.key.display(),
+                files.cert.display()
+            )
+        })?;
     let mut config = builder.with_single_cert(chain, key).map_err(|e| {
         format!(
             "the TLS key {} does not go with the certificate {}: {e}",
@@ -194,6 +258,8 @@ fn load(files: &TlsFiles) -> Result<Loaded, String> {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Loaded {
         config: Arc::new(config),
+        certified: Arc::new(certified),
+        daemons,
         sources,
         serial,
         not_after,

@@ -1,12 +1,23 @@
 //! An etcd cluster of the tests' own: Debian's `etcd` (etcd-server) on private loopback
-//! ports and directories, each member killed and restarted at will.
+//! ports and directories, each member killed and restarted at will; optionally serving its
+//! clients over TLS only, with client certificates required.
 
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use super::{available, DEADLINE};
+use super::{available, Ca, DEADLINE};
+
+/// The files of a cluster that serves TLS: its CA, and the client certificate etcdctl and
+/// the daemons present.
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// The members' server certificate (127.0.0.1), and its key.
+    server: (PathBuf, PathBuf),
+}
 
 struct Member {
     name: String,
@@ -27,6 +38,7 @@ pub struct EtcdCluster {
     /// Lives as long as the test process (never dropped): each member runs under a
     /// watchdog that kills it and removes its directory when the process ends.
     shared: bool,
+    pub tls: Option<EtcdTls>,
 }
 
 /// The one-member cluster the suites' daemons run on when `BLOCKLISTD_TEST_STORE=etcd`
@@ -37,7 +49,7 @@ pub static SHARED_ETCD: LazyLock<EtcdCluster> = LazyLock::new(|| {
         super::runs("etcd", "--version"),
         "BLOCKLISTD_TEST_STORE=etcd, and etcd is not installed (Debian: etcd-server)"
     );
-    EtcdCluster::launch(1, &[], true)
+    EtcdCluster::launch(1, &[], true, false)
 });
 
 fn free_port() -> u16 {
@@ -62,24 +74,53 @@ impl EtcdCluster {
         ) {
             return None;
         }
-        Some(EtcdCluster::launch(size, extra, false))
+        Some(EtcdCluster::launch(size, extra, false, false))
     }
 
-    fn launch(size: usize, extra: &[&str], shared: bool) -> EtcdCluster {
+    /// [`EtcdCluster::start`], the members serving clients over TLS only
+    /// (`--client-cert-auth`: a client must present a certificate of the cluster's CA).
+    pub fn start_tls(size: usize, test: &str) -> Option<EtcdCluster> {
+        let installed = super::runs("etcd", "--version");
+        if !available(
+            "etcd is not installed (Debian: etcd-server)",
+            installed,
+            test,
+        ) {
+            return None;
+        }
+        Some(EtcdCluster::launch(size, &[], false, true))
+    }
+
+    fn launch(size: usize, extra: &[&str], shared: bool, tls: bool) -> EtcdCluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let tls = tls.then(|| {
+            let ca = Ca::new("etcd test CA");
+            let server = ca.server(&["127.0.0.1", "localhost"]);
+            let client = ca.client("blocklistd");
+            let (client_cert, client_key) = client.write(dir.path(), "etcd-client");
+            EtcdTls {
+                ca: ca.write(dir.path(), "etcd-ca"),
+                client_cert,
+                client_key,
+                server: server.write(dir.path(), "etcd-server"),
+            }
+        });
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let members = (0..size)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client: format!("http://127.0.0.1:{}", free_port()),
+                client: format!("{scheme}://127.0.0.1:{}", free_port()),
                 peer: format!("http://127.0.0.1:{}", free_port()),
                 child: None,
                 lifeline: None,
             })
             .collect();
         let mut cluster = EtcdCluster {
-            dir: tempfile::tempdir().expect("temp dir"),
+            dir,
             members,
             extra: extra.iter().map(|f| (*f).to_owned()).collect(),
             shared,
+            tls,
         };
         for i in 0..size {
             cluster.start_member(i);
@@ -125,6 +166,7 @@ impl EtcdCluster {
             .args(["--initial-advertise-peer-urls", &member.peer])
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new"])
+            .args(self.tls_member_flags())
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
@@ -132,6 +174,45 @@ impl EtcdCluster {
             .expect("start etcd");
         self.members[i].lifeline = child.stdin.take();
         self.members[i].child = Some(child);
+    }
+
+    /// A member's TLS flags: its certificate, and client certificates required.
+    fn tls_member_flags(&self) -> Vec<String> {
+        let Some(tls) = &self.tls else {
+            return Vec::new();
+        };
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--cert-file".into(),
+            path(&tls.server.0),
+            "--key-file".into(),
+            path(&tls.server.1),
+            "--trusted-ca-file".into(),
+            path(&tls.ca),
+            "--client-cert-auth".into(),
+        ]
+    }
+
+    /// etcdctl (API 3) against `endpoints`, with the cluster's client certificate if it
+    /// serves TLS, each call within `timeout`.
+    fn etcdctl_to(&self, endpoints: &str, timeout: &str) -> Command {
+        let mut command = Command::new("etcdctl");
+        command.env("ETCDCTL_API", "3").args([
+            "--endpoints",
+            endpoints,
+            "--command-timeout",
+            timeout,
+        ]);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.client_cert)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
+        command
     }
 
     fn data_dir(&self, i: usize) -> PathBuf {
@@ -143,7 +224,7 @@ impl EtcdCluster {
     pub fn daemon_flags(&self, prefix: &str, lease_secs: u64, timeout_ms: u64) -> Vec<String> {
         let lease = lease_secs.to_string();
         let timeout = timeout_ms.to_string();
-        [
+        let mut flags = [
             "--store",
             "etcd",
             "--etcd-endpoints",
@@ -156,7 +237,17 @@ impl EtcdCluster {
             &timeout,
         ]
         .map(str::to_owned)
-        .to_vec()
+        .to_vec();
+        if let Some(tls) = &self.tls {
+            for (flag, path) in [
+                ("--etcd-cacert", &tls.ca),
+                ("--etcd-cert", &tls.client_cert),
+                ("--etcd-key", &tls.client_key),
+            ] {
+                flags.extend([flag.to_owned(), path.display().to_string()]);
+            }
+        }
+        flags
     }
 
     /// The client URLs, as `--etcd-endpoints` takes them.
@@ -167,9 +258,8 @@ impl EtcdCluster {
 
     /// `etcdctl` against the cluster: its stdout, or a panic with its stderr.
     pub fn etcdctl(&self, args: &[&str]) -> String {
-        let output = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoints(), "--command-timeout", "3s"])
+        let output = self
+            .etcdctl_to(&self.endpoints(), "3s")
             .args(args)
             .output()
             .expect("run etcdctl");
@@ -185,9 +275,8 @@ impl EtcdCluster {
     pub fn wait_writable(&self) {
         let start = Instant::now();
         loop {
-            let ok = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &self.endpoints(), "--command-timeout", "1s"])
+            let ok = self
+                .etcdctl_to(&self.endpoints(), "1s")
                 .args(["put", "/harness/ready", "yes"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -222,9 +311,8 @@ impl EtcdCluster {
         let mut ids = Vec::new();
         let mut leader = None;
         for member in self.members.iter().filter(|m| m.child.is_some()) {
-            let output = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &member.client, "--command-timeout", "1s"])
+            let output = self
+                .etcdctl_to(&member.client, "1s")
                 .args(["endpoint", "status", "-w", "json"])
                 .output()
                 .ok()?;
@@ -265,9 +353,8 @@ impl EtcdCluster {
         self.wait_writable();
         let start = Instant::now();
         for member in &self.members {
-            while !Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &member.client, "--command-timeout", "1s"])
+            while !self
+                .etcdctl_to(&member.client, "1s")
                 .args(["endpoint", "health"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

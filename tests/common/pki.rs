@@ -9,6 +9,8 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
 };
 
+use super::DEADLINE;
+
 /// A CA: its certificate as PEM, and what it signs with.
 pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
@@ -59,24 +61,34 @@ impl Ca {
 
     /// A server certificate for `names` (DNS names or IP addresses), valid now.
     pub fn server(&self, names: &[&str]) -> Issued {
-        self.issue(names, ExtendedKeyUsagePurpose::ServerAuth, false)
+        self.issue(names, &[ExtendedKeyUsagePurpose::ServerAuth], false)
+    }
+
+    /// A daemon's certificate for `names`: it serves with it, and presents it as a client
+    /// when it sends a request on to the writer.
+    pub fn daemon(&self, names: &[&str]) -> Issued {
+        let both = [
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.issue(names, &both, false)
     }
 
     /// A server certificate for 127.0.0.1 and localhost that expired in 2021.
     pub fn expired_server(&self) -> Issued {
         self.issue(
             &["127.0.0.1", "localhost"],
-            ExtendedKeyUsagePurpose::ServerAuth,
+            &[ExtendedKeyUsagePurpose::ServerAuth],
             true,
         )
     }
 
     /// A client certificate whose subject alternative name and common name are `name`.
     pub fn client(&self, name: &str) -> Issued {
-        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth, false)
+        self.issue(&[name], &[ExtendedKeyUsagePurpose::ClientAuth], false)
     }
 
-    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose, expired: bool) -> Issued {
+    fn issue(&self, names: &[&str], usage: &[ExtendedKeyUsagePurpose], expired: bool) -> Issued {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone()).expect("certificate params");
         params
@@ -87,7 +99,7 @@ impl Ca {
         params.crl_distribution_points = vec![CrlDistributionPoint {
             uris: vec!["http://ca.example/crl.pem".to_owned()],
         }];
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usage.to_vec();
         let serial = [0x42, SERIAL.fetch_add(1, Ordering::Relaxed)];
         params.serial_number = Some(SerialNumber::from_slice(&serial));
         if expired {
@@ -108,6 +120,22 @@ impl Ca {
             serial: format!("{:02x}:{:02x}", serial[0], serial[1]),
         }
     }
+}
+
+/// An https client trusting `ca` only, presenting `identity` if given, that reports the
+/// server's certificate.
+pub fn https_client(ca: &Ca, identity: Option<&Issued>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap())
+        .tls_info(true)
+        .timeout(DEADLINE);
+    if let Some(identity) = identity {
+        let pem = format!("{}\n{}", identity.cert_pem, identity.key_pem);
+        builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
+    }
+    builder.build().unwrap()
 }
 
 /// Today's date (UTC): the civil date of the days since 1970 (Howard Hinnant's

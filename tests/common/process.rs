@@ -74,6 +74,10 @@ pub struct Daemon {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub client: reqwest::Client,
+    /// For streams, which live as long as the test needs them: no overall timeout.
+    pub streams: reqwest::Client,
+    /// `http`, or `https` for a daemon serving TLS ([`Daemon::over_https`]).
+    scheme: &'static str,
 }
 
 /// A temporary directory holding a data dir and the daemons' logs.
@@ -136,6 +140,8 @@ impl Starting {
                 .timeout(DEADLINE)
                 .build()
                 .expect("client"),
+            streams: reqwest::Client::new(),
+            scheme: "http",
         })
     }
 
@@ -237,7 +243,16 @@ impl Daemon {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    /// The daemon serving TLS (`--tls-cert`): every helper's request goes over https with
+    /// `client`, and every stream with `streams`.
+    pub fn over_https(mut self, client: reqwest::Client, streams: reqwest::Client) -> Daemon {
+        self.scheme = "https";
+        self.client = client;
+        self.streams = streams;
+        self
     }
 
     /// SIGKILL, as a crash or `kill -9` would.

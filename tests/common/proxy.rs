@@ -18,11 +18,13 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// A proxy to `upstream` (`http://host:port`), on a port of its own.
+    /// A proxy to `upstream` (`http://host:port` or `https://…`: it relays bytes, so TLS
+    /// passes through), on a port of its own, under the upstream's scheme.
     pub async fn start(upstream: &str) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let (scheme, upstream) = upstream.split_once("://").expect("a URL");
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
+        let upstream = upstream.to_owned();
         let cut = Arc::new(watch::Sender::new(false));
         let state = cut.clone();
         let task = tokio::spawn(async move {

@@ -34,7 +34,7 @@ impl Watch {
             None => "/blocklist/events".to_owned(),
         };
         // No overall timeout: a watch lives as long as the test needs it.
-        Watch::open_at(&reqwest::Client::new(), &d.url(&path), last_event_id).await
+        Watch::open_at(&d.streams, &d.url(&path), last_event_id).await
     }
 
     /// Opens a watch at `url` with `client` (an https one, say).

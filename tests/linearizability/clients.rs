@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::checker::{self, Action, Block, Call, End, Fault, Op, Outcome};
-use crate::common::DEADLINE;
+use crate::common::{trusting_daemons, Daemon, DEADLINE};
 
 /// How long one request may take before it counts as cut off. A live daemon answers in
 /// milliseconds; this only keeps a client from waiting on one that hangs.
@@ -73,6 +73,25 @@ pub struct Target {
     /// Which daemon (0 = the first started); a restarted one is a new daemon.
     pub incarnation: usize,
     pub addr: SocketAddr,
+    /// Whether it serves https.
+    pub https: bool,
+}
+
+impl Target {
+    /// Daemon `daemon`, the `incarnation`th started.
+    pub fn of(incarnation: usize, daemon: &Daemon) -> Target {
+        Target {
+            incarnation,
+            addr: daemon.addr,
+            https: daemon.url("").starts_with("https:"),
+        }
+    }
+
+    /// Its URL for `path`.
+    fn url(&self, path: &str) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.addr)
+    }
 }
 
 /// What the nemesis tells the clients.
@@ -158,8 +177,8 @@ impl Clients {
     }
 
     /// Stops the clients and takes their ops; then a last read of each id, alone, through
-    /// `addr`, once the load has stopped (the answer every earlier write must explain).
-    pub async fn stop(self, addr: SocketAddr, incarnation: usize) -> History {
+    /// `last`, once the load has stopped (the answer every earlier write must explain).
+    pub async fn stop(self, last: Target) -> History {
         self.signal.send_modify(|s| s.stopping = true);
         // The final reads count as one more client's.
         let last_client = self.tasks.len();
@@ -182,7 +201,7 @@ impl Clients {
             let started = Instant::now();
             let (invoke, end) = loop {
                 let invoke = self.base.elapsed();
-                match send(&http, addr, id, &Call::Get).await {
+                match send(&http, last, id, &Call::Get).await {
                     Sent::Answered(outcome) => {
                         let at = self.base.elapsed();
                         break (invoke, End::Answered { at, outcome });
@@ -196,7 +215,7 @@ impl Clients {
             };
             let op = Op {
                 client: last_client,
-                incarnation,
+                incarnation: last.incarnation,
                 call: Call::Get,
                 invoke,
                 end,
@@ -365,8 +384,9 @@ fn check_time() -> Duration {
     Duration::from_secs(setting("BLOCKLISTD_LIN_CHECK_SECS", 60))
 }
 
+/// A client of the daemons, over http or https.
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    trusting_daemons()
         .no_proxy()
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(REQUEST_TIMEOUT)
@@ -412,7 +432,7 @@ async fn client(
         let id = rng.below(ids.len() as u64) as usize;
         let call = random_call(&mut rng, reader);
         let invoke = base.elapsed();
-        let sent = send(&http, target.addr, &ids[id], &call).await;
+        let sent = send(&http, target, &ids[id], &call).await;
         let at = base.elapsed();
         let end = match sent {
             Sent::Answered(outcome) => End::Answered { at, outcome },
@@ -473,21 +493,19 @@ pub fn random_call(rng: &mut Rng, reader: bool) -> Call {
 }
 
 /// Sends one op and reduces the answer to what the model predicts.
-pub async fn send(http: &reqwest::Client, addr: SocketAddr, id: &str, call: &Call) -> Sent {
-    let item_url = format!("http://{addr}/blocklist/taskmanagers/{id}");
+pub async fn send(http: &reqwest::Client, target: Target, id: &str, call: &Call) -> Sent {
+    let item_url = target.url(&format!("/blocklist/taskmanagers/{id}"));
     let request = match call {
         Call::Add {
             action,
             cause,
             merge,
-        } => http
-            .post(format!("http://{addr}/blocklist/taskmanagers"))
-            .json(
-                &json!([{"id": id, "action": action.wire(), "cause": cause, "allowMerge": merge}]),
-            ),
+        } => http.post(target.url("/blocklist/taskmanagers")).json(
+            &json!([{"id": id, "action": action.wire(), "cause": cause, "allowMerge": merge}]),
+        ),
         Call::Delete => http.delete(item_url),
         Call::Get => http.get(item_url),
-        Call::Check => http.get(format!("http://{addr}/blocklist/check/taskmanagers/{id}")),
+        Call::Check => http.get(target.url(&format!("/blocklist/check/taskmanagers/{id}"))),
     };
     let resp = match request.send().await {
         Ok(resp) => resp,

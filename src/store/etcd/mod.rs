@@ -45,6 +45,8 @@ use super::StoreError;
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
     pub endpoints: Vec<String>,
+    /// The CA and client certificate for `https://` endpoints.
+    pub tls: Option<etcd_client::TlsOptions>,
     /// Every key is under it; ends with `/`.
     pub prefix: String,
     pub user: Option<(String, String)>,
@@ -148,6 +150,9 @@ impl Etcd {
             .with_connect_timeout(config.call_timeout)
             .with_timeout(config.call_timeout)
             .with_require_leader(true);
+        if let Some(tls) = &config.tls {
+            options = options.with_tls(tls.clone());
+        }
         if let Some((user, password)) = &config.user {
             options = options.with_user(user.clone(), password.clone());
         }
