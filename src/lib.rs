@@ -30,8 +30,10 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - `roles`: a daemon's roles on an etcd prefix in turn — replica, writer, replica again —
 //!   each application swapped in on the same listener.
-//! - [`tls`]: TLS on the listener (rustls): the certificate, reloaded without a restart,
-//!   and the identity of a client certificate.
+//! - [`tls`]: TLS (rustls): the listener's certificate, reloaded without a restart, the
+//!   identity of a client certificate, and the client side of a request sent on to the
+//!   writer.
+//! - [`pem`]: certificates and keys read from PEM files, the file named in every error.
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
 
@@ -45,6 +47,7 @@ pub mod listing;
 pub mod metrics;
 pub mod model;
 pub mod offline;
+pub mod pem;
 pub mod policy;
 pub mod progress;
 pub mod provenance;

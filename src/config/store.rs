@@ -284,11 +284,11 @@ impl StoreFlags {
                     .into(),
             );
         };
-        let ca = crate::tls::read_certificates("--etcd-cacert", ca)?;
+        let ca = crate::pem::read_certificates("--etcd-cacert", ca)?;
         let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
         if let (Some(cert), Some(key)) = (&self.etcd_cert, &self.etcd_key) {
-            let cert = crate::tls::read_certificates("--etcd-cert", cert)?;
-            let key = crate::tls::read_key("--etcd-key", key)?;
+            let cert = crate::pem::read_certificates("--etcd-cert", cert)?;
+            let key = crate::pem::read_key("--etcd-key", key)?;
             tls = tls.identity(Identity::from_pem(cert, key));
         }
         Ok(Some(tls))

@@ -43,7 +43,7 @@ impl ResolvesClientCert for OwnCertificate {
 /// The TLS configuration of requests sent on to the writer: its certificate verified with
 /// the CA at `peer_ca`, this daemon's own presented.
 pub fn forwarding_config(tls: &Arc<ServerTls>, peer_ca: &Path) -> Result<ClientConfig, String> {
-    let roots = super::roots("TLS peer CA", peer_ca, &mut Vec::new())?;
+    let roots = crate::pem::roots("TLS peer CA", peer_ca, &mut Vec::new())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     // ALPN is the connector's to set (`http/1.1`).
     let config = ClientConfig::builder_with_provider(provider)

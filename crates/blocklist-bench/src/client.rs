@@ -3,7 +3,8 @@
 //! Deliberately the lowest layer hyper offers (`client::conn::http1`): no pool, no
 //! redirects, no per-request allocation beyond the request itself, so that the client costs
 //! as little of the two shared cores as possible and every worker owns exactly one
-//! connection (the "64 connections" of a scenario are 64 sockets).
+//! connection (the "64 connections" of a scenario are 64 sockets). A daemon started with
+//! TLS is reached over TLS on the same kept-alive connections ([`crate::tls`]).
 
 use std::net::SocketAddr;
 
@@ -34,18 +35,7 @@ impl Http {
             .as_ref()
             .is_none_or(hyper::client::conn::http1::SendRequest::is_closed)
         {
-            let stream = TcpStream::connect(self.addr)
-                .await
-                .map_err(|e| format!("connect {}: {e}", self.addr))?;
-            // Small requests and replies: without NODELAY, Nagle + delayed ACK add ~40 ms.
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| format!("handshake: {e}"))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            self.sender = Some(sender);
+            self.sender = Some(open(self.addr).await?);
         }
         Ok(self.sender.as_mut().expect("connected above"))
     }
@@ -118,6 +108,41 @@ impl Http {
     pub async fn put(&mut self, path: &str, body: Bytes) -> Result<(StatusCode, Bytes), String> {
         self.send(Method::PUT, path, Some(body)).await
     }
+}
+
+/// A new HTTP/1.1 connection to `addr` (over TLS if it speaks TLS), its driver spawned.
+pub async fn open<B>(addr: SocketAddr) -> Result<SendRequest<B>, String>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    // Small requests and replies: without NODELAY, Nagle + delayed ACK add ~40 ms.
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    match crate::tls::wrap(addr, stream).await? {
+        Ok(tls) => handshake(tls).await,
+        Err(plain) => handshake(plain).await,
+    }
+}
+
+/// HTTP/1.1 over `io`, its connection driven by a task of its own.
+async fn handshake<B, T>(io: T) -> Result<SendRequest<B>, String>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }
 
 /// `Err` with the status and (start of the) body unless `status` is one of `expected`.

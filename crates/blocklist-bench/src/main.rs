@@ -1,7 +1,7 @@
 //! `blocklist-bench`: the load generator for blocklistd.
 //!
 //! Starts a fresh `blocklistd` (the binary next to this one) on a temp dir per scenario,
-//! drives it over plain HTTP like any client, and measures in the same run, with the same
+//! drives it over plain HTTP (or HTTPS, `--tls`) like any client, and measures in the same run, with the same
 //! client and concurrency, what it is compared with: the HTTP ceiling (an empty axum
 //! server), the store ceiling (sled straight, no HTTP) and the peers (Redis with fsync
 //! always; etcd, with the `etcd` feature).
@@ -20,7 +20,8 @@
 //! - `server`: child processes (daemon, ceiling server) that announce their address;
 //! - `procstat`: CPU, RSS and disk use from /proc and the file system;
 //! - `report`: rows, the table and the JSON;
-//! - `ab`: two daemon builds measured alternately in one run, with medians and ratios.
+//! - `ab`: two daemon builds measured alternately in one run, with medians and ratios;
+//! - `tls`: the certificate of daemons started with TLS, and which addresses speak it.
 
 mod ab;
 mod ceiling;
@@ -35,6 +36,7 @@ mod redis_peer;
 mod report;
 mod scenarios;
 mod server;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -50,6 +52,8 @@ use server::DaemonSpec;
 /// Benchmarks blocklistd against an HTTP ceiling, a store ceiling, Redis and etcd, in one run.
 #[derive(Debug, Parser)]
 #[command(about, long_about = None)]
+// Each bool is an on/off command-line flag.
+#[allow(clippy::struct_excessive_bools)]
 struct Args {
     /// The scenario to run, or `all`; or `ab` followed by the scenarios to compare two
     /// daemons on (`--daemon OLD --daemon NEW`).
@@ -134,6 +138,16 @@ struct Args {
     /// Keep the temp dirs (daemon logs, data) after the run, for inspection.
     #[arg(long)]
     keep: bool,
+
+    /// Every daemon started serves TLS (a certificate made for the run), and every request
+    /// to it goes over TLS on the same kept-alive connections.
+    #[arg(long)]
+    tls: bool,
+
+    /// With `ab`: the daemons of the arm with this label serve TLS (e.g. `--daemon D
+    /// --daemon D --labels plain,tls --tls-for tls`: one build, over plain HTTP and TLS).
+    #[arg(long)]
+    tls_for: Option<String>,
 }
 
 /// The run's settings, as the scenarios see them.
@@ -203,7 +217,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let Some(daemon) = daemon_spec(&args, args.daemon.first().cloned()) else {
+    let Some(daemon) = daemon_spec(&args, args.daemon.first().cloned(), args.tls) else {
         return ExitCode::FAILURE;
     };
     let Some((rows, failed)) = run_interruptible(run(&args, settings.clone(), daemon)) else {
@@ -231,7 +245,7 @@ fn main() -> ExitCode {
 
 /// The daemon to run: `bin`, or the one next to this binary; `None` (said why) if there is
 /// none.
-fn daemon_spec(args: &Args, bin: Option<PathBuf>) -> Option<DaemonSpec> {
+fn daemon_spec(args: &Args, bin: Option<PathBuf>, tls: bool) -> Option<DaemonSpec> {
     let (bin, warning) = match server::find_daemon(bin) {
         Ok(found) => found,
         Err(e) => {
@@ -242,9 +256,21 @@ fn daemon_spec(args: &Args, bin: Option<PathBuf>) -> Option<DaemonSpec> {
     if let Some(warning) = &warning {
         eprintln!("blocklist-bench: warning: {warning}");
     }
+    let tls = if tls {
+        match tls::BenchTls::new() {
+            Ok(tls) => Some(std::sync::Arc::new(tls)),
+            Err(e) => {
+                eprintln!("blocklist-bench: {e}");
+                return None;
+            }
+        }
+    } else {
+        None
+    };
     Some(DaemonSpec {
         bin,
         extra: args.daemon_arg.clone(),
+        tls,
     })
 }
 
@@ -293,6 +319,10 @@ fn settings_map(args: &Args, settings: &Settings) -> BTreeMap<&'static str, Stri
     map.insert("expire_window_s", args.expire_window.to_string());
     map.insert("daemon_args", args.daemon_arg.join(" "));
     map.insert("via_replica", args.via_replica.to_string());
+    map.insert("tls", args.tls.to_string());
+    if let Some(label) = &args.tls_for {
+        map.insert("tls_for", label.clone());
+    }
     map
 }
 
@@ -322,11 +352,17 @@ fn ab_main(args: &Args, mut settings: Settings) -> ExitCode {
         args.ab_scenarios.clone()
     };
     let mut arms = Vec::new();
+    if let Some(label) = args.tls_for.as_ref().filter(|l| !labels.contains(l)) {
+        eprintln!("blocklist-bench: --tls-for {label}: no arm has that label ({labels:?})");
+        return ExitCode::from(2);
+    }
     for (label, bin) in labels.iter().zip(&args.daemon) {
-        let Some(daemon) = daemon_spec(args, Some(bin.clone())) else {
+        let tls = args.tls || args.tls_for.as_ref() == Some(label);
+        let Some(daemon) = daemon_spec(args, Some(bin.clone()), tls) else {
             return ExitCode::FAILURE;
         };
-        eprintln!("blocklist-bench ab: {label} = {}", bin.display());
+        let over = if tls { " over TLS" } else { "" };
+        eprintln!("blocklist-bench ab: {label} = {}{over}", bin.display());
         match Bench::new(settings.clone(), daemon) {
             Ok(bench) => arms.push(ab::Arm {
                 label: label.clone(),

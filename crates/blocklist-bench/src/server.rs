@@ -86,6 +86,8 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Its port may go to a plain server next.
+        crate::tls::speaks_tls(self.addr, None);
     }
 }
 
@@ -171,6 +173,8 @@ pub struct DaemonSpec {
     pub bin: PathBuf,
     /// Extra flags after the bench's own.
     pub extra: Vec<String>,
+    /// Serve TLS with this certificate, and be reached over it.
+    pub tls: Option<std::sync::Arc<crate::tls::BenchTls>>,
 }
 
 /// The largest body the bench sends: 10,000 items of ~120 bytes fit in 2 MiB, registrations
@@ -220,13 +224,18 @@ impl DaemonSpec {
             .arg("--max-body-bytes")
             .arg(MAX_BODY_BYTES.to_string())
             .args(&self.extra)
+            .args(self.tls.iter().flat_map(|tls| tls.daemon_flags()))
             // The daemon's default level; BLOCKLIST_BENCH_DAEMON_LOG can add more (e.g.
             // `info,blocklistd::store::sync=trace` to see every group commit's size).
             .env(
                 "RUST_LOG",
                 std::env::var("BLOCKLIST_BENCH_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
             );
-        Server::spawn(command, log)
+        let server = Server::spawn(command, log)?;
+        if let Some(tls) = &self.tls {
+            tls.register(server.addr);
+        }
+        Ok(server)
     }
 }
 

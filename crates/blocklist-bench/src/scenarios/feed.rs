@@ -26,8 +26,6 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::HOST;
 use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -400,16 +398,7 @@ impl Worker for FeedAdd {
 /// `last_event_id` when resuming. Subscribed once this returns (the daemon subscribes
 /// before it answers).
 async fn open_feed(addr: SocketAddr, last_event_id: Option<u64>) -> Result<Incoming, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let mut sender = crate::client::open(addr).await?;
     let mut request = Request::get("/blocklist/events").header(HOST, "127.0.0.1");
     if let Some(id) = last_event_id {
         request = request.header("last-event-id", id);
