@@ -256,9 +256,9 @@ pub async fn run(
             .map_err(Error::Config)?,
         None => String::new(),
     };
-    let forwarding_tls = match (&tls, &config.tls.tls_peer_ca) {
-        (Some(tls), Some(peer_ca)) => {
-            Some(crate::tls::forwarding_config(tls, peer_ca).map_err(Error::Config)?)
+    let forwarding_tls = match &tls {
+        Some(tls) if config.tls.tls_peer_ca.is_some() => {
+            Some(crate::tls::forwarding_config(tls).map_err(Error::Config)?)
         }
         _ => None,
     };

@@ -118,3 +118,74 @@ async fn over_tls_everywhere_a_caller_is_the_same_through_any_daemon_and_a_failo
         assert_eq!(listed, ["n-after", "n-cert", "n-token"], "{listing}");
     }
 }
+
+/// The daemons' CA and certificates replaced under running daemons — first a bundle of the
+/// old CA and the new, then the new certificate, then the new CA alone, each followed by
+/// SIGHUP — and writes still go from a replica to the writer: the forwarding side verifies
+/// with the CA as last loaded and presents the certificate as last loaded, no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_ca_and_certificates_rotate_without_a_restart() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let test = "the_daemons_ca_and_certificates_rotate_without_a_restart";
+    let ws = Workspace::new();
+    let Some((_cluster, flags)) = tls_cluster(&ws, test, LEASE_SECS, 1_000) else {
+        return;
+    };
+    let (writer, replicas) = three_daemons(&ws, &flags).await;
+    let daemons = [&writer, &replicas[0], &replicas[1]];
+    let rotated = Ca::new("rotated daemons' CA");
+    let dir = ws.tmp.path();
+    let hangup = || {
+        for d in daemons {
+            signal(d.pid(), "-HUP");
+        }
+    };
+    let bundle = format!("{}{}", daemons_ca().pem, rotated.pem);
+    std::fs::write(dir.join("daemons-ca.crt"), bundle).unwrap();
+    hangup();
+    rotated
+        .daemon(&["127.0.0.1", "localhost"])
+        .write(dir, "daemon");
+    hangup();
+    rotated.write(dir, "daemons-ca");
+    hangup();
+
+    // Only the new CA is trusted anywhere now, and every daemon serves a certificate of it.
+    let client = https_client(&rotated, None);
+    let started = Instant::now();
+    let (status, body) = loop {
+        let answer = match add(&client, &replicas[0], "n-rotated").send().await {
+            Ok(response) => read(response).await,
+            Err(e) => (StatusCode::BAD_GATEWAY, json!(e.to_string())),
+        };
+        if answer.0 == StatusCode::CREATED || started.elapsed() > DEADLINE {
+            break answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let reloads = || {
+        let lines = daemons.iter().flat_map(|d| {
+            let log = d.log_text();
+            log.lines()
+                .filter(|l| l.contains("TLS"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        });
+        lines.collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "through the replica: {body}; the daemons' TLS lines:\n{}",
+        reloads()
+    );
+    let (status, got) = read(
+        client
+            .get(replicas[1].url("/blocklist/nodes/n-rotated"))
+            .send()
+            .await
+            .expect("a read"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+}

@@ -40,7 +40,7 @@ pub struct TlsFlags {
     /// With --store etcd: the CA (PEM) that signed the other daemons' --tls-cert. Requests
     /// sent on to the writer go over https verified with it, this daemon's own certificate
     /// as the client's, and the writer takes a certificate this CA verifies as another
-    /// daemon's (see docs/operations.md). Read at start.
+    /// daemon's (see docs/operations.md). Reloaded with --tls-cert.
     #[arg(long, env = "BLOCKLISTD_TLS_PEER_CA", requires = "tls_cert")]
     pub tls_peer_ca: Option<PathBuf>,
 }

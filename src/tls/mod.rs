@@ -22,6 +22,7 @@ mod reload;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use rustls::client::WebPkiServerVerifier;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
@@ -45,6 +46,8 @@ struct Loaded {
     /// Verifies a client's certificate with `--tls-peer-ca` alone: whether the client is
     /// another daemon.
     daemons: Option<Arc<dyn ClientCertVerifier>>,
+    /// Verifies the writer's certificate with `--tls-peer-ca` when a request is sent on.
+    writers: Option<Arc<WebPkiServerVerifier>>,
     /// The files' bytes, to tell a change from a touch.
     sources: Vec<Vec<u8>>,
     /// The leaf certificate's serial number, in hex.
@@ -167,6 +170,14 @@ fn load(files: &TlsFiles) -> Result<Loaded, String> {
         Some(roots) => Some(verifier(roots.clone(), true)? as Arc<dyn ClientCertVerifier>),
         None => None,
     };
+    let writers = match &peer_roots {
+        Some(roots) => Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots.clone()), provider.clone())
+                .build()
+                .map_err(|e| format!("the TLS peer CA: {e}"))?,
+        ),
+        None => None,
+    };
     // Another daemon sending a request on presents its own certificate, so the listener
     // takes those of either CA.
     let builder = match (client_roots, peer_roots) {
@@ -198,6 +209,7 @@ fn load(files: &TlsFiles) -> Result<Loaded, String> {
         config: Arc::new(config),
         certified: Arc::new(certified),
         daemons,
+        writers,
         sources,
         serial,
         not_after,

@@ -1,6 +1,7 @@
 //! The client side of TLS between daemons: a replica sends a request on to the writer over
 //! `https`, verifying the writer's certificate with `--tls-peer-ca` and presenting its own
-//! (`--tls-cert`, as reloaded) as its client certificate.
+//! `--tls-cert` as its client certificate — both as the listener last loaded them, so a
+//! rotation of the files (SIGHUP, or a change the listener noticed) covers this side too.
 //!
 //! A caller who authenticated to the replica with a client certificate has no token to
 //! send on; the replica names the caller's certificate in [`FORWARDED_NAMES_HEADER`], and
@@ -8,13 +9,14 @@
 //! `--tls-peer-ca` verified (another daemon's), so a client cannot claim a name by
 //! sending the header itself.
 
-use std::path::Path;
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::ResolvesClientCert;
-use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, SignatureScheme};
+use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 
 use super::ServerTls;
 
@@ -40,16 +42,73 @@ impl ResolvesClientCert for OwnCertificate {
     }
 }
 
+/// Verifies the writer's certificate with the peer CA the listener last loaded (Web PKI:
+/// the chain, the validity, the name of the URL's host).
+#[derive(Debug)]
+struct CurrentPeerCa {
+    tls: Arc<ServerTls>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl CurrentPeerCa {
+    fn algorithms(&self) -> &rustls::crypto::WebPkiSupportedAlgorithms {
+        &self.provider.signature_verification_algorithms
+    }
+}
+
+impl ServerCertVerifier for CurrentPeerCa {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let loaded = self.tls.current.load();
+        let Some(writers) = &loaded.writers else {
+            return Err(rustls::Error::General("no --tls-peer-ca".into()));
+        };
+        writers.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, self.algorithms())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, self.algorithms())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms().supported_schemes()
+    }
+}
+
 /// The TLS configuration of requests sent on to the writer: its certificate verified with
-/// the CA at `peer_ca`, this daemon's own presented.
-pub fn forwarding_config(tls: &Arc<ServerTls>, peer_ca: &Path) -> Result<ClientConfig, String> {
-    let roots = crate::pem::roots("TLS peer CA", peer_ca, &mut Vec::new())?;
+/// the peer CA, this daemon's own presented (both as the listener last loaded them).
+pub fn forwarding_config(tls: &Arc<ServerTls>) -> Result<ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = CurrentPeerCa {
+        tls: tls.clone(),
+        provider: provider.clone(),
+    };
     // ALPN is the connector's to set (`http/1.1`).
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?
-        .with_root_certificates(roots)
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
         .with_client_cert_resolver(Arc::new(OwnCertificate(tls.clone())));
     Ok(config)
 }
