@@ -52,6 +52,16 @@ pub static SHARED_ETCD: LazyLock<EtcdCluster> = LazyLock::new(|| {
     EtcdCluster::launch(1, &[], true, false)
 });
 
+/// Whether etcd is installed; if not, `test` is skipped or fails by the skip-or-fail rule.
+fn installed(test: &str) -> bool {
+    let installed = super::runs("etcd", "--version");
+    available(
+        "etcd is not installed (Debian: etcd-server)",
+        installed,
+        test,
+    )
+}
+
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().expect("its address").port()
@@ -66,29 +76,13 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start`], every member with `extra` flags too.
     pub fn start_with(size: usize, extra: &[&str], test: &str) -> Option<EtcdCluster> {
-        let installed = super::runs("etcd", "--version");
-        if !available(
-            "etcd is not installed (Debian: etcd-server)",
-            installed,
-            test,
-        ) {
-            return None;
-        }
-        Some(EtcdCluster::launch(size, extra, false, false))
+        installed(test).then(|| EtcdCluster::launch(size, extra, false, false))
     }
 
     /// [`EtcdCluster::start`], the members serving clients over TLS only
     /// (`--client-cert-auth`: a client must present a certificate of the cluster's CA).
     pub fn start_tls(size: usize, test: &str) -> Option<EtcdCluster> {
-        let installed = super::runs("etcd", "--version");
-        if !available(
-            "etcd is not installed (Debian: etcd-server)",
-            installed,
-            test,
-        ) {
-            return None;
-        }
-        Some(EtcdCluster::launch(size, &[], false, true))
+        installed(test).then(|| EtcdCluster::launch(size, &[], false, true))
     }
 
     fn launch(size: usize, extra: &[&str], shared: bool, tls: bool) -> EtcdCluster {

@@ -125,11 +125,18 @@ pub async fn three_daemons(ws: &Workspace, flags: &[String]) -> (Daemon, [Daemon
 
 /// Adds node `id` through `d`, retrying a 503 (an election) until it is acknowledged.
 pub async fn add_acknowledged(d: &Daemon, id: &str) {
+    add_acknowledged_by(&d.client, d, id).await;
+}
+
+/// [`add_acknowledged`], sent by `client` (a caller with a certificate, say).
+pub async fn add_acknowledged_by(client: &reqwest::Client, d: &Daemon, id: &str) {
     let started = Instant::now();
     loop {
-        let (status, body) = d
-            .post("/blocklist/nodes", json!([item(id, "MARK_BLOCKED", "c")]))
-            .await;
+        let add =
+            client
+                .post(d.url("/blocklist/nodes"))
+                .json(&json!([item(id, "MARK_BLOCKED", "c")]));
+        let (status, body) = super::read(add.send().await.expect("an answer")).await;
         if status == StatusCode::CREATED {
             return;
         }
