@@ -2,7 +2,7 @@
 //!
 //! Several daemons on one prefix are one blocklist, and only the writer (the holder of the
 //! writer key, [`crate::store::Election`]) runs the committer. A replica (a daemon that
-//! follows the prefix, [`crate::store::Store::follow`]) serves reads — `GET`, `HEAD` and
+//! follows the prefix, [`crate::store::Store::open_replica`]) serves reads — `GET`, `HEAD` and
 //! the batch check — itself, once its store has caught up with every write acknowledged
 //! before the request
 //! ([`crate::store::Store::catch_up`]; 503 when it cannot). Every other request, and every
@@ -43,7 +43,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::error::ApiError;
 use super::limits::{read_body, Limits};
-use super::replica::Roles;
+use super::role_switch::RoleSwitch;
 use crate::metrics::{ForwardLabels, Metrics};
 use crate::store::{Announcement, Election, Store};
 use crate::tls::{Peer, FORWARDED_NAMES_HEADER};
@@ -76,9 +76,9 @@ pub struct Forwarder {
     /// Held by the one request reading the writer key; the others wait for its result.
     reading: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
-    /// What this daemon serves in each role (set by [`crate::run`]): a request that found
+    /// What this daemon serves in each role (set by the daemon's roles): a request that found
     /// this replica became the writer goes to the writer's application.
-    pub roles: Roles,
+    pub switch: RoleSwitch,
 }
 
 /// The writer key as read at `read`: the URL to send to, or why there is none.
@@ -146,7 +146,7 @@ impl Forwarder {
             known: Mutex::new(None),
             reading: tokio::sync::Mutex::new(()),
             metrics,
-            roles: Roles::default(),
+            switch: RoleSwitch::default(),
         })
     }
 
@@ -440,7 +440,7 @@ pub async fn forward_unless_served_here(
         // daemon serves as the writer, once it is loaded.
         Err(request) if store.is_replica() => {
             forwarder
-                .roles
+                .switch
                 .served_as_writer(forwarder.wait, request)
                 .await
         }

@@ -33,8 +33,9 @@ mod openapi;
 mod ops;
 mod policy;
 mod provenance;
-mod replica;
 mod reply;
+mod role_switch;
+mod routes;
 mod schema;
 mod selector;
 mod state;
@@ -65,53 +66,10 @@ pub use error::{ApiError, ErrorBody};
 pub use forward::{Forwarder, FORWARDED_HEADER};
 pub use limits::Limits;
 pub use openapi::ApiDoc;
-pub use replica::Roles;
 pub use reply::REVISION_HEADER;
-pub use state::{AppState, Shared, Stop};
-
-/// Every (method, path) the router serves, besides the implicit HEAD of each GET. Kept by
-/// hand because an axum `Router` cannot list its routes: a unit test checks that the `OpenAPI`
-/// document names exactly these, and `tests/openapi.rs` that the running daemon serves them
-/// (and no other method on their paths). Add a route here when you add it below.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/blocklist"),
-    ("GET", "/blocklist/export"),
-    ("GET", "/blocklist/taskmanagers"),
-    ("POST", "/blocklist/taskmanagers"),
-    ("DELETE", "/blocklist/taskmanagers"),
-    ("GET", "/blocklist/taskmanagers/{id}"),
-    ("DELETE", "/blocklist/taskmanagers/{id}"),
-    ("PATCH", "/blocklist/taskmanagers/{id}"),
-    ("GET", "/blocklist/taskmanagers/{id}/history"),
-    ("GET", "/blocklist/nodes"),
-    ("POST", "/blocklist/nodes"),
-    ("DELETE", "/blocklist/nodes"),
-    ("GET", "/blocklist/nodes/{id}"),
-    ("DELETE", "/blocklist/nodes/{id}"),
-    ("PATCH", "/blocklist/nodes/{id}"),
-    ("GET", "/blocklist/nodes/{id}/history"),
-    ("POST", "/blocklist/check"),
-    ("GET", "/blocklist/check/taskmanagers/{id}"),
-    ("GET", "/blocklist/check/nodes/{id}"),
-    ("GET", "/blocklist/events"),
-    ("GET", "/policy"),
-    ("PUT", "/policy"),
-    ("GET", "/policy/status"),
-    ("GET", "/allowlist"),
-    ("GET", "/allowlist/{kind}"),
-    ("GET", "/allowlist/{kind}/{id}"),
-    ("PUT", "/allowlist/{kind}/{id}"),
-    ("DELETE", "/allowlist/{kind}/{id}"),
-    ("GET", "/taskmanagers"),
-    ("PUT", "/taskmanagers"),
-    ("GET", "/taskmanagers/{id}"),
-    ("PUT", "/taskmanagers/{id}"),
-    ("DELETE", "/taskmanagers/{id}"),
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/metrics"),
-    ("GET", "/openapi.json"),
-];
+pub use role_switch::RoleSwitch;
+pub use routes::ROUTES;
+pub use state::{AppContext, AppState, Stop};
 
 /// The `OpenAPI` document of this API, as `GET /openapi.json` serves it.
 pub fn openapi_document() -> &'static str {

@@ -35,7 +35,7 @@ const KEPT_STATUSES: [u16; 16] = [
 ];
 
 /// The route label of a request no route matched. The others are the templates of
-/// [`super::ROUTES`], never raw paths: ids must not explode the label space.
+/// [`super::routes::ROUTES`], never raw paths: ids must not explode the label space.
 const UNMATCHED: &str = "unmatched";
 
 /// The index of a method's label in [`METHODS`].
@@ -52,10 +52,10 @@ fn method_index(method: &Method) -> usize {
     }
 }
 
-/// The route labels: every template of [`super::ROUTES`] once, then [`UNMATCHED`].
+/// The route labels: every template of [`super::routes::ROUTES`] once, then [`UNMATCHED`].
 fn route_labels() -> Vec<&'static str> {
     let mut labels: Vec<&'static str> = Vec::new();
-    for (_, path) in super::ROUTES {
+    for (_, path) in super::routes::ROUTES {
         if !labels.contains(path) {
             labels.push(path);
         }
@@ -67,13 +67,14 @@ fn route_labels() -> Vec<&'static str> {
 /// Layer that times every request; see the module doc.
 #[derive(Clone)]
 pub(super) struct ObserveLayer {
-    shared: Arc<Shared>,
+    shared: Arc<RouteTimings>,
 }
 
-struct Shared {
+/// The layer's state, shared by every request it times: each route's histograms.
+struct RouteTimings {
     metrics: Arc<Metrics>,
     routes: Vec<&'static str>,
-    /// The histogram of (route, method, kept status), indexed by [`Shared::slot`]; filled on
+    /// The histogram of (route, method, kept status), indexed by [`RouteTimings::slot`]; filled on
     /// first use.
     histograms: Vec<OnceLock<Histogram>>,
 }
@@ -83,7 +84,7 @@ impl ObserveLayer {
         let routes = route_labels();
         let slots = routes.len() * METHODS.len() * KEPT_STATUSES.len();
         ObserveLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RouteTimings {
                 metrics,
                 routes,
                 histograms: (0..slots).map(|_| OnceLock::new()).collect(),
@@ -92,7 +93,7 @@ impl ObserveLayer {
     }
 }
 
-impl Shared {
+impl RouteTimings {
     /// The index of a matched route template in `routes` (the last one: unmatched).
     fn route_index(&self, matched: Option<&MatchedPath>) -> usize {
         let unmatched = self.routes.len() - 1;
@@ -158,7 +159,7 @@ impl<S> Layer<S> for ObserveLayer {
 #[derive(Clone)]
 pub(super) struct Observe<S> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<RouteTimings>,
 }
 
 impl<S> Service<Request> for Observe<S>
@@ -194,7 +195,7 @@ pin_project! {
     pub(super) struct ObserveFuture<F> {
         #[pin]
         inner: F,
-        shared: Arc<Shared>,
+        shared: Arc<RouteTimings>,
         started: Instant,
         method: usize,
         route: usize,
@@ -234,13 +235,13 @@ mod tests {
         for route in 0..shared.routes.len() {
             for method in 0..METHODS.len() {
                 for status in KEPT_STATUSES {
-                    let slot = Shared::slot(route, method, status).expect("kept");
+                    let slot = RouteTimings::slot(route, method, status).expect("kept");
                     assert!(slot < shared.histograms.len());
                     assert!(seen.insert(slot), "slot {slot} taken twice");
                 }
             }
         }
-        assert_eq!(Shared::slot(0, 0, 418), None);
+        assert_eq!(RouteTimings::slot(0, 0, 418), None);
     }
 
     #[test]

@@ -181,7 +181,7 @@ mod tests {
 
     use super::*;
 
-    /// The document and the hand-kept route list of the router (`super::ROUTES`) name the
+    /// The document and the hand-kept route list of the router (`super::routes::ROUTES`) name the
     /// same (method, path) pairs: a route added to one and not the other fails here.
     #[test]
     fn the_document_covers_every_route() {
@@ -204,13 +204,13 @@ mod tests {
                     .map(move |method| (method.to_uppercase(), path.clone()))
             })
             .collect();
-        let routed: BTreeSet<(String, String)> = super::super::ROUTES
+        let routed: BTreeSet<(String, String)> = super::super::routes::ROUTES
             .iter()
             .map(|(m, p)| (m.to_string(), p.to_string()))
             .collect();
         assert_eq!(
             documented, routed,
-            "docs vs router: add the route to ROUTES in src/http/mod.rs and a #[utoipa::path] \
+            "docs vs router: add the route to ROUTES in src/http/routes.rs and a #[utoipa::path] \
              to its handler (listed in ApiDoc)"
         );
     }
@@ -220,7 +220,7 @@ mod tests {
     #[test]
     fn every_write_documents_its_idempotency_key() {
         let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
-        for (method, path) in super::super::ROUTES {
+        for (method, path) in super::super::routes::ROUTES {
             let operation = &doc["paths"][path][method.to_lowercase()];
             let takes_key = operation["parameters"]
                 .as_array()

@@ -17,18 +17,18 @@ use crate::store::{self, Store};
 /// What every handler gets. Every request clones it several times (each middleware and
 /// extractor takes its own), so it is one `Arc`: a clone is one atomic increment.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(Arc<AppContext>);
 
 impl std::ops::Deref for AppState {
-    type Target = Shared;
+    type Target = AppContext;
 
-    fn deref(&self) -> &Shared {
+    fn deref(&self) -> &AppContext {
         &self.0
     }
 }
 
 /// The state behind [`AppState`].
-pub struct Shared {
+pub struct AppContext {
     pub store: Store,
     /// Answers checks, keeping recent verdicts.
     pub checker: Checker,
@@ -49,7 +49,7 @@ pub struct Shared {
     pub(super) forwarder: Option<Arc<super::Forwarder>>,
 }
 
-/// Turns true when the server stops ([`Shared::stop`]); one for the server and every
+/// Turns true when the server stops ([`AppContext::stop`]); one for the server and every
 /// handler, made before either.
 #[derive(Clone)]
 pub struct Stop(pub(super) Arc<watch::Sender<bool>>);
@@ -98,7 +98,7 @@ impl AppState {
         check_cache_bytes: u64,
         cors_origins: Vec<String>,
     ) -> AppState {
-        AppState(Arc::new(Shared {
+        AppState(Arc::new(AppContext {
             checker: Checker::new(store.clone(), check_cache_bytes),
             store,
             limits,

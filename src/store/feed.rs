@@ -1,6 +1,7 @@
 //! The revision counters and the change feed: the live broadcast of durable events, the
-//! stored log behind it, and the seqlock that lets a reader tell whether a transaction
-//! committed under its scan.
+//! stored log behind it, the seqlock that lets a reader tell whether a transaction
+//! committed under its scan, the change stamps and durability that reads wait on, and the
+//! item counts as of the last commit. (The guardrails' state is `guard_state.rs`'s.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,9 +11,9 @@ use tokio::sync::{broadcast, watch};
 use super::error::bad_key;
 use super::{codec, durable, keys, stamps, ReadMark, Result, Store, StoreError, Watched};
 use crate::model::Event;
-use crate::policy::{Bucket, Exposure, Policy};
 
-/// The revision counters and the live event feed, shared by the committer and readers.
+/// The revision counters, the live event feed and what reads wait on, shared by the
+/// committer and readers.
 pub(crate) struct Feed {
     /// The revision of the last committed transaction (visible in the trees; maybe not yet
     /// durable).
@@ -35,16 +36,11 @@ pub(crate) struct Feed {
     pub stamps: stamps::ChangeStamps,
     /// Up to which `seq` everything is durable; see [`durable`].
     pub durability: durable::Durability,
-    /// The evacuation buckets, the policy and the share caps' figures as of the last
-    /// commit (std mutexes: held for a copy).
-    pub buckets: std::sync::Mutex<[Bucket; 2]>,
-    pub policy: std::sync::Mutex<Policy>,
-    pub exposure: std::sync::Mutex<Exposure>,
 }
 
 impl Feed {
     /// The counters of a store opened at `revision`, no event published yet.
-    pub fn new(opened: &super::Opened, policy: Policy, feed_buffer: usize) -> Feed {
+    pub fn new(opened: &super::Opened, feed_buffer: usize) -> Feed {
         Feed {
             committed: AtomicU64::new(opened.revision),
             seq: AtomicU64::new(0),
@@ -55,11 +51,6 @@ impl Feed {
             unreclaimed: AtomicU64::new(opened.unreclaimed),
             stamps: stamps::ChangeStamps::new(),
             durability: durable::Durability::new(),
-            // The buckets live in memory only: an empty one at time 0 is full at its first
-            // use.
-            buckets: std::sync::Mutex::new([Bucket::EMPTY; 2]),
-            policy: std::sync::Mutex::new(policy),
-            exposure: std::sync::Mutex::new(opened.exposure),
         }
     }
 }

@@ -100,7 +100,7 @@ mod tests {
     }
 
     fn figures(store: &Store) -> Exposure {
-        *store.shared.feed.exposure.lock().unwrap()
+        *store.shared.guards.exposure.lock().unwrap()
     }
 
     /// Runs `open` until the data dir's file lock is free: sled releases it from its own
@@ -150,7 +150,7 @@ mod tests {
         };
         {
             let db = once_unlocked(|| sled_config(&config.data_dir).unwrap().open());
-            let meta = db.open_tree("meta").unwrap();
+            let meta = crate::store::TreeId::Meta.open(&db).unwrap();
             assert_eq!(
                 meta.get(EXPOSURE_KEY).unwrap().as_deref(),
                 Some(&encode_exposure(&want)[..])

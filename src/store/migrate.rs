@@ -15,7 +15,7 @@ use super::members::scan_exposure;
 use super::meta::{
     decode_version, encode_exposure, encode_u64, encode_version, read_watermark, EXPOSURE_KEY,
 };
-use super::{codec, keys, StoreError};
+use super::{codec, keys, StoreError, TreeId};
 use crate::model::UNKNOWN_SOURCE;
 use crate::policy::Exposure;
 use crate::provenance::{Operation, Report};
@@ -36,7 +36,6 @@ use crate::provenance::{Operation, Report};
 ///    `meta/exposure` (migrations/0009-records-and-figures.md).
 pub const CURRENT: u32 = 9;
 
-pub const META_TREE: &str = "meta";
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
 /// Brings the database to [`CURRENT`], or explains why it cannot.
@@ -46,7 +45,7 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
         .iter()
         .all(|name| name == b"__sled__default")
         && db.is_empty();
-    let meta = db.open_tree(META_TREE)?;
+    let meta = TreeId::Meta.open(db)?;
     let version = match meta.get(SCHEMA_VERSION_KEY)? {
         Some(bytes) => read_version(&bytes)?,
         None if fresh => {
@@ -109,8 +108,8 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
     if version < 9 {
         let watermark = read_watermark(&meta)?;
         let (_, exposure) = scan_exposure(
-            &db.open_tree(super::ITEMS_TREE)?,
-            &db.open_tree(super::TM_NODE_TREE)?,
+            &TreeId::Items.open(db)?,
+            &TreeId::TmNode.open(db)?,
             &watermark,
         )?;
         meta.insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
@@ -128,10 +127,10 @@ const UPGRADE_7_BATCH: usize = 1_000;
 /// version at 6 and rewritten items in format 3, so a crash resumes where it stopped;
 /// the version goes to 7 once none is left.
 fn upgrade_6_to_7(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
-    let items = db.open_tree(super::ITEMS_TREE)?;
-    let reports = db.open_tree(super::REPORTS_TREE)?;
-    db.open_tree(super::HISTORY_TREE)?;
-    db.open_tree("history_ends")?;
+    let items = TreeId::Items.open(db)?;
+    let reports = TreeId::Reports.open(db)?;
+    TreeId::History.open(db)?;
+    TreeId::HistoryEnds.open(db)?;
     let revision = meta
         .get(super::REVISION_KEY)?
         .and_then(|bytes| super::meta::decode_u64(&bytes))
@@ -204,9 +203,9 @@ fn bump_version(db: &Db, meta: &sled::Tree, to: u32) -> Result<(), StoreError> {
 /// Version 2 adds the change log. Existing items and registrations are kept as they are;
 /// the revision starts at 0 and the log at the first change after the upgrade.
 fn upgrade_1_to_2(db: &Db, meta: &sled::Tree) -> Result<(), StoreError> {
-    db.open_tree("events")?;
+    TreeId::Events.open(db)?;
     // Nothing writes while we upgrade, so a scan outside the transaction is exact.
-    let counts = super::encode_counts(&super::scan_counts(&db.open_tree("items")?, &[])?);
+    let counts = super::encode_counts(&super::scan_counts(&TreeId::Items.open(db)?, &[])?);
     meta.transaction(|meta| {
         if meta.get(super::REVISION_KEY)?.is_none() {
             meta.insert(super::REVISION_KEY, &encode_u64(0))?;

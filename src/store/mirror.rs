@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::etcd::{Etcd, Loaded};
 use super::migrate::{read_version, CURRENT, SCHEMA_VERSION_KEY};
-use super::writes::{Replicate, TreeId, Write};
+use super::writes::{Replicate, Write};
+use super::TreeId;
 use super::{codec, migrate, Result, StoreConfig, StoreError, POLICY_KEY, SEGMENT_BYTES};
 
 /// Rebuilds the mirror from etcd, as this prefix's writer. A new prefix gets its first

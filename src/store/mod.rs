@@ -1,18 +1,9 @@
 //! The only module that touches sled.
 //!
-//! Trees (byte layouts in [`keys`] and [`codec`], prose in `docs/architecture.md`):
-//! - `items`: every blocked item, keyed by kind and id;
-//! - `expiry`: one empty-valued entry per item with a finite end, keyed by big-endian end,
-//!   so the sweeper reads only what is due;
-//! - `meta`: the schema version and the current revision;
-//! - `events`: the change log, one event per change, stored in chunks (the events of one
-//!   transaction, cut at ~4 KiB) keyed by the chunk's first revision, big-endian, written in
-//!   the same transaction as the changes;
-//! - `tm_node`: which node each registered task manager runs on, and `node_tms`, its
-//!   inverse index, so "task managers on node n" is a prefix scan, never a full scan;
-//! - `idempotency`: the `Idempotency-Key` records, each written in the transaction of its
-//!   write (`commit/idempotency.rs`). A tree added without a schema version of its own: it
-//!   starts empty on any data dir, and an older binary leaves it alone.
+//! Trees: the one table of them is `trees.rs` (`TreeId`: each tree's number, name and
+//! what it holds: `items`, `expiry`, `tm_node` and its inverse `node_tms`, `events`, `meta`,
+//! `allowlist`, `reports`, `history`, `history_ends`, `idempotency`). Byte layouts in
+//! [`keys`] and [`codec`], prose in `docs/architecture.md`.
 //!
 //! Invariants, kept by doing every write in one multi-tree transaction:
 //! - an item with a finite `end` has exactly the expiry entry `expiry_key(end, kind, id)`,
@@ -34,11 +25,13 @@
 //! # Layout
 //! - `mod.rs`: [`Store`], the handle: starting it (the feed, the committer and its
 //!   durability thread) and stopping it;
+//! - `trees.rs`: the table of trees, the open trees and the transaction over them;
 //! - `config.rs`: [`StoreConfig`], how to open it;
 //! - `open.rs`: opening (and reopening) the database in the data dir;
 //! - `error.rs`: [`StoreError`], which failures answer 503, and decoding stored values;
 //! - `meta.rs`: the `meta` tree: revision, item counts, the expiry watermark;
-//! - `feed.rs`: revisions, the change feed, consistent and cacheable reads;
+//! - `feed.rs`: revisions, the change feed, item counts, consistent and cacheable reads;
+//! - `guard_state.rs`: the guardrails' state published to readers after each commit;
 //! - `read.rs`: point gets and resumable scans;
 //! - `verify.rs`: the invariant check;
 //! - `stats.rs`: counts and sizes, for metrics and diagnostics;
@@ -59,6 +52,7 @@ mod error;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 mod feed;
+mod guard_state;
 pub mod keys;
 mod members;
 mod meta;
@@ -76,6 +70,7 @@ mod stats;
 mod sync;
 #[cfg(test)]
 mod testing;
+mod trees;
 mod verify;
 mod writes;
 
@@ -83,7 +78,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwapOption;
-use sled::{Db, Tree};
+use sled::Db;
 use tokio::sync::mpsc;
 
 pub use blobs::SEGMENT_BYTES;
@@ -110,12 +105,14 @@ pub use stats::{DiskUsage, TreeUsage};
 use error::panic_message;
 pub(crate) use error::registration;
 pub(crate) use feed::Feed;
+pub(crate) use guard_state::GuardState;
 pub(crate) use meta::{
     after_watermark, announced, encode_counts, scan_counts, COUNTS_KEY, POLICY_KEY, REVISION_KEY,
     UNRECLAIMED_KEY, WATERMARK_KEY,
 };
 use open::check_not_foreign;
 pub(crate) use open::{open_handles, Opened};
+pub(crate) use trees::{TreeId, Trees, TxTrees};
 
 use crate::model::Kind;
 use crate::policy::Policy;
@@ -126,10 +123,11 @@ use writes::WriteLog;
 /// A handle to the open store. Cloning costs one atomic increment.
 #[derive(Clone)]
 pub struct Store {
-    shared: Arc<Shared>,
+    shared: Arc<StoreState>,
 }
 
-struct Shared {
+/// What every clone of a [`Store`] shares.
+struct StoreState {
     /// The open database. Empty only while the committer reopens it after a storage error
     /// (sled 0.34 refuses every write after an I/O error until reopened); readers then get
     /// a 503 for those few milliseconds.
@@ -140,10 +138,11 @@ struct Shared {
     committer: Mutex<Option<JoinHandle<()>>>,
     sweep: Arc<SweepSignal>,
     feed: Arc<Feed>,
+    guards: Arc<GuardState>,
     /// The etcd store's connection: the writer key is given up at a clean stop.
     #[cfg(feature = "etcd")]
     etcd: Option<Arc<etcd::Etcd>>,
-    /// A replica's following of the prefix's log ([`Store::follow`]); `None` on the
+    /// A replica's following of the prefix's log ([`Store::open_replica`]); `None` on the
     /// writer's store and on sled. Dropped with the store, which ends it.
     #[cfg(feature = "etcd")]
     following: Option<etcd::Following>,
@@ -167,55 +166,6 @@ pub(crate) struct Handles {
     pub db: Db,
     pub trees: Trees,
 }
-
-/// The trees every transaction spans.
-#[derive(Clone)]
-pub(crate) struct Trees {
-    pub items: Tree,
-    pub expiry: Tree,
-    pub tm_node: Tree,
-    pub node_tms: Tree,
-    pub events: Tree,
-    pub meta: Tree,
-    pub allowlist: Tree,
-    /// Each item's most recent reports (schema 7).
-    pub reports: Tree,
-    /// Past blocks, and each id's counter of them (schema 7).
-    pub history: Tree,
-    /// Past blocks by when they ended, for retention (schema 7).
-    pub history_ends: Tree,
-    /// `Idempotency-Key` records (`commit::idempotency`).
-    pub idempotency: Tree,
-}
-
-impl Trees {
-    /// The trees of `db`, each created empty where it has none.
-    pub(crate) fn of(db: &sled::Db) -> Result<Trees> {
-        Ok(Trees {
-            items: db.open_tree(ITEMS_TREE)?,
-            expiry: db.open_tree("expiry")?,
-            tm_node: db.open_tree(TM_NODE_TREE)?,
-            node_tms: db.open_tree("node_tms")?,
-            events: db.open_tree("events")?,
-            meta: db.open_tree(migrate::META_TREE)?,
-            allowlist: db.open_tree(ALLOWLIST_TREE)?,
-            reports: db.open_tree(REPORTS_TREE)?,
-            history: db.open_tree(HISTORY_TREE)?,
-            history_ends: db.open_tree("history_ends")?,
-            // Created empty on a data dir that had none: no migration needed.
-            idempotency: db.open_tree(IDEMPOTENCY_TREE)?,
-        })
-    }
-}
-
-/// The tree of items, and of registrations (the names salvage opens too).
-const ITEMS_TREE: &str = "items";
-const TM_NODE_TREE: &str = "tm_node";
-const ALLOWLIST_TREE: &str = "allowlist";
-const REPORTS_TREE: &str = "reports";
-const HISTORY_TREE: &str = "history";
-/// New in schema 7's layout without a migration: an empty tree needs none.
-const IDEMPOTENCY_TREE: &str = "idempotency";
 
 impl Store {
     /// Opens (or creates) the store in `config.data_dir`, upgrades its schema, and starts
@@ -245,8 +195,9 @@ impl Store {
                 );
             }
         }
-        let feed = Arc::new(Feed::new(&opened, policy.clone(), config.feed_buffer));
-        let buckets = *feed.buckets.lock().expect("not poisoned");
+        let feed = Arc::new(Feed::new(&opened, config.feed_buffer));
+        let guards = Arc::new(GuardState::new(policy.clone(), opened.exposure));
+        let buckets = *guards.buckets.lock().expect("not poisoned");
         let Opened {
             handles,
             revision,
@@ -302,6 +253,7 @@ impl Store {
             max_batch: config.max_commit_batch,
             sweep: sweep.clone(),
             feed: feed.clone(),
+            guards: guards.clone(),
             revision,
             counts,
             watermark,
@@ -323,12 +275,13 @@ impl Store {
             .name("committer".into())
             .spawn(move || committer.run())?;
         let store = Store {
-            shared: Arc::new(Shared {
+            shared: Arc::new(StoreState {
                 handles: slot,
                 commits,
                 committer: Mutex::new(Some(handle)),
                 sweep,
                 feed,
+                guards,
                 #[cfg(feature = "etcd")]
                 etcd: config.etcd.clone(),
                 #[cfg(feature = "etcd")]
@@ -419,7 +372,7 @@ impl Store {
         None
     }
 
-    /// Whether this store is a replica's, kept current from etcd ([`Store::follow`]) rather
+    /// Whether this store is a replica's, kept current from etcd ([`Store::open_replica`]) rather
     /// than written by a committer of its own.
     pub fn is_replica(&self) -> bool {
         #[cfg(feature = "etcd")]
@@ -442,7 +395,7 @@ impl Store {
 
     /// A replica's store needs the etcd store; this build has none.
     #[cfg(not(feature = "etcd"))]
-    pub fn follow(_: &StoreConfig) -> Result<Store> {
+    pub fn open_replica(_: &StoreConfig) -> Result<Store> {
         Err(StoreError::Etcd("this build has no etcd store".into()))
     }
 
@@ -452,7 +405,7 @@ impl Store {
     /// On a replica, how many log entries it is behind, and for how many seconds.
     pub fn replica_lag(&self) -> Option<(u64, f64)> {
         #[cfg(feature = "etcd")]
-        if let Some(progress) = self.progress() {
+        if let Some(progress) = self.follow_state() {
             let (entries, behind) = progress.lag();
             return Some((entries, behind.as_secs_f64()));
         }

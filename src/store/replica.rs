@@ -19,14 +19,15 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::sync::mpsc;
 
-use super::etcd::Progress;
+use super::etcd::FollowState;
 use super::feed::read_events;
 use super::members::Members;
 use super::open::{read_figures, read_opened};
-use super::writes::{replay, TreeId, Write};
+use super::writes::{replay, Write};
+use super::TreeId;
 use super::{
-    error::registration, keys, mirror, sweep_signal, Feed, Handles, Result, Shared, Store,
-    StoreConfig, StoreError, Watched,
+    error::registration, keys, mirror, sweep_signal, Feed, GuardState, Handles, Result, Store,
+    StoreConfig, StoreError, StoreState, Watched,
 };
 use crate::sweep_signal::SweepSignal;
 
@@ -36,7 +37,7 @@ pub const CATCH_UP: Duration = Duration::from_secs(2);
 
 impl Store {
     /// Opens the store as a replica of `config`'s etcd prefix, following its log. Blocking.
-    pub fn follow(config: &StoreConfig) -> Result<Store> {
+    pub fn open_replica(config: &StoreConfig) -> Result<Store> {
         let Some(etcd) = config.etcd.clone() else {
             return Err(StoreError::Etcd("a replica needs --store etcd".into()));
         };
@@ -46,16 +47,18 @@ impl Store {
             .policy
             .clone()
             .unwrap_or_else(|| config.policy.apply(config.new_policy.clone()));
-        let feed = Arc::new(Feed::new(&opened, policy, config.feed_buffer));
+        let feed = Arc::new(Feed::new(&opened, config.feed_buffer));
+        let guards = Arc::new(GuardState::new(policy, opened.exposure));
         let sweep = Arc::new(sweep_signal(opened.watermark.clone()));
         let handles = Arc::new(opened.handles);
         let applier = Applier {
             handles: handles.clone(),
             feed: feed.clone(),
+            guards: guards.clone(),
             sweep: sweep.clone(),
             members: opened.members,
         };
-        let following = etcd.follow(
+        let following = etcd.watch_log(
             &loaded,
             applier.into_apply(),
             config.metrics.replica_head_reads.clone(),
@@ -63,12 +66,13 @@ impl Store {
         // No committer reads the queue: a write that reaches a replica's store is refused.
         let (commits, _) = mpsc::channel(1);
         Ok(Store {
-            shared: Arc::new(Shared {
+            shared: Arc::new(StoreState {
                 handles: Arc::new(ArcSwapOption::new(Some(handles))),
                 commits,
                 committer: Mutex::new(None),
                 sweep,
                 feed,
+                guards,
                 etcd: Some(etcd),
                 following: Some(following),
             }),
@@ -85,7 +89,7 @@ impl Store {
 
     /// [`Store::catch_up`] on a replica.
     pub(super) async fn catch_up_replica(&self) -> Result<()> {
-        let Some(progress) = self.progress() else {
+        let Some(progress) = self.follow_state() else {
             return Ok(());
         };
         if let Some(why) = progress.failed() {
@@ -99,7 +103,7 @@ impl Store {
     }
 
     /// A replica's following, for its probes and metrics.
-    pub(crate) fn progress(&self) -> Option<&Progress> {
+    pub(crate) fn follow_state(&self) -> Option<&FollowState> {
         self.shared.following.as_ref().map(|f| &*f.progress)
     }
 }
@@ -108,6 +112,7 @@ impl Store {
 struct Applier {
     handles: Arc<Handles>,
     feed: Arc<Feed>,
+    guards: Arc<GuardState>,
     sweep: Arc<SweepSignal>,
     /// The task managers on each node, kept from the registrations the entries write: a
     /// node's change tells the check cache of its task managers.
@@ -174,10 +179,10 @@ impl Applier {
         feed.first_retained
             .store(figures.first_retained, Ordering::SeqCst);
         if let Some(policy) = figures.policy {
-            *feed.policy.lock().expect("not poisoned") = policy;
+            *self.guards.policy.lock().expect("not poisoned") = policy;
         }
         if let Some(exposure) = figures.exposure {
-            *feed.exposure.lock().expect("not poisoned") = exposure;
+            *self.guards.exposure.lock().expect("not poisoned") = exposure;
         }
         if !figures.watermark.is_empty() {
             self.sweep.set_watermark(&figures.watermark);

@@ -19,11 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::model::{Item, Kind};
 use crate::progress::{Progress, Ticks, Unit};
 
-use super::migrate::META_TREE;
-use super::{
-    blobs, codec, datadir, keys, panic_message, ALLOWLIST_TREE, ITEMS_TREE, POLICY_KEY,
-    TM_NODE_TREE,
-};
+use super::{blobs, codec, datadir, keys, panic_message, TreeId, POLICY_KEY};
 use crate::allowlist::Entry;
 use crate::policy::Policy;
 
@@ -205,8 +201,13 @@ fn prepare(
 fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged, String> {
     let db = open_raw(copy, segment)?;
     let mut salvaged = Salvaged::default();
-    let items = db.open_tree(ITEMS_TREE).map_err(|e| e.to_string())?;
-    for (key, value) in readable(&items, ITEMS_TREE, &mut salvaged.skipped, progress) {
+    let items = TreeId::Items.open(&db).map_err(|e| e.to_string())?;
+    for (key, value) in readable(
+        &items,
+        TreeId::Items.name(),
+        &mut salvaged.skipped,
+        progress,
+    ) {
         let Some((kind, id)) = keys::parse_item_key(&key) else {
             salvaged
                 .skipped
@@ -220,16 +221,26 @@ fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged
                 .push(format!("items: {} {id:?}: {e}", kind.singular())),
         }
     }
-    let tm_node = db.open_tree(TM_NODE_TREE).map_err(|e| e.to_string())?;
-    for (key, value) in readable(&tm_node, TM_NODE_TREE, &mut salvaged.skipped, progress) {
+    let tm_node = TreeId::TmNode.open(&db).map_err(|e| e.to_string())?;
+    for (key, value) in readable(
+        &tm_node,
+        TreeId::TmNode.name(),
+        &mut salvaged.skipped,
+        progress,
+    ) {
         let tm = String::from_utf8_lossy(&key).into_owned();
         match codec::decode_registration(&value) {
             Ok(node) => salvaged.registrations.push((tm, node)),
             Err(e) => salvaged.skipped.push(format!("tm_node: {tm:?}: {e}")),
         }
     }
-    let allowlist = db.open_tree(ALLOWLIST_TREE).map_err(|e| e.to_string())?;
-    for (key, value) in readable(&allowlist, ALLOWLIST_TREE, &mut salvaged.skipped, progress) {
+    let allowlist = TreeId::Allowlist.open(&db).map_err(|e| e.to_string())?;
+    for (key, value) in readable(
+        &allowlist,
+        TreeId::Allowlist.name(),
+        &mut salvaged.skipped,
+        progress,
+    ) {
         let Some((kind, id)) = keys::parse_item_key(&key) else {
             salvaged
                 .skipped
@@ -243,7 +254,7 @@ fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged
                 .push(format!("allowlist: {} {id:?}: {e}", kind.singular())),
         }
     }
-    let meta = db.open_tree(META_TREE).map_err(|e| e.to_string())?;
+    let meta = TreeId::Meta.open(&db).map_err(|e| e.to_string())?;
     match meta.get(POLICY_KEY) {
         Ok(Some(bytes)) => match codec::decode_policy(&bytes) {
             Ok(policy) => salvaged.policy = Some(policy),

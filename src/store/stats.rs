@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::meta::kind_count;
-use super::{count_slot, Counts, Result, Store};
+use super::{count_slot, Counts, Result, Store, TreeId};
 use crate::metrics::StoreGauges;
 use crate::model::{Action, Kind};
 use crate::policy::{slot, Policy, Standing};
@@ -96,11 +96,11 @@ impl Store {
     /// What each kind's guardrails stand at `now`: the items blocked (as the cap counts
     /// them) and the evacuation bucket refilled to `now`.
     pub fn guard_standing(&self, now: i64) -> (Policy, [Standing; 2]) {
-        let feed = &self.shared.feed;
-        let policy = feed.policy.lock().expect("not poisoned").clone();
-        let exposure = *feed.exposure.lock().expect("not poisoned");
+        let guards = &self.shared.guards;
+        let policy = guards.policy.lock().expect("not poisoned").clone();
+        let exposure = *guards.exposure.lock().expect("not poisoned");
         let counts = self.item_counts();
-        let buckets = *feed.buckets.lock().expect("not poisoned");
+        let buckets = *guards.buckets.lock().expect("not poisoned");
         let figure = |n: i64| n.max(0).unsigned_abs();
         let standing = Kind::ALL.map(|kind| {
             let i = slot(kind);
@@ -142,28 +142,14 @@ impl Store {
     pub fn disk_usage_reporting(&self, progress: &dyn Progress) -> Result<DiskUsage> {
         let mut ticks = Ticks::new(progress);
         let handles = self.handles()?;
-        let t = &handles.trees;
-        let all = [
-            &t.items,
-            &t.expiry,
-            &t.tm_node,
-            &t.node_tms,
-            &t.events,
-            &t.meta,
-            &t.allowlist,
-            &t.reports,
-            &t.history,
-            &t.history_ends,
-            &t.idempotency,
-        ];
-        let mut trees = Vec::with_capacity(all.len());
-        for tree in all {
+        let mut trees = Vec::with_capacity(TreeId::ALL.len());
+        for id in TreeId::ALL {
             let mut usage = TreeUsage {
-                name: String::from_utf8_lossy(&tree.name()).into_owned(),
+                name: id.name().to_owned(),
                 entries: 0,
                 bytes: 0,
             };
-            for entry in tree {
+            for entry in id.of(&handles.trees) {
                 let (key, value) = entry?;
                 ticks.tick();
                 usage.entries += 1;

@@ -15,78 +15,9 @@ use std::cell::RefCell;
 
 use serde::{Deserialize, Serialize};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
-use sled::{IVec, Tree};
+use sled::IVec;
 
-use super::Trees;
-
-/// A tree, by the number a [`Write`] names it with. The numbers are stored: never reuse one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub(crate) enum TreeId {
-    Items = 0,
-    Expiry = 1,
-    TmNode = 2,
-    NodeTms = 3,
-    Events = 4,
-    Meta = 5,
-    Allowlist = 6,
-    Reports = 7,
-    History = 8,
-    HistoryEnds = 9,
-    Idempotency = 10,
-}
-
-impl TreeId {
-    /// Every tree, by its number.
-    #[cfg(any(test, feature = "etcd"))]
-    pub const ALL: [TreeId; 11] = [
-        TreeId::Items,
-        TreeId::Expiry,
-        TreeId::TmNode,
-        TreeId::NodeTms,
-        TreeId::Events,
-        TreeId::Meta,
-        TreeId::Allowlist,
-        TreeId::Reports,
-        TreeId::History,
-        TreeId::HistoryEnds,
-        TreeId::Idempotency,
-    ];
-
-    /// The tree's name: sled's for most, and the etcd store's folded keys.
-    #[cfg(feature = "etcd")]
-    pub fn name(self) -> &'static str {
-        match self {
-            TreeId::Items => "items",
-            TreeId::Expiry => "expiry",
-            TreeId::TmNode => "tm_node",
-            TreeId::NodeTms => "node_tms",
-            TreeId::Events => "events",
-            TreeId::Meta => "meta",
-            TreeId::Allowlist => "allowlist",
-            TreeId::Reports => "reports",
-            TreeId::History => "history",
-            TreeId::HistoryEnds => "history_ends",
-            TreeId::Idempotency => "idempotency",
-        }
-    }
-
-    /// This tree among `trees`.
-    pub fn of(self, trees: &Trees) -> &Tree {
-        match self {
-            TreeId::Items => &trees.items,
-            TreeId::Expiry => &trees.expiry,
-            TreeId::TmNode => &trees.tm_node,
-            TreeId::NodeTms => &trees.node_tms,
-            TreeId::Events => &trees.events,
-            TreeId::Meta => &trees.meta,
-            TreeId::Allowlist => &trees.allowlist,
-            TreeId::Reports => &trees.reports,
-            TreeId::History => &trees.history,
-            TreeId::HistoryEnds => &trees.history_ends,
-            TreeId::Idempotency => &trees.idempotency,
-        }
-    }
-}
+use super::{TreeId, Trees};
 
 /// One key written: its new value, or `None` when it was removed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

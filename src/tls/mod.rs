@@ -126,12 +126,6 @@ impl ServerTls {
     fn config(&self) -> Arc<ServerConfig> {
         self.current.load().config.clone()
     }
-
-    /// Reloads on SIGHUP and when the files change, until the daemon stops. The SIGHUP
-    /// handler is in place when this returns.
-    pub fn watch(self: &Arc<ServerTls>) -> std::io::Result<()> {
-        reload::watch(self)
-    }
 }
 
 fn load(files: &TlsFiles) -> Result<Loaded, String> {

@@ -22,49 +22,57 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// The longest changes that keep coming put a reload off.
 const MOST_SETTLE: Duration = Duration::from_secs(3);
 
-pub(super) fn watch(tls: &Arc<ServerTls>) -> std::io::Result<()> {
-    let mut hangup = signal(SignalKind::hangup())?;
-    let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let names = file_names(tls);
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Reading the files (this reload's own reads among them) is no change.
-        let Ok(event) = event else { return };
-        if !matches!(event.kind, EventKind::Access(_))
-            && event.paths.iter().any(|path| is_tls_file(&names, path))
-        {
-            let _ = changed.send(());
-        }
-    })
-    .map_err(std::io::Error::other)?;
-    for dir in directories(tls) {
-        watcher
-            .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(|e| std::io::Error::other(format!("cannot watch {}: {e}", dir.display())))?;
-    }
-    let tls = tls.clone();
-    tokio::spawn(async move {
-        // Watching stops when the watcher is dropped: it lives as long as this task.
-        let _watcher = watcher;
-        loop {
-            let why = tokio::select! {
-                _ = hangup.recv() => "SIGHUP",
-                Some(()) = changes.recv() => {
-                    let first = Instant::now();
-                    loop {
-                        tokio::time::sleep(SETTLE).await;
-                        if changes.try_recv().is_err() || first.elapsed() >= MOST_SETTLE {
-                            break;
-                        }
-                        while changes.try_recv().is_ok() {}
-                    }
-                    "the files changed"
+impl ServerTls {
+    /// Reloads on SIGHUP and when the files change, until the daemon stops. The SIGHUP
+    /// handler is in place when this returns.
+    pub fn watch(self: &Arc<ServerTls>) -> std::io::Result<()> {
+        let tls = self;
+        let mut hangup = signal(SignalKind::hangup())?;
+        let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let names = file_names(tls);
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                // Reading the files (this reload's own reads among them) is no change.
+                let Ok(event) = event else { return };
+                if !matches!(event.kind, EventKind::Access(_))
+                    && event.paths.iter().any(|path| is_tls_file(&names, path))
+                {
+                    let _ = changed.send(());
                 }
-            };
-            let tls = tls.clone();
-            let _ = tokio::task::spawn_blocking(move || tls.reload(why)).await;
+            })
+            .map_err(std::io::Error::other)?;
+        for dir in directories(tls) {
+            watcher
+                .watch(&dir, RecursiveMode::NonRecursive)
+                .map_err(|e| {
+                    std::io::Error::other(format!("cannot watch {}: {e}", dir.display()))
+                })?;
         }
-    });
-    Ok(())
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            // Watching stops when the watcher is dropped: it lives as long as this task.
+            let _watcher = watcher;
+            loop {
+                let why = tokio::select! {
+                    _ = hangup.recv() => "SIGHUP",
+                    Some(()) = changes.recv() => {
+                        let first = Instant::now();
+                        loop {
+                            tokio::time::sleep(SETTLE).await;
+                            if changes.try_recv().is_err() || first.elapsed() >= MOST_SETTLE {
+                                break;
+                            }
+                            while changes.try_recv().is_ok() {}
+                        }
+                        "the files changed"
+                    }
+                };
+                let tls = tls.clone();
+                let _ = tokio::task::spawn_blocking(move || tls.reload(why)).await;
+            }
+        });
+        Ok(())
+    }
 }
 
 /// The names of the TLS files, in their directories.

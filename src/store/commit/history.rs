@@ -8,12 +8,12 @@
 //! most `per_id` entries per id are left by any transaction.
 
 use sled::transaction::TransactionError;
-use sled::Transactional;
 
 use super::{Committer, Tx, TxResult};
 use crate::model::{Block, Kind};
 use crate::provenance::Ending;
-use crate::store::writes::{TreeId, TxTree, WriteLog};
+use crate::store::writes::{TxTree, WriteLog};
+use crate::store::TreeId;
 use crate::store::{codec, keys};
 
 /// How many past blocks one prune by age drops at most: pruning catches up by this much
@@ -122,11 +122,11 @@ impl Committer {
         if due.is_empty() {
             return;
         }
-        let pruned = (&t.history, &t.history_ends).transaction(|(history, ends)| {
+        let pruned = t.transaction(|trees| {
             // Logged once committed: sled may re-run the closure.
             let log = self.log_writes.then(WriteLog::default);
-            let history = TxTree::new(history, TreeId::History, log.as_ref());
-            let ends = TxTree::new(ends, TreeId::HistoryEnds, log.as_ref());
+            let history = TxTree::new(&trees.history, TreeId::History, log.as_ref());
+            let ends = TxTree::new(&trees.history_ends, TreeId::HistoryEnds, log.as_ref());
             for (ended, kind, id, n) in &due {
                 ends.remove(keys::past_end_key(*ended, *kind, id, *n))?;
                 history.remove(keys::past_key(*kind, id, *n))?;

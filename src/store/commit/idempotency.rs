@@ -29,7 +29,8 @@ use super::{Committer, Tx, TxResult};
 use crate::store::codec::idempotency::{
     decode_head, decode_response, encode_head, encode_response, later_chunks, Head, HeadV1,
 };
-use crate::store::writes::{Logged, TreeId};
+use crate::store::writes::Logged;
+use crate::store::TreeId;
 use crate::store::{keys, CodecError, StoreError};
 
 pub use crate::store::codec::idempotency::KeptResponse;
@@ -257,7 +258,7 @@ mod tests {
     fn a_sled_transaction_reads_its_own_writes() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::Config::new().path(dir.path()).open().unwrap();
-        let tree = db.open_tree("t").unwrap();
+        let tree = crate::store::TreeId::Idempotency.open(&db).unwrap();
         tree.insert(b"gone", &b"before"[..]).unwrap();
         let seen: sled::transaction::TransactionResult<_, ()> = tree.transaction(|tx| {
             let before = tx.get(b"new")?;

@@ -66,8 +66,8 @@ use super::members::Members;
 use super::pipeline::{Answer, Decided, Reply, Stage};
 use super::writes::WriteLog;
 use super::{
-    keys, Counts, Feed, Handles, HistoryRetention, Retention, StoreConfig, StoreError, SweepSignal,
-    Watched,
+    keys, Counts, Feed, GuardState, Handles, HistoryRetention, Retention, StoreConfig, StoreError,
+    SweepSignal, Watched,
 };
 use super::{Result, Store};
 use crate::allowlist::Entry;
@@ -394,6 +394,8 @@ pub(crate) struct Committer {
     pub(super) max_batch: usize,
     pub(super) sweep: Arc<SweepSignal>,
     pub(super) feed: Arc<Feed>,
+    /// The guardrails' state published to readers after each commit.
+    pub(super) guards: Arc<GuardState>,
     /// The revision of the last committed transaction.
     pub(super) revision: u64,
     /// Stored items per (kind, action) after the last committed transaction, leaving out

@@ -3,7 +3,8 @@
 use std::sync::atomic::Ordering;
 
 use super::Committer;
-use crate::store::writes::{log_write, TreeId};
+use crate::store::writes::log_write;
+use crate::store::TreeId;
 use crate::store::{codec, keys};
 
 /// How many old events one commit prunes beyond as many as it wrote: pruning keeps pace

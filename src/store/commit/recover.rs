@@ -142,11 +142,11 @@ impl Committer {
         self.counts = counts;
         if let Some(policy) = policy {
             self.policy.clone_from(&policy);
-            *self.feed.policy.lock().expect("not poisoned") = policy;
+            *self.guards.policy.lock().expect("not poisoned") = policy;
         }
         self.members = members;
         self.exposure = exposure;
-        *self.feed.exposure.lock().expect("not poisoned") = exposure;
+        *self.guards.exposure.lock().expect("not poisoned") = exposure;
         self.prefixes = prefixes;
         self.allow_entries = allow_entries;
         self.sweep.set_watermark(&watermark);

@@ -236,11 +236,11 @@ impl Committer {
         self.revision = *revision;
         if let Some(policy) = policy {
             self.policy.clone_from(policy);
-            *self.feed.policy.lock().expect("not poisoned") = policy.clone();
+            *self.guards.policy.lock().expect("not poisoned") = policy.clone();
         }
         if *exposure != self.exposure {
             self.exposure = *exposure;
-            *self.feed.exposure.lock().expect("not poisoned") = *exposure;
+            *self.guards.exposure.lock().expect("not poisoned") = *exposure;
         }
         adopt_members(&mut self.members, members);
         if let Some(prefixes) = prefixes {
@@ -248,7 +248,7 @@ impl Committer {
         }
         if *buckets != self.buckets {
             self.buckets = *buckets;
-            *self.feed.buckets.lock().expect("not poisoned") = *buckets;
+            *self.guards.buckets.lock().expect("not poisoned") = *buckets;
         }
         self.counts = *counts;
         self.unreclaimed = *unreclaimed;

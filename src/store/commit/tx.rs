@@ -11,9 +11,7 @@ use std::convert::Infallible;
 
 use sled::transaction::{
     ConflictableTransactionError, ConflictableTransactionResult, TransactionError,
-    TransactionalTree,
 };
-use sled::Transactional;
 
 use super::{Committer, Op};
 use crate::allowlist::Entry;
@@ -22,10 +20,11 @@ use crate::policy::{Bucket, Exposure, Level, Policy};
 use crate::provenance::{Ended, Ending, Report, Unblock, MAX_REPORTS};
 use crate::store::members::Members;
 use crate::store::meta::{encode_exposure, encode_u64, kind_count, EXPOSURE_KEY};
-use crate::store::writes::{TreeId, TxTree, Write, WriteLog};
+use crate::store::writes::{TxTree, Write, WriteLog};
 use crate::store::{
     announced, codec, count_slot, encode_counts, keys, registration, Counts, HistoryRetention,
-    StoreError, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY, WATERMARK_KEY,
+    StoreError, TreeId, TxTrees, COUNTS_KEY, POLICY_KEY, REVISION_KEY, UNRECLAIMED_KEY,
+    WATERMARK_KEY,
 };
 
 pub(crate) type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
@@ -61,104 +60,63 @@ impl Committer {
         due: &[Vec<Vec<u8>>],
         now: i64,
     ) -> Result<Transacted, StoreError> {
-        let t = &self.handles().trees;
-        let trees = (
-            &t.items,
-            &t.expiry,
-            &t.tm_node,
-            &t.node_tms,
-            &t.events,
-            &t.meta,
-            &t.allowlist,
-            &t.reports,
-            &t.history,
-            &t.history_ends,
-            &t.idempotency,
-        );
-        trees
-            .transaction(
-                |(
-                    items,
-                    expiry,
-                    tm_node,
-                    node_tms,
-                    events,
-                    meta,
-                    allowlist,
-                    reports,
-                    history,
-                    history_ends,
-                    idempotency,
-                )| {
-                    // Built afresh on every run of the closure: sled may re-run it.
-                    let log = self.log_writes.then(WriteLog::default);
-                    let log = log.as_ref();
-                    let events = TxTree::new(events, TreeId::Events, log);
-                    let meta = TxTree::new(meta, TreeId::Meta, log);
-                    let tx = self.tx(
-                        [
-                            items,
-                            expiry,
-                            tm_node,
-                            node_tms,
-                            allowlist,
-                            reports,
-                            history,
-                            history_ends,
-                            idempotency,
-                        ],
-                        log,
-                        now,
-                    );
-                    for (op, due) in batch.iter().zip(due) {
-                        op.apply(&tx, due)?;
-                    }
-                    for chunk in codec::chunks(&tx.emitted.borrow()) {
-                        events.insert(
-                            &keys::event_key(chunk[0].revision),
-                            codec::encode_chunk(chunk),
-                        )?;
-                    }
-                    let revision = tx.revision.get();
-                    if revision != self.revision {
-                        meta.insert(REVISION_KEY, &encode_u64(revision))?;
-                    }
-                    let counts = tx.counts.get().map(|c| c.max(0) as u64);
-                    if counts != self.counts {
-                        meta.insert(COUNTS_KEY, encode_counts(&counts))?;
-                    }
-                    let watermark = tx.watermark.into_inner();
-                    if watermark != self.watermark {
-                        meta.insert(WATERMARK_KEY, watermark.as_slice())?;
-                    }
-                    let unreclaimed = tx.unreclaimed.get().max(0) as u64;
-                    if unreclaimed != self.unreclaimed {
-                        meta.insert(UNRECLAIMED_KEY, &encode_u64(unreclaimed))?;
-                    }
-                    let exposure = tx.exposure.get();
-                    if exposure != self.exposure {
-                        meta.insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
-                    }
-                    let policy = tx.policy_changed.get().then(|| tx.policy.borrow().clone());
-                    if let Some(policy) = &policy {
-                        meta.insert(POLICY_KEY, codec::encode_policy(policy))?;
-                    }
-                    Ok(Transacted {
-                        events: tx.emitted.into_inner(),
-                        revision,
-                        counts,
-                        watermark,
-                        unreclaimed,
-                        buckets: tx.buckets.get(),
-                        policy,
-                        exposure,
-                        members: tx.members_changed.into_inner(),
-                        prefixes: tx.prefixes_changed.into_inner(),
-                        allow_entries: tx.allow_entries.get().max(0).unsigned_abs(),
-                        writes: log.map(WriteLog::take).unwrap_or_default(),
-                    })
-                },
-            )
+        self.handles()
+            .trees
+            .transaction(|trees| {
+                // Built afresh on every run of the closure: sled may re-run it.
+                let log = self.log_writes.then(WriteLog::default);
+                let log = log.as_ref();
+                let events = TxTree::new(&trees.events, TreeId::Events, log);
+                let meta = TxTree::new(&trees.meta, TreeId::Meta, log);
+                let tx = self.tx(trees, log, now);
+                for (op, due) in batch.iter().zip(due) {
+                    op.apply(&tx, due)?;
+                }
+                for chunk in codec::chunks(&tx.emitted.borrow()) {
+                    events.insert(
+                        &keys::event_key(chunk[0].revision),
+                        codec::encode_chunk(chunk),
+                    )?;
+                }
+                let revision = tx.revision.get();
+                if revision != self.revision {
+                    meta.insert(REVISION_KEY, &encode_u64(revision))?;
+                }
+                let counts = tx.counts.get().map(|c| c.max(0) as u64);
+                if counts != self.counts {
+                    meta.insert(COUNTS_KEY, encode_counts(&counts))?;
+                }
+                let watermark = tx.watermark.into_inner();
+                if watermark != self.watermark {
+                    meta.insert(WATERMARK_KEY, watermark.as_slice())?;
+                }
+                let unreclaimed = tx.unreclaimed.get().max(0) as u64;
+                if unreclaimed != self.unreclaimed {
+                    meta.insert(UNRECLAIMED_KEY, &encode_u64(unreclaimed))?;
+                }
+                let exposure = tx.exposure.get();
+                if exposure != self.exposure {
+                    meta.insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
+                }
+                let policy = tx.policy_changed.get().then(|| tx.policy.borrow().clone());
+                if let Some(policy) = &policy {
+                    meta.insert(POLICY_KEY, codec::encode_policy(policy))?;
+                }
+                Ok(Transacted {
+                    events: tx.emitted.into_inner(),
+                    revision,
+                    counts,
+                    watermark,
+                    unreclaimed,
+                    buckets: tx.buckets.get(),
+                    policy,
+                    exposure,
+                    members: tx.members_changed.into_inner(),
+                    prefixes: tx.prefixes_changed.into_inner(),
+                    allow_entries: tx.allow_entries.get().max(0).unsigned_abs(),
+                    writes: log.map(WriteLog::take).unwrap_or_default(),
+                })
+            })
             .map_err(|e| match e {
                 TransactionError::Abort(e) => e,
                 TransactionError::Storage(e) => StoreError::Sled(e),
@@ -170,21 +128,8 @@ impl Committer {
     /// committed transaction left, in a transaction of its own that is then rolled back:
     /// nothing is written, and the revision, counts and watermark stay the committer's.
     pub(super) fn rehearse(&self, op: &Op, due: &[Vec<u8>], now: i64) -> Result<(), StoreError> {
-        let t = &self.handles().trees;
-        let trees = (
-            &t.items,
-            &t.expiry,
-            &t.tm_node,
-            &t.node_tms,
-            &t.allowlist,
-            &t.reports,
-            &t.history,
-            &t.history_ends,
-            // Never read by a dry run (it neither looks keys up nor keeps them); `Tx` has it.
-            &t.idempotency,
-        );
-        let rolled_back = trees.transaction(|(a, b, c, d, e, f, g, h, i)| {
-            let mut tx = self.tx([a, b, c, d, e, f, g, h, i], None, now);
+        let rolled_back = self.handles().trees.transaction(|trees| {
+            let mut tx = self.tx(trees, None, now);
             tx.rehearsal = true;
             op.apply(&tx, due)?;
             Err::<Infallible, _>(ConflictableTransactionError::Abort(StoreError::RolledBack))
@@ -199,25 +144,19 @@ impl Committer {
 
     /// A transaction's view of the item and membership trees, starting from the state the
     /// last committed transaction left.
-    fn tx<'a>(
-        &'a self,
-        [items, expiry, tm_node, node_tms, allowlist, reports, history, history_ends, idempotency]: [&'a TransactionalTree;
-            9],
-        log: Option<&'a WriteLog>,
-        now: i64,
-    ) -> Tx<'a> {
+    fn tx<'a>(&'a self, trees: &'a TxTrees, log: Option<&'a WriteLog>, now: i64) -> Tx<'a> {
         let tree = |tree, id| TxTree::new(tree, id, log);
         Tx {
-            items: tree(items, TreeId::Items),
-            expiry: tree(expiry, TreeId::Expiry),
-            tm_node: tree(tm_node, TreeId::TmNode),
-            node_tms: tree(node_tms, TreeId::NodeTms),
-            allowlist: tree(allowlist, TreeId::Allowlist),
-            reports: tree(reports, TreeId::Reports),
-            history: tree(history, TreeId::History),
-            history_ends: tree(history_ends, TreeId::HistoryEnds),
+            items: tree(&trees.items, TreeId::Items),
+            expiry: tree(&trees.expiry, TreeId::Expiry),
+            tm_node: tree(&trees.tm_node, TreeId::TmNode),
+            node_tms: tree(&trees.node_tms, TreeId::NodeTms),
+            allowlist: tree(&trees.allowlist, TreeId::Allowlist),
+            reports: tree(&trees.reports, TreeId::Reports),
+            history: tree(&trees.history, TreeId::History),
+            history_ends: tree(&trees.history_ends, TreeId::HistoryEnds),
             history_retention: self.history,
-            idempotency: tree(idempotency, TreeId::Idempotency),
+            idempotency: tree(&trees.idempotency, TreeId::Idempotency),
             records_expired_at: now.saturating_sub(self.config.idempotency_retention_ms),
             now,
             policy: RefCell::new(self.policy.clone()),

@@ -20,7 +20,7 @@
 //! every such write, and the read waits until this replica applied it. Progress
 //! notifications are no barrier here (3.4.23 may send one before the events it covers).
 //! One read of `P/head` is in flight at a time and answers every read that arrived before
-//! it was sent ([`Progress::head`]), so the cost is shared by all concurrent readers.
+//! it was sent ([`FollowState::head`]), so the cost is shared by all concurrent readers.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,8 +46,8 @@ const SILENT: Duration = Duration::from_secs(3);
 /// Applies entry `number`'s writes to the replica's store, in number order.
 pub(crate) type Apply = Box<dyn FnMut(u64, Vec<Write>) -> Result<(), StoreError> + Send>;
 
-/// Where a replica's following stands, shared by the watch task and readers.
-pub(crate) struct Progress {
+/// Where a replica's following of the log stands, shared by the watch task and readers.
+pub(crate) struct FollowState {
     /// The last entry applied.
     applied: watch::Sender<u64>,
     /// The highest `P/head` read so far, and since when the replica has been behind it
@@ -67,7 +67,7 @@ pub(crate) struct Progress {
 
 /// A replica's following: its progress, kept alive while the store is.
 pub(crate) struct Following {
-    pub progress: Arc<Progress>,
+    pub progress: Arc<FollowState>,
 }
 
 impl Following {
@@ -85,7 +85,7 @@ impl Drop for Following {
     }
 }
 
-impl Progress {
+impl FollowState {
     /// The last entry applied.
     pub fn applied(&self) -> u64 {
         *self.applied.borrow()
@@ -182,9 +182,9 @@ impl Etcd {
 
     /// Starts following the log after what `loaded` read: every later entry goes to
     /// `apply`, in order, until the returned [`Following`] is dropped.
-    pub fn follow(&self, loaded: &Loaded, apply: Apply, head_reads: Counter) -> Following {
+    pub fn watch_log(&self, loaded: &Loaded, apply: Apply, head_reads: Counter) -> Following {
         let (heads, asked) = mpsc::unbounded_channel();
-        let progress = Arc::new(Progress {
+        let progress = Arc::new(FollowState {
             applied: watch::Sender::new(loaded.log.last_entry()),
             behind: Mutex::new((0, None)),
             watching: AtomicBool::new(false),
@@ -222,7 +222,7 @@ async fn read_heads(
     members: Arc<Members>,
     deadline: Duration,
     key: String,
-    progress: Arc<Progress>,
+    progress: Arc<FollowState>,
     mut asked: mpsc::UnboundedReceiver<oneshot::Sender<Result<u64, String>>>,
 ) {
     while let Some(first) = asked.recv().await {
@@ -260,7 +260,7 @@ async fn read_heads(
 struct Watcher {
     members: Arc<Members>,
     log_prefix: String,
-    progress: Arc<Progress>,
+    progress: Arc<FollowState>,
     apply: Apply,
     /// The etcd revision of the last entry applied (or of the load): the watch resumes
     /// after it.

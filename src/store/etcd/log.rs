@@ -41,7 +41,8 @@ use serde::{Deserialize, Serialize};
 use super::members::{Attempt, Members};
 use super::{etcd_error, Etcd};
 use crate::store::error::ETCD_NOSPACE;
-use crate::store::writes::{replay, Replicate, TreeId, Write};
+use crate::store::writes::{replay, Replicate, Write};
+use crate::store::TreeId;
 use crate::store::{StoreError, Trees};
 
 /// The format byte of a log entry; the only one so far.

@@ -36,7 +36,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 
-pub(crate) use self::follow::{Apply, Following, Progress};
+pub(crate) use self::follow::{Apply, FollowState, Following};
 pub(crate) use self::log::Loaded;
 use self::members::{Attempt, Members};
 use super::StoreError;

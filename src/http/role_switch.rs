@@ -1,9 +1,9 @@
-//! What a daemon on an etcd prefix serves, role by role: as a replica (another daemon
+//! The role switch: what a daemon on an etcd prefix serves, role by role: as a replica (another daemon
 //! writes), the full application over its followed store
-//! ([`crate::store::Store::follow`]), which serves reads itself and sends the rest on to
+//! ([`crate::store::Store::open_replica`]), which serves reads itself and sends the rest on to
 //! the writer ([`super::forward`]); as the writer, the writer's application. Each takes
 //! over from the other on the same listener, connections already open included
-//! ([`Roles`]).
+//! ([`RoleSwitch`]).
 
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
@@ -20,7 +20,7 @@ use super::error::ApiError;
 /// The application a daemon on an etcd prefix serves now, swapped as its role changes.
 /// Requests in flight finish on the application they started on.
 #[derive(Clone)]
-pub struct Roles {
+pub struct RoleSwitch {
     /// What a new request goes to; `None` only before the first role is set.
     current: Arc<RwLock<Option<Router>>>,
     /// The writer's application while this daemon is the writer: where a write that waited
@@ -28,16 +28,16 @@ pub struct Roles {
     writer: watch::Sender<Option<Router>>,
 }
 
-impl Default for Roles {
-    fn default() -> Roles {
-        Roles {
+impl Default for RoleSwitch {
+    fn default() -> RoleSwitch {
+        RoleSwitch {
             current: Arc::default(),
             writer: watch::Sender::new(None),
         }
     }
 }
 
-impl Roles {
+impl RoleSwitch {
     /// Serves `app`, a replica's, from now on.
     pub fn serve_replica(&self, app: Router) {
         self.writer.send_replace(None);
