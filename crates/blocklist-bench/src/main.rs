@@ -36,6 +36,7 @@ mod redis_peer;
 mod report;
 mod scenarios;
 mod server;
+mod settings;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ use clap::Parser;
 use report::{Machine, Report, Row};
 use scenarios::{Bench, RUN_ORDER, SCENARIOS};
 use server::DaemonSpec;
+use settings::Settings;
 
 /// Benchmarks blocklistd against an HTTP ceiling, a store ceiling, Redis and etcd, in one run.
 #[derive(Debug, Parser)]
@@ -148,23 +150,6 @@ struct Args {
     /// --daemon D --labels plain,tls --tls-for tls`: one build, over plain HTTP and TLS).
     #[arg(long)]
     tls_for: Option<String>,
-}
-
-/// The run's settings, as the scenarios see them.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub duration: Duration,
-    pub concurrency: usize,
-    pub items: usize,
-    pub expire_window: Duration,
-    pub restarts: usize,
-    pub peer: bool,
-    /// Requests go to a replica of each daemon started ([`Args::via_replica`]).
-    pub via_replica: bool,
-    pub subscribers: Vec<usize>,
-    pub work_dir: Option<PathBuf>,
-    pub keep: bool,
-    pub wait_quiet: Duration,
 }
 
 fn main() -> ExitCode {

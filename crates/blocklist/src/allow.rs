@@ -7,8 +7,8 @@ use serde_json::json;
 
 use crate::cli::{AllowAddArgs, DryRunArg};
 use crate::client::{check_id, segment, Client, Failure};
+use crate::output::{emit, now, print_json};
 use crate::render::{self, AllowPutView, AllowlistView, EntryView, ItemView};
-use crate::{emit, now, print_json};
 
 /// The path of one entry: `/allowlist/nodes/a%2Fb`.
 pub fn entry_path(kind: Kind, id: &str) -> String {
@@ -17,7 +17,7 @@ pub fn entry_path(kind: Kind, id: &str) -> String {
 
 pub async fn add(client: &Client, args: AllowAddArgs, json: bool) -> Result<(), Failure> {
     let kind = Kind::from(args.kind);
-    check_id(crate::noun(kind), &args.id)?;
+    check_id(crate::output::noun(kind), &args.id)?;
     let mut body = json!({"comment": args.comment});
     if args.prefix {
         body["prefix"] = json!(true);
@@ -71,7 +71,7 @@ pub async fn remove(
     dry_run: DryRunArg,
     json: bool,
 ) -> Result<(), Failure> {
-    check_id(crate::noun(kind), id)?;
+    check_id(crate::output::noun(kind), id)?;
     let path = dry_run.path(&entry_path(kind, id));
     let reply = client.send(Method::DELETE, &path, None).await?;
     if json {

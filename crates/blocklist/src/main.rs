@@ -13,6 +13,8 @@
 //! - [`unblock`]: `remove`, of one id or of every item a selector picks.
 //! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
 //! - [`status`]: the spinner and status line on stderr, on a terminal only.
+//! - [`output`]: stdout (a closed pipe ends quietly), `--json`'s pass-through, the kind's
+//!   noun and the clock the human output uses.
 //!
 //! `completion` and `man` print what the daemon's library generates from [`cli`]'s
 //! definitions (`blocklistd::shell`), without a request.
@@ -23,6 +25,7 @@
 mod allow;
 mod cli;
 mod client;
+mod output;
 mod policy;
 mod provenance;
 mod render;
@@ -32,7 +35,6 @@ mod update;
 mod watch;
 
 use std::fmt::Write as _;
-use std::io::Write;
 use std::process::ExitCode;
 
 use blocklistd::model::{Action, Kind};
@@ -41,7 +43,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::cli::{AddArgs, AllowCommand, Api, Cli, Command, DryRunArg, PolicyCommand};
-use crate::client::{check_id, segment, Client, Failure, Reply, TlsFiles};
+use crate::client::{check_id, segment, Client, Failure, TlsFiles};
+use crate::output::{emit, noun, now, print_json};
 use crate::render::{ItemView, Listing};
 
 fn main() -> ExitCode {
@@ -110,15 +113,6 @@ fn printed(result: Result<(), String>) -> ExitCode {
     }
 }
 
-/// Writes to stdout; `false` once stdout is closed (`blocklist watch | head`), which ends
-/// the command quietly instead of panicking like `print!` would.
-pub fn emit(text: &str) -> bool {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .is_ok()
-}
-
 async fn run(
     server: &str,
     token_file: Option<&std::path::Path>,
@@ -162,27 +156,6 @@ async fn run(
         },
         Api::Watch { since } => watch::run(&client, since, json).await,
     }
-}
-
-/// `--json`: the server's body as it came (nothing when it is empty, as a 201 is).
-pub fn print_json(reply: &Reply) {
-    let text = String::from_utf8_lossy(&reply.body);
-    let text = text.trim();
-    if !text.is_empty() {
-        emit(&format!("{text}\n"));
-    }
-}
-
-/// The kind in sentences ("blocked task manager tm-1").
-pub fn noun(kind: Kind) -> &'static str {
-    match kind {
-        Kind::TaskManager => "task manager",
-        Kind::Node => "node",
-    }
-}
-
-pub fn now() -> i64 {
-    blocklistd::clock::now_ms()
 }
 
 async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Failure> {

@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 
 use crate::cli::{PermanentArg, PolicyFields, PolicySetArgs, Setting};
 use crate::client::{Client, Failure};
+use crate::output::{emit, print_json};
 use crate::render;
-use crate::{emit, print_json};
 
 pub async fn status(client: &Client, json: bool) -> Result<(), Failure> {
     let reply = client.send(Method::GET, "/policy/status", None).await?;

@@ -7,8 +7,8 @@ use blocklistd::model::Kind;
 use reqwest::Method;
 
 use crate::client::{check_id, item_path, Client, Failure};
+use crate::output::{emit, noun, now, print_json};
 use crate::render::{self, ItemDetailView, PastBlockView};
-use crate::{emit, noun, now, print_json};
 
 /// The path of an id's past blocks: `/blocklist/nodes/a%2Fb/history`.
 fn history_path(kind: Kind, id: &str) -> String {

@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use crate::cli::RemoveArgs;
 use crate::client::{check_id, item_path, segment, Client, Failure};
+use crate::output::{emit, noun, now, print_json};
 use crate::render::{self, ItemView};
-use crate::{emit, noun, now, print_json};
 
 /// The answer to an unblock by selector.
 #[derive(Debug, Deserialize)]

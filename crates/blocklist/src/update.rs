@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use crate::cli::UpdateArgs;
 use crate::client::{check_id, item_path, Client, Failure};
+use crate::output::{emit, noun, now, print_json};
 use crate::render::{self, ItemView};
-use crate::{emit, noun, now, print_json};
 
 /// The body of the `PATCH`: only what the flags change.
 fn body(args: &UpdateArgs) -> Value {

@@ -153,7 +153,7 @@ impl Once<'_> {
             }
             for event in events {
                 let line = format_event(&event, self.json);
-                if !self.status.suspend(|| crate::emit(&line)) {
+                if !self.status.suspend(|| crate::output::emit(&line)) {
                     return Ok(End::OutputClosed);
                 }
                 if let Some(id) = event.id {

@@ -30,7 +30,7 @@ use crate::load::{self, Phase, Worker, MAX_OPS_PER_PHASE};
 use crate::procstat::{self, CpuUse, CpuWindow};
 use crate::report::{Role, Row};
 use crate::server::{DaemonSpec, Server};
-use crate::Settings;
+use crate::settings::Settings;
 
 mod etcd;
 mod expire;
