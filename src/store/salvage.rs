@@ -201,13 +201,7 @@ fn prepare(
 fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged, String> {
     let db = open_raw(copy, segment)?;
     let mut salvaged = Salvaged::default();
-    let items = TreeId::Items.open(&db).map_err(|e| e.to_string())?;
-    for (key, value) in readable(
-        &items,
-        TreeId::Items.name(),
-        &mut salvaged.skipped,
-        progress,
-    ) {
+    for (key, value) in readable(&db, TreeId::Items, &mut salvaged.skipped, progress)? {
         let Some((kind, id)) = keys::parse_item_key(&key) else {
             salvaged
                 .skipped
@@ -221,26 +215,14 @@ fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged
                 .push(format!("items: {} {id:?}: {e}", kind.singular())),
         }
     }
-    let tm_node = TreeId::TmNode.open(&db).map_err(|e| e.to_string())?;
-    for (key, value) in readable(
-        &tm_node,
-        TreeId::TmNode.name(),
-        &mut salvaged.skipped,
-        progress,
-    ) {
+    for (key, value) in readable(&db, TreeId::TmNode, &mut salvaged.skipped, progress)? {
         let tm = String::from_utf8_lossy(&key).into_owned();
         match codec::decode_registration(&value) {
             Ok(node) => salvaged.registrations.push((tm, node)),
             Err(e) => salvaged.skipped.push(format!("tm_node: {tm:?}: {e}")),
         }
     }
-    let allowlist = TreeId::Allowlist.open(&db).map_err(|e| e.to_string())?;
-    for (key, value) in readable(
-        &allowlist,
-        TreeId::Allowlist.name(),
-        &mut salvaged.skipped,
-        progress,
-    ) {
+    for (key, value) in readable(&db, TreeId::Allowlist, &mut salvaged.skipped, progress)? {
         let Some((kind, id)) = keys::parse_item_key(&key) else {
             salvaged
                 .skipped
@@ -268,16 +250,19 @@ fn read(copy: &Path, segment: usize, progress: &dyn Progress) -> Result<Salvaged
     Ok(salvaged)
 }
 
-/// The entries of `tree` up to the first that cannot be read (noted in `skipped`).
+/// The entries of tree `id` of `db` up to the first that cannot be read (noted in
+/// `skipped`).
 fn readable(
-    tree: &sled::Tree,
-    name: &str,
+    db: &sled::Db,
+    id: TreeId,
     skipped: &mut Vec<String>,
     progress: &dyn Progress,
-) -> Vec<(sled::IVec, sled::IVec)> {
+) -> Result<Vec<(sled::IVec, sled::IVec)>, String> {
+    let tree = id.open(db).map_err(|e| e.to_string())?;
+    let name = id.name();
     let mut ticks = Ticks::new(progress);
     let mut entries = Vec::new();
-    for entry in tree {
+    for entry in &tree {
         match entry {
             Ok(entry) => {
                 ticks.tick();
@@ -289,7 +274,7 @@ fn readable(
             }
         }
     }
-    entries
+    Ok(entries)
 }
 
 /// Copies the files of `from` (and of its subdirectories) into a new directory `to`,
