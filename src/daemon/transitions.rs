@@ -82,16 +82,19 @@ pub(super) fn next(phase: Phase, observed: Observed) -> Option<(Phase, Step)> {
             (P::Starting, Step::Fail)
         }
         (P::Starting | P::Replica, O::WriterServing) => (P::Writer, Step::HoldKey),
-        (P::Starting | P::SteppingDown, O::ReplicaServing) => (P::Replica, Step::OpenWriter),
-        // A replica's takeover: etcd's failures are waited out, the replica serving.
+        // A replica serving campaigns for the key; its takeover's etcd failures are waited
+        // out, the replica serving on.
+        (P::Starting | P::SteppingDown, O::ReplicaServing) | (P::Replica, O::Waited) => {
+            (P::Replica, Step::OpenWriter)
+        }
         (P::Replica, O::WriterFailed { on_store: true }) => (P::Replica, Step::GiveUpKeyAndWait),
         (P::Replica, O::WriterFailed { on_store: false }) => (P::Replica, Step::Fail),
-        (P::Replica, O::Waited) => (P::Replica, Step::OpenWriter),
-        // The writer deposed.
-        (P::Writer, O::KeyTaken) => (P::SteppingDown, Step::OpenReplica),
+        // The writer deposed opens its replica, waiting out etcd's failures.
+        (P::Writer, O::KeyTaken) | (P::SteppingDown, O::Waited) => {
+            (P::SteppingDown, Step::OpenReplica)
+        }
         (P::SteppingDown, O::ReplicaFailed { on_etcd: true }) => (P::SteppingDown, Step::Wait),
         (P::SteppingDown, O::ReplicaFailed { on_etcd: false }) => (P::SteppingDown, Step::Fail),
-        (P::SteppingDown, O::Waited) => (P::SteppingDown, Step::OpenReplica),
         _ => return None,
     })
 }
@@ -121,11 +124,14 @@ mod tests {
         Observed::Stopping,
     ];
 
+    /// A phase, an observation, and what follows them.
+    type Row = (Phase, Observed, Option<(Phase, Step)>);
+
     /// Every pair of phase and observation with what follows; `None`: it cannot happen.
     /// The test below checks `next` against this table for all 44 pairs, so a transition
     /// changed, added or removed fails it.
     #[rustfmt::skip]
-    fn table() -> Vec<(Phase, Observed, Option<(Phase, Step)>)> {
+    fn table() -> Vec<Row> {
         use Observed as O;
         use Phase as P;
         use Step as S;
