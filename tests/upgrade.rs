@@ -1,12 +1,13 @@
-//! Backward compatibility: a data dir of every schema version (1 to 7), written byte by
+//! Backward compatibility: a data dir of every older schema version (1 to 8), written byte by
 //! byte as that version lays it out (`migrations/000N-*.md`), is opened by the real binary
 //! (upgraded, when older than the current version) and served with all it held; a newer
 //! schema is refused and left as it is.
 //!
 //! Layout: `upgrade/layouts.rs` builds each version's keys and values from the migration
 //! documents; `upgrade/fixtures.rs` is the blocklist every version's fixture holds, and
-//! from version 6 its guardrails (a stored policy, an allowlist, a forced block), in
-//! version 7 its provenance (reports, revisions, an escalation, past blocks).
+//! from version 6 its guardrails (a stored policy, an allowlist, a forced block), from
+//! version 7 its provenance (reports, revisions, an escalation, past blocks), in version 8
+//! in the compact formats of items, events and past blocks.
 // These tests write old formats byte by byte, on purpose without the daemon's encoders.
 #![allow(clippy::big_endian_bytes, clippy::little_endian_bytes)]
 
@@ -177,7 +178,7 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
             2,
             &[
                 (EXPIRED, t1),
-                (REGISTERED, on_n1),
+                (REGISTERED, on_n1.clone()),
                 (POLICY_CHANGED, v6_json_change("{}"))
             ]
         ),
@@ -186,6 +187,72 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
             b'o', b'w', b'n', 1, 10, 10, 0, 0, 4, 1, 2, b't', b'1', 2, b'n', b'1', 6, 2, 2, b'{',
             b'}',
         ]
+    );
+    // format_v4_fixture: format 3's fields with the end, the reports' times and the
+    // revision as distances, the source "detector", and no escalation record, or one.
+    let v8_plain: &[u8] = &[
+        4, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 253, 254, 47, 53, 96, 232, 252, 255, 255, 4,
+        b'd', b'i', b's', b'k', 0, 8, b'd', b'e', b't', b'e', b'c', b't', b'o', b'r', 1, 0, 0, 84,
+        0,
+    ];
+    let v8_block_of =
+        |end: i64, p: &ProvenanceLayout| v8_block(EVACUATE, START, end, "disk", None, p, (0, 0));
+    let detector = || ProvenanceLayout {
+        source: "detector".into(),
+        reports: 1,
+        first_report: START,
+        last_report: START,
+        revision: 42,
+        escalated: None,
+    };
+    assert_eq!(v8_item(&v8_block_of(PERMANENT, &detector())), v8_plain);
+    let hour_unknown = ProvenanceLayout {
+        source: "unknown".into(),
+        reports: 2,
+        last_report: START + 3,
+        escalated: Some((2, 8, 2)),
+        ..detector()
+    };
+    assert_eq!(
+        v8_item(&v8_block_of(START + 3_600_000, &hour_unknown)),
+        [
+            4, 1, 253, 0, 208, 202, 159, 23, 3, 0, 0, 252, 0, 221, 109, 0, 4, b'd', b'i', b's',
+            b'k', 0, 0, 2, 0, 6, 84, 1, 4, 16, 2,
+        ]
+    );
+    // events_format_v6_fixture: the item's block in format 4, its start relative to the
+    // chunk's time (2) and its revision to the event's own (7).
+    let t1 = v3_item_change(
+        TASK_MANAGER,
+        "t1",
+        &v8_block(EVACUATE, 5, 9, "c", None, &unknown, (2, 7)),
+    );
+    assert_eq!(
+        v8_chunk(
+            2,
+            &[
+                (EXPIRED, t1),
+                (REGISTERED, on_n1),
+                (POLICY_CHANGED, v6_json_change("{}"))
+            ]
+        ),
+        [
+            6, 4, 3, 3, 0, b'T', 2, b't', b'1', 1, 6, 8, 1, b'c', 0, 0, 1, 0, 0, 13, 0, 4, 1, 2,
+            b't', b'1', 2, b'n', b'1', 6, 2, 2, b'{', b'}',
+        ]
+    );
+    // past_format_fixtures: format 2, the block in format 4, expired 12 ms after its end.
+    let hour_block = v8_block_of(START + 3_600_000, &detector());
+    assert_eq!(
+        v8_past(
+            &hour_block,
+            EXPIRED,
+            START + 3_600_012,
+            START + 3_600_000,
+            None,
+            None
+        ),
+        [&[2][..], &hour_block, &[3, 24, 0, 0]].concat()
     );
     // keys::allow_expiry_key: the item's expiry key with the tag in lower case.
     assert_eq!(
@@ -478,6 +545,9 @@ async fn upgrades_and_serves(version: u32) {
     }
     assert_provenance_stored(&dir, version, at);
     assert_written_in_current_formats(&dir);
+    // Version 9 keeps the share caps' figures: six i64, counted at the upgrade.
+    let exposure = stored_meta(&dir, "exposure").expect("meta/exposure");
+    assert_eq!(exposure.len(), 48, "{exposure:?}");
     assert_check_passes(&dir);
 }
 
@@ -616,7 +686,7 @@ fn assert_provenance_stored(dir: &Path, version: u32, at: i64) {
             let key = v7_numbered_key(p.block.kind, p.block.id, 0);
             assert_eq!(
                 history.get(key.as_slice()).copied(),
-                Some(fixtures::past_value(p, at).as_slice()),
+                Some(fixtures::past_value(version, p, at).as_slice()),
                 "{}'s past block as written",
                 p.block.id
             );
@@ -766,15 +836,43 @@ async fn a_version_6_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(6).await;
 }
 
-/// Version 7 (migrations/0007-provenance.md), the current one: items in format 3 with their
-/// provenance (one with more reports than it keeps, one escalated, one updated), their
-/// reports, the past blocks of two ids with their counters and index, events in format 5
-/// (an `updated` and a `removed` among them), and a policy with an escalation. It opens as
-/// it is upgraded to version 8 without a rewrite, and serves every report and past block as
-/// written.
+/// Version 7 (migrations/0007-provenance.md): items in format 3 with their provenance (one
+/// with more reports than it keeps, one escalated, one updated), their reports, the past
+/// blocks of two ids with their counters and index, events in format 5 (an `updated` and a
+/// `removed` among them), and a policy with an escalation. It opens as it is upgraded to
+/// version 8 without a rewrite, and serves every report and past block as written.
 #[tokio::test]
 async fn a_version_7_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(7).await;
+}
+
+/// Version 8 (migrations/0008-compact-items.md): version 7's blocklist as a version-8
+/// binary writes it: items in format 4, events in format 6 (each item relative to its
+/// chunk's time and its event's revision), past blocks in format 2, and no `meta/exposure`,
+/// which the upgrade to version 9 counts and stores.
+#[tokio::test]
+async fn a_version_8_data_dir_is_upgraded_and_serves_all_it_held() {
+    upgrades_and_serves(8).await;
+}
+
+/// Every schema version older than the current one has its fixture above: a version that
+/// gets no `upgrades_and_serves(N)` test fails here, so a schema cannot be added without a
+/// fixture of the one it replaces.
+#[test]
+fn every_older_schema_version_has_an_upgrade_test() {
+    let source = include_str!("upgrade.rs");
+    let missing: Vec<u32> = (1..SCHEMA_VERSION)
+        .filter(|version| {
+            let call = format!("    upgrades_and_serves({version}).await;");
+            !source.lines().any(|line| line == call)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no upgrade test for schema version(s) {missing:?} (the current one is \
+         {SCHEMA_VERSION}): add a fixture of each to tests/upgrade/layouts.rs and \
+         tests/upgrade/fixtures.rs and a test calling upgrades_and_serves(N)"
+    );
 }
 
 /// The first version-1 layout has no membership trees: `tm_node` and `node_tms` joined

@@ -1,7 +1,8 @@
 //! What the data dir of each schema version holds: one small blocklist, written in that
 //! version's layout (see [`crate::layouts`]) with raw sled, as that version would have left
-//! it; from version 6 also a stored policy and an allowlist; in version 7 each item's
-//! provenance (its reports, its revision, an escalation) and the past blocks of two ids.
+//! it; from version 6 also a stored policy and an allowlist; from version 7 each item's
+//! provenance (its reports, its revision, an escalation) and the past blocks of two ids,
+//! in version 8 in the compact formats (items 4, events 6, past blocks 2).
 
 use serde_json::{json, Value};
 
@@ -250,9 +251,28 @@ pub fn v7_block_of(s: &Stored) -> Vec<u8> {
     v7_block(&v6_block_of(s), &provenance(7, s))
 }
 
-/// The `history` entry of a version-7 past block that ended at `at`.
-pub fn past_value(p: &PastLayout, at: i64) -> Vec<u8> {
-    v7_past(&v7_block_of(p.block), p.how, at, p.source, p.reason)
+/// The `history` entry of a version-7 past block that ended at `at`, in `version`'s format
+/// (format 1 in version 7, format 2 from version 8).
+pub fn past_value(version: u32, p: &PastLayout, at: i64) -> Vec<u8> {
+    if version == 7 {
+        return v7_past(&v7_block_of(p.block), p.how, at, p.source, p.reason);
+    }
+    let block = v8_block_of(p.block, (0, 0));
+    v8_past(&block, p.how, at, p.block.end, p.source, p.reason)
+}
+
+/// The format-4 block of a fixture item from version 8 (without the format byte), its
+/// start and revision stored relative to `from` ([`v8_block`]).
+pub fn v8_block_of(s: &Stored, from: (i64, u64)) -> Vec<u8> {
+    v8_block(
+        s.action,
+        START,
+        s.end,
+        s.cause,
+        forced_of(s),
+        &provenance(8, s),
+        from,
+    )
 }
 
 /// Registered on n1 and not blocked itself, so n1's block reaches it through membership.
@@ -494,6 +514,15 @@ fn v7_change(change: &Change) -> Vec<u8> {
     }
 }
 
+/// A change as format 6 stores it: items as format-4 blocks, relative to the chunk's time
+/// `at` and the event's own `revision`.
+fn v8_change(change: &Change, at: i64, revision: u64) -> Vec<u8> {
+    match change {
+        Change::Item(s) => v3_item_change(s.kind, s.id, &v8_block_of(s, (at, revision))),
+        other => v6_change(other),
+    }
+}
+
 /// The format-2 block of a fixture item (without the format byte).
 fn v6_block_of(s: &Stored) -> Vec<u8> {
     v6_block(s.action, START, s.end, s.cause, forced_of(s))
@@ -532,21 +561,28 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
                 }
             }
             // One chunk per transaction (each well under 4 KiB), under its first revision:
-            // format 3 in versions 4 and 5, format 4 in version 6, format 5 in version 7.
+            // format 3 in versions 4 and 5, format 4 in version 6, format 5 in version 7,
+            // format 6 in version 8 (its items relative to the chunk's time and each
+            // event's revision).
             _ => {
-                let encode = match version {
-                    ..=5 => v3_change,
-                    6 => v6_change,
-                    _ => v7_change,
-                };
                 let chunk: Vec<(u8, Vec<u8>)> = transaction
                     .iter()
-                    .map(|(event, change)| (*event, encode(change)))
+                    .zip(first..)
+                    .map(|((event, change), revision)| {
+                        let encoded = match version {
+                            ..=5 => v3_change(change),
+                            6 => v6_change(change),
+                            7 => v7_change(change),
+                            _ => v8_change(change, at, revision),
+                        };
+                        (*event, encoded)
+                    })
                     .collect();
                 let value = match version {
                     ..=5 => v4_chunk(at, &chunk),
                     6 => v6_chunk(at, &chunk),
-                    _ => v7_chunk(at, &chunk),
+                    7 => v7_chunk(at, &chunk),
+                    _ => v8_chunk(at, &chunk),
                 };
                 events.insert(v2_event_key(first), value).unwrap();
             }
@@ -584,13 +620,14 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
         }
     }
     if version >= 7 {
-        write_provenance(db, at);
+        write_provenance(db, version, at);
     }
 }
 
 /// Version 7's `reports` (each stored item's kept reports) and `history` (each past block,
-/// its id's counter, its `history_ends` key); the blocks ended at `at`.
-fn write_provenance(db: &sled::Db, at: i64) {
+/// its id's counter, its `history_ends` key), in `version`'s formats; the blocks ended at
+/// `at`.
+fn write_provenance(db: &sled::Db, version: u32, at: i64) {
     let reports = db.open_tree("reports").unwrap();
     for s in stored(7) {
         for n in kept_reports(7, s) {
@@ -604,7 +641,7 @@ fn write_provenance(db: &sled::Db, at: i64) {
     for p in &PAST {
         let (kind, id) = (p.block.kind, p.block.id);
         history
-            .insert(v7_numbered_key(kind, id, 0), past_value(p, at))
+            .insert(v7_numbered_key(kind, id, 0), past_value(version, p, at))
             .unwrap();
         history
             .insert(v1_item_key(kind, id), v7_history_count(0, 1))
@@ -624,7 +661,8 @@ pub fn write_items(db: &sled::Db, version: u32, items: &[&Stored], members: bool
         let value = match version {
             ..=5 => v1_item(s.action, START, s.end, s.cause),
             6 => v6_item(s.action, START, s.end, s.cause, forced_of(s)),
-            _ => v7_item(&v6_block_of(s), &provenance(version, s)),
+            7 => v7_item(&v6_block_of(s), &provenance(version, s)),
+            _ => v8_item(&v8_block_of(s, (0, 0))),
         };
         tree.insert(v1_item_key(s.kind, s.id), value).unwrap();
         if s.end != PERMANENT {

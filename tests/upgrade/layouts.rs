@@ -413,3 +413,74 @@ pub fn v7_policy(policy: &PolicyLayout, escalation: Option<(u32, u64, u64)>) -> 
     })));
     out
 }
+
+// ---- version 8 (migrations/0008-compact-items.md) ----
+
+/// A format-4 block without its format byte: format 3's fields in format 3's order, with
+/// `end` as `end − start` (`i64::MAX − start` for a permanent block), `source` empty for
+/// `unknown`, `first_report` as `first_report − start`, `last_report` as
+/// `last_report − first_report` and `revision` as an `i64`, every difference wrapping.
+/// `start` and `revision` are stored as distances from `(start_from, revision_from)`:
+/// `(0, 0)` in `items` and `history`, the chunk's time and the event's own revision in an
+/// event.
+pub fn v8_block(
+    action: u8,
+    start: i64,
+    end: i64,
+    cause: &str,
+    forced: Option<Vec<u8>>,
+    p: &ProvenanceLayout,
+    (start_from, revision_from): (i64, u64),
+) -> Vec<u8> {
+    let source = if p.source == "unknown" { "" } else { &p.source };
+    [
+        vec![action],
+        signed(start.wrapping_sub(start_from)),
+        signed(end.wrapping_sub(start)),
+        string(cause),
+        option(forced),
+        string(source),
+        varint(p.reports),
+        signed(p.first_report.wrapping_sub(start)),
+        signed(p.last_report.wrapping_sub(p.first_report)),
+        signed((p.revision as i64).wrapping_sub(revision_from as i64)),
+        option(p.escalated.map(|(requested, timeout, past)| {
+            [signed(requested), signed(timeout), varint(past.into())].concat()
+        })),
+    ]
+    .concat()
+}
+
+/// `items` value, format `0x04`.
+pub fn v8_item(block: &[u8]) -> Vec<u8> {
+    [&[0x04][..], block].concat()
+}
+
+/// `events` value, format `0x06`: format 5's chunk, with items as [`v8_block`]s relative to
+/// the chunk's time and each event's revision.
+pub fn v8_chunk(at: i64, events: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = v4_chunk(at, events);
+    out[0] = 0x06;
+    out
+}
+
+/// `history` entry, format `0x02`: format 1 with the block as [`v8_block`] (as in `items`)
+/// and `at` as `at − end`, the block's end.
+pub fn v8_past(
+    block: &[u8],
+    how: u8,
+    at: i64,
+    end: i64,
+    source: Option<&str>,
+    reason: Option<&str>,
+) -> Vec<u8> {
+    [
+        vec![0x02],
+        block.to_vec(),
+        vec![how],
+        signed(at.wrapping_sub(end)),
+        option(source.map(string)),
+        option(reason.map(string)),
+    ]
+    .concat()
+}
