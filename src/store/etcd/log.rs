@@ -38,6 +38,7 @@ use etcd_client::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::log_state::Log;
 use super::members::{Attempt, Members};
 use super::{etcd_error, Etcd};
 use crate::store::error::ETCD_NOSPACE;
@@ -63,31 +64,6 @@ const KV_PAGE: i64 = 10_000;
 /// `--etcd-fold-entries` entries): what waits is held in memory.
 const FOLD_KEYS: usize = 50_000;
 
-/// Where the log stands, on the writer.
-#[derive(Debug, Default)]
-pub(super) struct Log {
-    /// The number the next entry gets.
-    next_entry: u64,
-    /// The last value of every key the entries after the last fold wrote (`None`:
-    /// removed), and the last of those entries; what the next fold puts.
-    unfolded: BTreeMap<(TreeId, Vec<u8>), Option<Vec<u8>>>,
-    unfolded_through: u64,
-    unfolded_entries: u64,
-    /// A fold is running on etcd's runtime.
-    folding: bool,
-}
-
-impl Log {
-    /// Entry `number`'s writes wait to be folded.
-    fn unfold(&mut self, number: u64, writes: Vec<Write>) {
-        for write in writes {
-            self.unfolded.insert((write.tree, write.key), write.value);
-        }
-        self.unfolded_through = number;
-        self.unfolded_entries += 1;
-    }
-}
-
 /// What [`Etcd::load`] read.
 pub(crate) struct Loaded {
     /// How many folded keys and entries (0: a new prefix).
@@ -96,13 +72,6 @@ pub(crate) struct Loaded {
     pub(super) log: Log,
     /// The etcd revision they were read at.
     pub revision: i64,
-}
-
-impl Log {
-    /// The number of the last entry replayed (0: none yet).
-    pub(super) fn last_entry(&self) -> u64 {
-        self.next_entry.saturating_sub(1)
-    }
 }
 
 /// A log entry's head: how many parts follow its own.

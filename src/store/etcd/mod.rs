@@ -25,6 +25,7 @@
 mod follow;
 mod lease;
 mod log;
+mod log_state;
 mod members;
 
 use std::future::Future;
@@ -100,7 +101,7 @@ pub(crate) struct Etcd {
     lease_until: Arc<AtomicU64>,
     epoch: std::time::Instant,
     /// Where the log stands ([`log`]).
-    log: Arc<Mutex<log::Log>>,
+    log: Arc<Mutex<log_state::Log>>,
     /// What an operator must do since etcd last refused a write so (its NOSPACE alarm),
     /// until a write takes again: `/readyz` says it.
     refusal: Mutex<Option<&'static str>>,
