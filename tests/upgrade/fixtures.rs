@@ -2,7 +2,8 @@
 //! version's layout (see [`crate::layouts`]) with raw sled, as that version would have left
 //! it; from version 6 also a stored policy and an allowlist; from version 7 each item's
 //! provenance (its reports, its revision, an escalation) and the past blocks of two ids,
-//! in version 8 in the compact formats (items 4, events 6, past blocks 2).
+//! from version 8 in the compact formats (items 4, events 6, past blocks 2). None holds an
+//! idempotency record, nor the share caps' figures, which the upgrade to version 9 counts.
 
 use serde_json::{json, Value};
 
@@ -21,7 +22,7 @@ pub struct Stored {
     pub action: u8,
     pub end: i64,
     pub cause: &'static str,
-    /// Version 6 only: the record of a block admitted past a guardrail by force.
+    /// From version 6: the record of a block admitted past a guardrail by force.
     pub forced: Option<Forced>,
 }
 
@@ -41,7 +42,7 @@ pub static ACTIVE: [Stored; 4] = [
     Stored { kind: TASK_MANAGER, id: "tm-2", action: EVACUATE, end: PERMANENT, cause: "gc", forced: None },
 ];
 
-/// Version 6 only: an active item admitted past the item cap by force, so its value holds
+/// From version 6: an active item admitted past the item cap by force, so its value holds
 /// a forced record.
 pub static FORCED: Stored = Stored {
     kind: NODE,
@@ -67,7 +68,7 @@ pub static DUE: Stored = Stored {
     forced: None,
 };
 
-/// Version 5 only: announced expired (its expiry key is the watermark, its `expired` event
+/// From version 5: announced expired (its expiry key is the watermark, its `expired` event
 /// is in the log, it has left the counts) and not yet reclaimed. It must stay gone, and
 /// never be announced twice.
 pub static ANNOUNCED: Stored = Stored {
@@ -79,7 +80,7 @@ pub static ANNOUNCED: Stored = Stored {
     forced: None,
 };
 
-/// Version 7 only: the block `tm-due` had before [`DUE`], removed with a reason: the id's
+/// From version 7: the block `tm-due` had before [`DUE`], removed with a reason: the id's
 /// past block 0, with its add and removal in the log.
 pub static EARLIER: Stored = Stored {
     kind: TASK_MANAGER,
@@ -103,7 +104,7 @@ pub const N2_ESCALATED: (i64, i64, u32) = (60_000, 120_000, 1);
 /// How many reports an item keeps (`provenance::MAX_REPORTS`).
 pub const KEPT_REPORTS: u64 = 32;
 
-/// Who first reported each item in version 7, and how many reports it had: n1 more than
+/// Who first reported each item from version 7, and how many reports it had: n1 more than
 /// an item keeps, n2 an add and then an update.
 fn reporting(s: &Stored) -> (&'static str, u64) {
     match s.id {
@@ -115,7 +116,7 @@ fn reporting(s: &Stored) -> (&'static str, u64) {
     }
 }
 
-/// The provenance of a fixture item as `version` leaves it once the daemon opened it: in
+/// The provenance of a fixture item as `version` leaves it once the daemon opened it: from
 /// version 7 as written ([`reporting`], its last event's revision); upgraded from an older
 /// version, one report from `unknown` at its start and the database's revision then.
 pub fn provenance(version: u32, s: &Stored) -> ProvenanceLayout {
@@ -135,12 +136,12 @@ pub fn provenance(version: u32, s: &Stored) -> ProvenanceLayout {
         reports,
         first_report: START,
         last_report: report(version, s, reports - 1).at,
-        revision: revision_of(s),
+        revision: revision_of(version, s),
         escalated: (s.id == "n2").then_some(N2_ESCALATED),
     }
 }
 
-/// The provenance an event of the log of `version` carries for an item: as stored in
+/// The provenance an event of the log of `version` carries for an item: as stored from
 /// version 7; in formats 2 to 4 (versions 3 to 6), what they decode as (one report from
 /// `unknown` at the start, revision 0). Version 2's events are finished JSON without it.
 pub fn logged_provenance(version: u32, s: &Stored) -> Option<ProvenanceLayout> {
@@ -165,7 +166,7 @@ pub struct ReportLayout {
 }
 
 /// Report `n` of a fixture item in `version`: upgraded, the one from `unknown` at its
-/// start; in version 7, one every 100 ms from the start, by turns from two detectors after
+/// start; from version 7, one every 100 ms from the start, by turns from two detectors after
 /// the first source, n2's second an update by an operator.
 pub fn report(version: u32, s: &Stored, n: u64) -> ReportLayout {
     let (first, _) = if version < 7 {
@@ -202,11 +203,11 @@ pub fn report_value(version: u32, s: &Stored, n: u64) -> Vec<u8> {
     v7_report(r.at, r.source, r.operation, r.action, r.end, r.cause)
 }
 
-/// The revision of the last event of `s` in version 7's log.
-fn revision_of(s: &Stored) -> u64 {
+/// The revision of the last event of `s` in the log of `version`.
+fn revision_of(version: u32, s: &Stored) -> u64 {
     let mut revision = 0;
     let mut last = 0;
-    for (_, change) in history(7).iter().flatten() {
+    for (_, change) in history(version).iter().flatten() {
         revision += 1;
         if matches!(change, Change::Item(item) if std::ptr::eq(*item, s)) {
             last = revision;
@@ -221,7 +222,7 @@ pub fn last_revision(version: u32) -> u64 {
     history(version).iter().map(|t| t.len() as u64).sum()
 }
 
-/// A past block of version 7: the block, how, whose unblock and why.
+/// A past block (from version 7): the block, how, whose unblock and why.
 pub struct PastLayout {
     pub block: &'static Stored,
     pub how: u8,
@@ -229,7 +230,7 @@ pub struct PastLayout {
     pub reason: Option<&'static str>,
 }
 
-/// Version 7's past blocks, each its id's entry 0 (ended when the log was written): the
+/// The past blocks from version 7, each its id's entry 0 (ended when the log was written): the
 /// removed [`EARLIER`] and the announced [`ANNOUNCED`].
 pub static PAST: [PastLayout; 2] = [
     PastLayout {
@@ -278,7 +279,30 @@ pub fn v8_block_of(s: &Stored, from: (i64, u64)) -> Vec<u8> {
 /// Registered on n1 and not blocked itself, so n1's block reaches it through membership.
 pub const MEMBER: (&str, &str) = ("tm-3", "n1");
 
-/// One allowlist entry (version 6).
+/// The share caps' figures of `version`'s fixture as the upgrade to version 9 counts them
+/// (`(task managers, nodes)`): a node with a registered task manager is registered, and a
+/// task manager is blocked and evacuating by its own item or by its node's. An item
+/// announced expired counts as free, one past its end but not yet announced as blocked.
+pub fn exposure(version: u32) -> (ExposureLayout, ExposureLayout) {
+    // 0 free, 1 blocked, 2 evacuating (the action code plus one).
+    let level = |kind: u8, id: &str| {
+        stored(version)
+            .iter()
+            .find(|s| s.kind == kind && s.id == id && s.id != ANNOUNCED.id)
+            .map_or(0, |s| s.action + 1)
+    };
+    let figures = |level: u8| ExposureLayout {
+        registered: 1,
+        blocked: i64::from(level >= 1),
+        evacuating: i64::from(level == 2),
+    };
+    let (tm, node) = MEMBER;
+    let node_level = level(NODE, node);
+    let tm_level = level(TASK_MANAGER, tm).max(node_level);
+    (figures(tm_level), figures(node_level))
+}
+
+/// One allowlist entry (from version 6).
 pub struct Allowed {
     pub kind: u8,
     pub id: &'static str,
@@ -289,7 +313,7 @@ pub struct Allowed {
     pub end: Option<i64>,
 }
 
-/// The allowlist entries in force in version 6: a prefix entry until removed, and an exact
+/// The allowlist entries in force from version 6: a prefix entry until removed, and an exact
 /// one with an end (and its `expiry` entry). No stored item is covered by either: putting
 /// an entry lifts the blocks it covers.
 #[rustfmt::skip]
@@ -300,7 +324,7 @@ pub static ALLOWED: [Allowed; 2] = [
         added_by: None, added_at: START + 2_000, end: Some(FAR) },
 ];
 
-/// Version 6 only: an allowlist entry that ended while the daemon was stopped (a hold-off,
+/// From version 6: an allowlist entry that ended while the daemon was stopped (a hold-off,
 /// the usual timed entry). The sweeper must find it through its lower-case expiry key and
 /// delete it with an `allowlist-expired` event, after [`DUE`]'s `expired` (its end is
 /// later).
@@ -320,8 +344,9 @@ pub fn allowed_json(a: &Allowed) -> Value {
         "addedBy": a.added_by, "addedAt": a.added_at, "endTimestamp": a.end})
 }
 
-/// The policy stored in version 6: the default but for a node cap and a node evacuation
-/// rate, so that each option of a kind is stored both set and unset.
+/// The policy stored from version 6 (with an [`ESCALATION`] from version 7): the default
+/// but for a node cap and a node evacuation rate, so that each option of a kind is stored
+/// both set and unset.
 pub static POLICY: PolicyLayout = PolicyLayout {
     nodes: KindPolicyLayout {
         max_blocked_percent: Some(50),
@@ -382,7 +407,7 @@ pub fn policy_json_v7(p: &PolicyLayout, escalation: Option<(u32, u64, u64)>) -> 
     policy
 }
 
-/// The escalation version 7 stores in its policy.
+/// The escalation of the policy stored in `version` (from version 7; none before).
 pub fn escalation(version: u32) -> Option<(u32, u64, u64)> {
     (version >= 7).then_some(ESCALATION)
 }
@@ -440,7 +465,7 @@ pub fn history(version: u32) -> Vec<Vec<(u8, Change)>> {
 }
 
 /// What `items` holds in `version`: the active items, the due one, from version 5 the
-/// announced one, and in version 6 the forced one.
+/// announced one, and from version 6 the forced one.
 pub fn stored(version: u32) -> Vec<&'static Stored> {
     let mut items: Vec<&Stored> = ACTIVE.iter().chain([&DUE]).collect();
     if version >= 5 {
@@ -624,15 +649,15 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
     }
 }
 
-/// Version 7's `reports` (each stored item's kept reports) and `history` (each past block,
-/// its id's counter, its `history_ends` key), in `version`'s formats; the blocks ended at
-/// `at`.
+/// The `reports` (each stored item's kept reports) and `history` (each past block, its id's
+/// counter, its `history_ends` key) of `version` (7 or later), in its formats; the blocks
+/// ended at `at`.
 fn write_provenance(db: &sled::Db, version: u32, at: i64) {
     let reports = db.open_tree("reports").unwrap();
-    for s in stored(7) {
-        for n in kept_reports(7, s) {
+    for s in stored(version) {
+        for n in kept_reports(version, s) {
             reports
-                .insert(v7_report_key(s.kind, s.id, n), report_value(7, s, n))
+                .insert(v7_report_key(s.kind, s.id, n), report_value(version, s, n))
                 .unwrap();
         }
     }

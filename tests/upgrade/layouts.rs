@@ -484,3 +484,29 @@ pub fn v8_past(
     ]
     .concat()
 }
+
+// ---- version 9 (migrations/0009-records-and-figures.md) ----
+
+/// The share caps' figures of one kind: its registered ids, and how many of them are
+/// blocked and evacuating.
+pub struct ExposureLayout {
+    pub registered: i64,
+    pub blocked: i64,
+    pub evacuating: i64,
+}
+
+/// `meta/exposure`: six i64 big-endian, registered, blocked, evacuating, each task managers
+/// then nodes.
+pub fn v9_exposure(task_managers: &ExposureLayout, nodes: &ExposureLayout) -> Vec<u8> {
+    [
+        task_managers.registered,
+        nodes.registered,
+        task_managers.blocked,
+        nodes.blocked,
+        task_managers.evacuating,
+        nodes.evacuating,
+    ]
+    .iter()
+    .flat_map(|figure| figure.to_be_bytes())
+    .collect()
+}
