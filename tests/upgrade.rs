@@ -136,7 +136,7 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
     );
     // format_v3_fixture: format 2's fields, then source "detector", 1 report, first and last
     // at the start, revision 42, and no escalation record, or one.
-    let detector = ProvenanceLayout {
+    let detector = || ProvenanceLayout {
         source: "detector".into(),
         reports: 1,
         first_report: START,
@@ -157,10 +157,10 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
         &[42, 0],
     ]
     .concat();
-    assert_eq!(v7_item(&block, &detector), plain);
+    assert_eq!(v7_item(&block, &detector()), plain);
     let escalated = ProvenanceLayout {
         escalated: Some((2, 8, 2)),
-        ..detector
+        ..detector()
     };
     let mut escalated_bytes = plain[..plain.len() - 1].to_vec();
     escalated_bytes.extend_from_slice(&[1, 4, 16, 2]);
@@ -203,14 +203,6 @@ fn the_layouts_give_the_bytes_of_the_codec_fixtures() {
     ];
     let v8_block_of =
         |end: i64, p: &ProvenanceLayout| v8_block(EVACUATE, START, end, "disk", None, p, (0, 0));
-    let detector = || ProvenanceLayout {
-        source: "detector".into(),
-        reports: 1,
-        first_report: START,
-        last_report: START,
-        revision: 42,
-        escalated: None,
-    };
     assert_eq!(v8_item(&v8_block_of(PERMANENT, &detector())), v8_plain);
     let hour_unknown = ProvenanceLayout {
         source: "unknown".into(),
