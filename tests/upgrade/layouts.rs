@@ -464,8 +464,8 @@ pub fn v8_chunk(at: i64, events: &[(u8, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-/// `history` entry, format `0x02`: format 1 with the block as [`v8_block`] (as in `items`)
-/// and `at` as `at − end`, the block's end.
+/// `history` entry, format `0x02`: format 1 ([`v7_past`]) with the block as [`v8_block`]
+/// (as in `items`) and `at` as `at − end`, the block's end.
 pub fn v8_past(
     block: &[u8],
     how: u8,
@@ -474,15 +474,9 @@ pub fn v8_past(
     source: Option<&str>,
     reason: Option<&str>,
 ) -> Vec<u8> {
-    [
-        vec![0x02],
-        block.to_vec(),
-        vec![how],
-        signed(at.wrapping_sub(end)),
-        option(source.map(string)),
-        option(reason.map(string)),
-    ]
-    .concat()
+    let mut out = v7_past(block, how, at.wrapping_sub(end), source, reason);
+    out[0] = 0x02;
+    out
 }
 
 // ---- version 9 (migrations/0009-records-and-figures.md) ----
