@@ -1,13 +1,124 @@
-//! An etcd cluster of the tests' own: Debian's `etcd` (etcd-server) on private loopback
-//! ports and directories, each member killed and restarted at will; optionally serving its
-//! clients over TLS only, with client certificates required.
+//! An etcd cluster of the tests' own on private loopback ports and directories, each
+//! member killed, restarted or upgraded at will; optionally serving its clients over TLS
+//! only, with client certificates required.
+//!
+//! Which etcd: `BLOCKLISTD_TEST_ETCD` ([`EtcdRelease::chosen`]); by default etcd 3.6,
+//! built from the Go module in `tests/servers/etcd-3.6` into `target/servers/`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use super::{available, Ca, DEADLINE};
+
+/// An etcd release the tests run: its server and the etcdctl that drives it.
+#[derive(Clone, Debug)]
+pub struct EtcdRelease {
+    /// What the tests call it: `3.6`, `3.4`, or the path it was given.
+    pub name: String,
+    etcd: PathBuf,
+    etcdctl: PathBuf,
+}
+
+/// The release `BLOCKLISTD_TEST_ETCD` chose, resolved (built, if need be) once per test
+/// process; the error says what is missing.
+static CHOSEN: LazyLock<Result<EtcdRelease, String>> = LazyLock::new(|| {
+    let choice = std::env::var("BLOCKLISTD_TEST_ETCD").unwrap_or_default();
+    EtcdRelease::named(if choice.is_empty() { "3.6" } else { &choice })
+});
+
+impl EtcdRelease {
+    /// The release the tests run (`BLOCKLISTD_TEST_ETCD`):
+    /// - `3.6` (the default), `3.5`, `3.7`: built from `tests/servers/etcd-<line>` (its
+    ///   go.mod pins the patch release) by `tests/servers/build`, once, into `target/`;
+    /// - `3.4`: Debian's etcd-server and etcd-client on PATH (3.4.23);
+    /// - a path to an `etcd` binary: it, and the `etcdctl` beside it (else on PATH).
+    pub fn chosen() -> Result<EtcdRelease, String> {
+        CHOSEN.clone()
+    }
+
+    /// The release `name` whatever the tests' choice (a test of what differs between
+    /// releases), if it is here; if not, `test` is skipped or fails by the skip-or-fail
+    /// rule.
+    pub fn required(name: &str, test: &str) -> Option<EtcdRelease> {
+        here(EtcdRelease::named(name), test)
+    }
+
+    /// A release by the names [`EtcdRelease::chosen`] takes.
+    pub fn named(name: &str) -> Result<EtcdRelease, String> {
+        let release = match name {
+            "3.4" => EtcdRelease {
+                name: name.into(),
+                etcd: "etcd".into(),
+                etcdctl: "etcdctl".into(),
+            },
+            line if line.starts_with("3.") => {
+                let dir = build_server(&format!("etcd-{line}"))?;
+                EtcdRelease {
+                    name: line.into(),
+                    etcd: dir.join("etcd"),
+                    etcdctl: dir.join("etcdctl"),
+                }
+            }
+            path => {
+                let etcd = PathBuf::from(path);
+                let beside = etcd.with_file_name("etcdctl");
+                EtcdRelease {
+                    name: path.into(),
+                    etcdctl: if beside.exists() {
+                        beside
+                    } else {
+                        "etcdctl".into()
+                    },
+                    etcd,
+                }
+            }
+        };
+        for program in [&release.etcd, &release.etcdctl] {
+            if !super::runs(&program.display().to_string(), "version")
+                && !super::runs(&program.display().to_string(), "--version")
+            {
+                return Err(format!(
+                    "etcd {name}: {} does not run (3.4: Debian's etcd-server and etcd-client)",
+                    program.display()
+                ));
+            }
+        }
+        Ok(release)
+    }
+
+    /// The version the server reports (`etcd --version`'s first line's last word).
+    pub fn version(&self) -> String {
+        let output = Command::new(&self.etcd)
+            .arg("--version")
+            .output()
+            .expect("etcd --version");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let first = text.lines().next().unwrap_or_default();
+        first.rsplit(' ').next().unwrap_or_default().to_owned()
+    }
+}
+
+/// `tests/servers/build <name>`: the directory the server's binaries are in, built from
+/// the Go module of that name if they are missing or older than the module's files.
+fn build_server(name: &str) -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/build");
+    let output = Command::new(&script)
+        .arg(name)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} {name} failed (it needs the Go toolchain and the Go module proxy)",
+            script.display()
+        ));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}
 
 /// The files of a cluster that serves TLS: its CA, and the client certificate etcdctl and
 /// the daemons present.
@@ -21,6 +132,8 @@ pub struct EtcdTls {
 
 struct Member {
     name: String,
+    /// The release it runs (a rolling upgrade changes it).
+    release: EtcdRelease,
     client: String,
     peer: String,
     child: Option<Child>,
@@ -32,6 +145,9 @@ struct Member {
 /// A running cluster; every member is killed on drop.
 pub struct EtcdCluster {
     dir: tempfile::TempDir,
+    /// The etcdctl the harness drives every member with: that of the release the cluster
+    /// started on (etcdctl speaks the same v3 API to every release from 3.4 on).
+    etcdctl: PathBuf,
     members: Vec<Member>,
     /// Flags every member gets besides its own.
     extra: Vec<String>,
@@ -45,21 +161,21 @@ pub struct EtcdCluster {
 /// (`super::process`), started on first use and shared by the test process's tests, each
 /// daemon under a prefix of its own.
 pub static SHARED_ETCD: LazyLock<EtcdCluster> = LazyLock::new(|| {
-    assert!(
-        super::runs("etcd", "--version"),
-        "BLOCKLISTD_TEST_STORE=etcd, and etcd is not installed (Debian: etcd-server)"
-    );
-    EtcdCluster::launch(1, &[], true, false)
+    let release =
+        EtcdRelease::chosen().unwrap_or_else(|why| panic!("BLOCKLISTD_TEST_STORE=etcd, and {why}"));
+    EtcdCluster::launch(&release, 1, &[], true, false)
 });
 
-/// Whether etcd is installed; if not, `test` is skipped or fails by the skip-or-fail rule.
-fn installed(test: &str) -> bool {
-    let installed = super::runs("etcd", "--version");
-    available(
-        "etcd is not installed (Debian: etcd-server)",
-        installed,
-        test,
-    )
+/// The release the tests run, if it is here; if not, `test` is skipped or fails by the
+/// skip-or-fail rule.
+fn installed(test: &str) -> Option<EtcdRelease> {
+    here(EtcdRelease::chosen(), test)
+}
+
+/// `release` if it is here; if not, `test` is skipped or fails by the skip-or-fail rule.
+fn here(release: Result<EtcdRelease, String>, test: &str) -> Option<EtcdRelease> {
+    let why = release.as_ref().err().cloned().unwrap_or_default();
+    available(&why, release.is_ok(), test).then(|| release.expect("available"))
 }
 
 fn free_port() -> u16 {
@@ -76,16 +192,28 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start`], every member with `extra` flags too.
     pub fn start_with(size: usize, extra: &[&str], test: &str) -> Option<EtcdCluster> {
-        installed(test).then(|| EtcdCluster::launch(size, extra, false, false))
+        installed(test).map(|release| EtcdCluster::launch(&release, size, extra, false, false))
+    }
+
+    /// [`EtcdCluster::start`] on `release`, whatever the tests' choice (a rolling upgrade
+    /// starts on the release before it).
+    pub fn start_release(release: &EtcdRelease, size: usize) -> EtcdCluster {
+        EtcdCluster::launch(release, size, &[], false, false)
     }
 
     /// [`EtcdCluster::start`], the members serving clients over TLS only
     /// (`--client-cert-auth`: a client must present a certificate of the cluster's CA).
     pub fn start_tls(size: usize, test: &str) -> Option<EtcdCluster> {
-        installed(test).then(|| EtcdCluster::launch(size, &[], false, true))
+        installed(test).map(|release| EtcdCluster::launch(&release, size, &[], false, true))
     }
 
-    fn launch(size: usize, extra: &[&str], shared: bool, tls: bool) -> EtcdCluster {
+    fn launch(
+        release: &EtcdRelease,
+        size: usize,
+        extra: &[&str],
+        shared: bool,
+        tls: bool,
+    ) -> EtcdCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let tls = tls.then(|| {
             let ca = Ca::new("etcd test CA");
@@ -103,6 +231,7 @@ impl EtcdCluster {
         let members = (0..size)
             .map(|i| Member {
                 name: format!("m{i}"),
+                release: release.clone(),
                 client: format!("{scheme}://127.0.0.1:{}", free_port()),
                 peer: format!("http://127.0.0.1:{}", free_port()),
                 child: None,
@@ -111,6 +240,7 @@ impl EtcdCluster {
             .collect();
         let mut cluster = EtcdCluster {
             dir,
+            etcdctl: release.etcdctl.clone(),
             members,
             extra: extra.iter().map(|f| (*f).to_owned()).collect(),
             shared,
@@ -141,12 +271,13 @@ impl EtcdCluster {
             // test process ended), its end.
             let mut sh = Command::new("sh");
             sh.arg("-c")
-                .arg(r#"etcd "$@" & e=$!; read -r _; kill -9 $e; wait $e; rm -rf "$0""#)
+                .arg(r#"e="$1"; shift; "$e" "$@" & e=$!; read -r _; kill -9 $e; wait $e; rm -rf "$0""#)
                 .arg(self.dir.path())
+                .arg(&member.release.etcd)
                 .stdin(Stdio::piped());
             sh
         } else {
-            let mut etcd = Command::new("etcd");
+            let mut etcd = Command::new(&member.release.etcd);
             etcd.stdin(Stdio::null());
             etcd
         };
@@ -190,13 +321,8 @@ impl EtcdCluster {
     /// etcdctl (API 3) against `endpoints`, with the cluster's client certificate if it
     /// serves TLS, each call within `timeout`.
     fn etcdctl_to(&self, endpoints: &str, timeout: &str) -> Command {
-        let mut command = Command::new("etcdctl");
-        command.env("ETCDCTL_API", "3").args([
-            "--endpoints",
-            endpoints,
-            "--command-timeout",
-            timeout,
-        ]);
+        let mut command = Command::new(&self.etcdctl);
+        command.args(["--endpoints", endpoints, "--command-timeout", timeout]);
         if let Some(tls) = &self.tls {
             command
                 .arg("--cacert")
@@ -299,6 +425,63 @@ impl EtcdCluster {
         }
     }
 
+    /// Stops member `i` as an operator does (SIGTERM: it hands its raft leadership over
+    /// first), waiting until it has exited.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let pid = child.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let start = Instant::now();
+            while child.try_wait().ok().flatten().is_none() {
+                if start.elapsed() > DEADLINE {
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// One step of a rolling upgrade: member `i` stopped, then started on `release`, on
+    /// the same data dir; waits until it answers healthy again.
+    pub fn upgrade(&mut self, i: usize, release: &EtcdRelease) {
+        self.stop(i);
+        self.members[i].release = release.clone();
+        self.start_member(i);
+        self.wait_healthy(i);
+    }
+
+    /// The version member `i` reports (`etcdctl endpoint status`), if it answers.
+    pub fn member_version(&self, i: usize) -> Option<String> {
+        let output = self
+            .etcdctl_to(&self.members[i].client, "1s")
+            .args(["endpoint", "status", "-w", "json"])
+            .output()
+            .ok()?;
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        status[0]["Status"]["version"].as_str().map(str::to_owned)
+    }
+
+    /// Waits until member `i` answers `endpoint health` as healthy.
+    pub fn wait_healthy(&self, i: usize) {
+        let member = &self.members[i];
+        let start = Instant::now();
+        while !self
+            .etcdctl_to(&member.client, "1s")
+            .args(["endpoint", "health"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{} did not become healthy",
+                member.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Which running member is the raft leader, as the members themselves say; `None`
     /// while none answers with one (an election).
     pub fn leader(&self) -> Option<usize> {
@@ -345,23 +528,8 @@ impl EtcdCluster {
             }
         }
         self.wait_writable();
-        let start = Instant::now();
-        for member in &self.members {
-            while !self
-                .etcdctl_to(&member.client, "1s")
-                .args(["endpoint", "health"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-            {
-                assert!(
-                    start.elapsed() < DEADLINE,
-                    "{} did not become healthy",
-                    member.name
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        for i in 0..self.members.len() {
+            self.wait_healthy(i);
         }
     }
 }
