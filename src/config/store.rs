@@ -92,6 +92,12 @@ pub struct StoreFlags {
           global = true)]
     pub etcd_max_request_bytes: u64,
 
+    /// Refuse to start when an etcd member runs a release without etcd's fixes for
+    /// linearizable reads and the watch (older than 3.4.42, 3.5.28, 3.6.9): without it
+    /// the daemon warns (in its log, /readyz and a metric) and runs.
+    #[arg(long, env = "BLOCKLISTD_ETCD_REQUIRE_FIXED_VERSION", global = true)]
+    pub etcd_require_fixed_version: bool,
+
     /// etcd's --max-txn-ops: folding the log into one key per stored key puts at most this
     /// many keys per transaction.
     #[arg(long, env = "BLOCKLISTD_ETCD_MAX_TXN_OPS", default_value_t = 128,
@@ -215,6 +221,17 @@ impl StoreFlags {
                     etcd.create = create;
                 }
                 let etcd = crate::store::etcd::Etcd::connect(etcd).map_err(|e| e.to_string())?;
+                // Which etcd this is, before anything is written: a member that does not
+                // answer now is judged when it does.
+                let versions = etcd.read_versions();
+                if self.etcd_require_fixed_version {
+                    if let Some(warning) = crate::store::etcd::version_warning(&versions) {
+                        return Err(format!("--etcd-require-fixed-version: {warning}"));
+                    }
+                }
+                if opener == Opener::Daemon {
+                    etcd.refresh_versions();
+                }
                 store.in_etcd(etcd);
                 Ok(())
             }

@@ -71,6 +71,37 @@ pub(super) struct Readiness {
     /// Why a replica is not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// With `--store etcd` only: each member's etcd version by endpoint, as last read
+    /// (when the daemon started, and every 10 s since); `unknown` while a member has not
+    /// answered.
+    #[serde(rename = "etcdVersions", skip_serializing_if = "Option::is_none")]
+    etcd_versions: Option<std::collections::BTreeMap<String, String>>,
+    /// Present when an etcd member runs a release without etcd's fixes for linearizable
+    /// reads and the watch (older than 3.4.42, 3.5.28, 3.6.9): which, what is at risk, and
+    /// what to do. It does not make the daemon not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+}
+
+/// The etcd members' versions for [`Readiness`], and the warning when one lacks the fixes.
+fn etcd_versions(
+    standing: Option<&crate::store::EtcdStanding>,
+) -> (
+    Option<std::collections::BTreeMap<String, String>>,
+    Option<String>,
+) {
+    let Some(standing) = standing else {
+        return (None, None);
+    };
+    let versions = standing
+        .member_versions
+        .iter()
+        .map(|(member, version, _)| {
+            let version = version.clone().unwrap_or_else(|| "unknown".to_owned());
+            (member.clone(), version)
+        })
+        .collect();
+    (Some(versions), standing.version_warning.clone())
 }
 
 fn ready_status() -> Schema {
@@ -106,6 +137,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let etcd = state.store.etcd_standing();
     let writer = etcd.as_ref().is_none_or(|etcd| etcd.writer);
     let ready = committer && sweeper && open && writer;
+    let (etcd_versions, warning) = etcd_versions(etcd.as_ref());
     let readiness = Readiness {
         status: if ready { "ready" } else { "not ready" },
         store: if open { "open" } else { "reopening" },
@@ -118,6 +150,8 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
             (false, _) => "not the writer",
         }),
         reason: None,
+        etcd_versions,
+        warning,
     };
     readiness.into_response()
 }
@@ -130,6 +164,7 @@ const REPLICA_READY_WITHIN: std::time::Duration = std::time::Duration::from_mill
 /// and its watch has applied the log as far as etcd has it.
 async fn replica_readyz(state: &AppState) -> Response {
     let current = tokio::time::timeout(REPLICA_READY_WITHIN, state.store.catch_up()).await;
+    let (etcd_versions, warning) = etcd_versions(state.store.etcd_standing().as_ref());
     let reason = match current {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(e.to_string()),
@@ -154,6 +189,8 @@ async fn replica_readyz(state: &AppState) -> Response {
             "replica, not current"
         }),
         reason,
+        etcd_versions,
+        warning,
     }
     .into_response()
 }

@@ -113,6 +113,15 @@ pub struct ElectionLabels {
     pub outcome: &'static str,
 }
 
+/// An etcd member, by endpoint, and the version it reports; `fixed`: whether that release
+/// has etcd's fixes for linearizable reads and the watch.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberVersionLabels {
+    pub member: String,
+    pub version: String,
+    pub fixed: &'static str,
+}
+
 /// The writer of the etcd prefix, by the name it announced.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriterLabels {
@@ -157,6 +166,9 @@ pub struct StoreGauges {
     /// On etcd, the writer's name as this daemon last saw it; `None` on sled or while it
     /// knows none.
     pub etcd_writer: Option<String>,
+    /// On etcd, each member's endpoint, the version it reported, and whether that release
+    /// has the fixes; members that have not answered are left out.
+    pub etcd_member_versions: Vec<(String, String, bool)>,
 }
 
 /// The roles [`RoleLabels`] names.
@@ -201,6 +213,7 @@ pub struct Metrics {
     etcd_role: Family<RoleLabels, Gauge>,
     etcd_elections: Family<ElectionLabels, Counter>,
     etcd_writer: Family<WriterLabels, Gauge>,
+    etcd_member_version: Family<MemberVersionLabels, Gauge>,
     replica_lag_entries: Gauge,
     replica_lag_seconds: Gauge<f64, AtomicU64>,
     /// Reads of the log's head a replica sent to confirm it is current, each shared by
@@ -377,6 +390,14 @@ impl Metrics {
              announced (process and address); no series while it knows none",
             etcd_writer.clone(),
         );
+        let etcd_member_version = Family::<MemberVersionLabels, Gauge>::default();
+        registry.register(
+            "etcd_member_version",
+            "On etcd, 1 for each member's version as this daemon last read it (at start and \
+             every 10 s), by endpoint; fixed=\"false\": the release lacks etcd's fixes for \
+             linearizable reads and the watch (older than 3.4.42, 3.5.28, 3.6.9)",
+            etcd_member_version.clone(),
+        );
         let replica_lag_entries = Gauge::default();
         registry.register(
             "replica_lag_entries",
@@ -424,6 +445,7 @@ impl Metrics {
             etcd_role,
             etcd_elections,
             etcd_writer,
+            etcd_member_version,
             replica_lag_entries,
             replica_lag_seconds,
             replica_head_reads,
@@ -531,6 +553,16 @@ impl Metrics {
                 .get_or_create(&WriterLabels { name: name.clone() })
                 .set(1);
         }
+        // A member's series goes with the version it reported last.
+        self.etcd_member_version.clear();
+        for (member, version, fixed) in &store.etcd_member_versions {
+            let labels = MemberVersionLabels {
+                member: member.clone(),
+                version: version.clone(),
+                fixed: if *fixed { "true" } else { "false" },
+            };
+            self.etcd_member_version.get_or_create(&labels).set(1);
+        }
         let (entries, seconds) = store.replica_lag.unwrap_or_default();
         self.replica_lag_entries.set(entries as i64);
         self.replica_lag_seconds.set(seconds);
@@ -581,6 +613,10 @@ mod tests {
                 replica_lag: None,
                 etcd_elections: Some((3, 2)),
                 etcd_writer: Some("blocklistd 7 at 10.0.0.1:7224".into()),
+                etcd_member_versions: vec![
+                    ("http://10.0.0.2:2379".into(), "3.6.17".into(), true),
+                    ("http://10.0.0.3:2379".into(), "3.4.23".into(), false),
+                ],
             };
             let text = metrics.render(&gauges, format);
             assert!(
@@ -596,6 +632,8 @@ mod tests {
                 r#"blocklist_etcd_elections_total{outcome="won"} 3"#,
                 r#"blocklist_etcd_elections_total{outcome="lost"} 2"#,
                 r#"blocklist_etcd_writer{name="blocklistd 7 at 10.0.0.1:7224"} 1"#,
+                r#"blocklist_etcd_member_version{member="http://10.0.0.2:2379",version="3.6.17",fixed="true"} 1"#,
+                r#"blocklist_etcd_member_version{member="http://10.0.0.3:2379",version="3.4.23",fixed="false"} 1"#,
                 r#"blocklist_items{kind="taskmanager",action="MARK_BLOCKED"} 3"#,
                 r#"blocklist_items{kind="node",action="MARK_BLOCKED_AND_EVACUATE_TASKS"} 1"#,
                 "blocklist_revision 42",

@@ -159,6 +159,12 @@ pub struct EtcdStanding {
     pub elections_won: u64,
     /// The writer's name as this daemon last saw it.
     pub writer_name: Option<String>,
+    /// Each member's endpoint and etcd version as last read (`None`: it has not
+    /// answered), and whether that release has the fixes the store rests on.
+    pub member_versions: Vec<(String, Option<String>, bool)>,
+    /// What an operator must know when a member runs etcd without the fixes the store
+    /// rests on.
+    pub version_warning: Option<String>,
 }
 
 /// An open database and its trees.
@@ -359,6 +365,15 @@ impl Store {
                 refusal: etcd.refusal(),
                 elections_won: etcd.elections_won(),
                 writer_name: etcd.writer_seen(),
+                version_warning: etcd::version_warning(&etcd.versions()),
+                member_versions: etcd
+                    .versions()
+                    .into_iter()
+                    .map(|v| {
+                        let fixed = !v.below_minimum();
+                        (v.member, v.version, fixed)
+                    })
+                    .collect(),
             });
         }
         None

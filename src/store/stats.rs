@@ -80,6 +80,17 @@ impl Store {
                 )
             }),
             etcd_writer: etcd.as_ref().and_then(|etcd| etcd.writer_name.clone()),
+            etcd_member_versions: etcd
+                .as_ref()
+                .map(|etcd| {
+                    etcd.member_versions
+                        .iter()
+                        .filter_map(|(member, version, fixed)| {
+                            Some((member.clone(), version.clone()?, *fixed))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             etcd_role: etcd.map(|standing| {
                 if self.is_replica() {
                     "replica"

@@ -27,6 +27,7 @@ mod lease;
 mod log;
 mod log_state;
 mod members;
+mod versions;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +41,7 @@ use etcd_client::{
 pub(crate) use self::follow::{Apply, FollowState, Following};
 pub(crate) use self::log::Loaded;
 use self::members::{Attempt, Members};
+pub(crate) use self::versions::{warning as version_warning, MemberVersion};
 use super::StoreError;
 
 /// How to reach the cluster and where the blocklist lives in it.
@@ -113,6 +115,8 @@ pub(crate) struct Etcd {
     /// The writer's name as this daemon last saw it (its own once it won; a waiting
     /// campaign reads the key four times a second): `blocklist_etcd_writer`.
     writer_seen: Mutex<Option<String>>,
+    /// Each member's etcd version as last read ([`versions`]).
+    versions: Mutex<Vec<MemberVersion>>,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -175,6 +179,7 @@ impl Etcd {
             stopping: AtomicBool::new(false),
             elections_won: AtomicU64::new(0),
             writer_seen: Mutex::new(None),
+            versions: Mutex::new(Vec::new()),
         }))
     }
 
