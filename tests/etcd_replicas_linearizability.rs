@@ -103,6 +103,7 @@ async fn reads_through_any_replica_are_linearizable_under_faults() {
         ids,
         seed,
         slots.iter().map(Slot::target).collect(),
+        None,
     );
 
     let mut rng = Rng(seed);

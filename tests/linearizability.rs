@@ -76,7 +76,7 @@ async fn point_reads_and_checks_are_linearizable_across_kill_9() {
     let mut ws = Workspace::new();
     let mut daemon = start(&mut ws).await;
     let target = Target::of;
-    let clients = Clients::spawn(writers, readers, ids, seed, vec![target(0, &daemon)]);
+    let clients = Clients::spawn(writers, readers, ids, seed, vec![target(0, &daemon)], None);
 
     // The nemesis: load, kill -9, restart on the same data dir, again and again.
     let mut rng = Rng(seed);

@@ -445,6 +445,13 @@ impl EtcdCluster {
     /// the same data dir; waits until it answers healthy again.
     pub fn upgrade(&mut self, i: usize, release: &EtcdRelease) {
         self.stop(i);
+        self.start_on(i, release);
+    }
+
+    /// Starts the stopped member `i` on `release`, on its data dir; waits until it answers
+    /// healthy.
+    pub fn start_on(&mut self, i: usize, release: &EtcdRelease) {
+        assert!(self.members[i].child.is_none(), "m{i} runs");
         self.members[i].release = release.clone();
         self.start_member(i);
         self.wait_healthy(i);

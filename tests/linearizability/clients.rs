@@ -88,7 +88,7 @@ impl Target {
     }
 
     /// Its URL for `path`.
-    fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}{path}", self.addr)
     }
@@ -110,8 +110,12 @@ pub struct Clients {
     /// The run's clock: every recorded time is since this instant.
     pub base: Instant,
     signal: watch::Sender<Signal>,
-    tasks: Vec<tokio::task::JoinHandle<(Vec<Recorded>, usize)>>,
+    tasks: Vec<tokio::task::JoinHandle<Finished>>,
 }
+
+/// What a client did: its ops, how many requests found no daemon, and the calls it gave up
+/// on after retrying them for as long as it was allowed (`retry_for` of [`Clients::spawn`]).
+type Finished = (Vec<Recorded>, usize, Vec<String>);
 
 /// A client's op, with the index of its id.
 pub type Recorded = (usize, Op);
@@ -129,17 +133,25 @@ pub struct History {
     pub ops: Vec<Recorded>,
     /// Requests that found no daemon (not recorded).
     pub refused: usize,
+    /// Calls still without an answer when their retries ran out, each with its last error
+    /// (`retry_for` of [`Clients::spawn`]; none otherwise).
+    pub failed: Vec<String>,
 }
 
 impl Clients {
     /// `writers` clients that write and read and `readers` that only read and check, on
-    /// `ids` task-manager ids, their choices from `seed`, talking to `targets`.
+    /// `ids` task-manager ids, their choices from `seed`, talking to `targets`. With
+    /// `retry_for`, each client sends a call that got no usable answer (cut off, a 5xx)
+    /// again, to any daemon up, until it is answered or `retry_for` has passed since it was
+    /// first sent, as a caller with bounded retries does: every attempt is an op of the
+    /// history, and a call that ran out of retries is one of its `failed`.
     pub fn spawn(
         writers: usize,
         readers: usize,
         ids: usize,
         seed: u64,
         targets: Vec<Target>,
+        retry_for: Option<Duration>,
     ) -> Clients {
         let ids = Arc::new((0..ids).map(|i| format!("tm-{i}")).collect::<Vec<_>>());
         let base = Instant::now();
@@ -151,7 +163,8 @@ impl Clients {
             .map(|n| {
                 let seed = seed ^ (n as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
                 let reader = n >= writers;
-                tokio::spawn(client(n, reader, seed, ids.clone(), base, watch.clone()))
+                let ids = ids.clone();
+                tokio::spawn(client(n, reader, seed, ids, base, watch.clone(), retry_for))
             })
             .collect();
         Clients {
@@ -185,14 +198,16 @@ impl Clients {
         let mut history = History {
             ops: Vec::new(),
             refused: 0,
+            failed: Vec::new(),
         };
         for task in self.tasks {
-            let (ops, refused) = tokio::time::timeout(DEADLINE, task)
+            let (ops, refused, failed) = tokio::time::timeout(DEADLINE, task)
                 .await
                 .expect("a client did not stop")
                 .expect("client");
             history.ops.extend(ops);
             history.refused += refused;
+            history.failed.extend(failed);
         }
         let http = http_client();
         for (i, id) in self.ids.iter().enumerate() {
@@ -395,7 +410,8 @@ pub fn http_client() -> reqwest::Client {
 }
 
 /// One client: random ops on random ids, one at a time, each to a random daemon of those
-/// up, until told to stop. Returns its ops and how many requests found no daemon.
+/// up, until told to stop; with `retry_for`, a call without a usable answer is sent again
+/// until answered or out of time (`retry_for` of [`Clients::spawn`]).
 async fn client(
     n: usize,
     reader: bool,
@@ -403,10 +419,13 @@ async fn client(
     ids: Arc<Vec<String>>,
     base: Instant,
     mut watch: watch::Receiver<Signal>,
-) -> (Vec<Recorded>, usize) {
+    retry_for: Option<Duration>,
+) -> Finished {
     let http = http_client();
     let mut rng = Rng(seed);
-    let (mut ops, mut refused) = (Vec::new(), 0);
+    let (mut ops, mut refused, mut failed) = (Vec::new(), 0, Vec::new());
+    // The call being retried: its id, the call, and when it was first sent.
+    let mut retrying: Option<(usize, Call, Instant)> = None;
     // The daemons that refused a connection: wait for others.
     let mut gone = Vec::new();
     loop {
@@ -421,7 +440,7 @@ async fn client(
         .expect("the nemesis is gone")
         .clone();
         if signal.stopping {
-            return (ops, refused);
+            return (ops, refused, failed);
         }
         let up: Vec<Target> = signal
             .targets
@@ -429,21 +448,41 @@ async fn client(
             .filter(|t| !gone.contains(&t.incarnation))
             .collect();
         let target = up[rng.below(up.len() as u64) as usize];
-        let id = rng.below(ids.len() as u64) as usize;
-        let call = random_call(&mut rng, reader);
+        let (id, call, first_sent) = match retrying.take() {
+            Some(again) => again,
+            None => {
+                let id = rng.below(ids.len() as u64) as usize;
+                (id, random_call(&mut rng, reader), Instant::now())
+            }
+        };
         let invoke = base.elapsed();
         let sent = send(&http, target, &ids[id], &call).await;
         let at = base.elapsed();
         let end = match sent {
             Sent::Answered(outcome) => End::Answered { at, outcome },
             // Bounded once the run is over ([`History::bound_cut_ops`]).
-            Sent::Cut(why) => End::Cut {
-                why,
-                by: Duration::MAX,
-            },
+            Sent::Cut(why) => {
+                match retry_for {
+                    Some(limit) if first_sent.elapsed() < limit => {
+                        retrying = Some((id, call.clone(), first_sent));
+                    }
+                    Some(limit) => failed.push(format!(
+                        "client {n}: {call:?} on {} unanswered after {limit:?}: {why}",
+                        ids[id]
+                    )),
+                    None => {}
+                }
+                End::Cut {
+                    why,
+                    by: Duration::MAX,
+                }
+            }
             Sent::Refused => {
                 refused += 1;
                 gone.push(target.incarnation);
+                if retry_for.is_some() {
+                    retrying = Some((id, call, first_sent));
+                }
                 continue;
             }
         };
@@ -457,6 +496,11 @@ async fn client(
                 end,
             },
         ));
+        if retrying.is_some() {
+            // As a caller backs off before it tries again (`Retry-After` is a second; the
+            // daemons' elections take less).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
