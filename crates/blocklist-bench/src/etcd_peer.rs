@@ -17,7 +17,8 @@
 //! daemon.
 //!
 //! Built only with the bench's `etcd` feature (the client's build needs `protoc`), and run
-//! only when `etcd` is on PATH; skipped with a note otherwise.
+//! only when `--etcd-bin` (`etcd` on PATH by default) is there; skipped with a note
+//! otherwise.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -33,21 +34,32 @@ use crate::delivery::{number_after, Acks, Delivery, Progress};
 use crate::load::{Rng, Worker};
 use crate::server::{free_port, which, PeerProcess};
 
-pub const NOT_INSTALLED: &str =
-    "etcd skipped: etcd is not on PATH (install it: apt-get install -y etcd-server)";
+pub const NOT_INSTALLED: &str = "etcd skipped: --etcd-bin is not there (etcd on PATH by \
+    default: apt-get install -y etcd-server; or a build: tests/servers/build etcd-3.6)";
 
 /// etcd's limit on operations per transaction (`--max-txn-ops`), for bulk loading.
 const MAX_TXN_OPS: usize = 128;
 
 pub struct Etcd {
-    process: PeerProcess,
-    endpoint: String,
+    /// The member the bench started, held for its drop (which stops it); `None` on a
+    /// cluster it was given (`--etcd-peer-endpoints`).
+    _process: Option<PeerProcess>,
+    endpoints: Vec<String>,
+    /// The processes whose CPU is the peer's: the member started, or the given cluster's
+    /// members found on this machine.
+    pids: Vec<u32>,
 }
 
 impl Etcd {
-    /// Starts a single-node etcd in `dir`, or `Ok(None)` when it is not installed.
-    pub async fn start(dir: &Path) -> Result<Option<Etcd>, String> {
-        let Some(bin) = which("etcd") else {
+    /// Starts a single-node etcd (`bin`: a name on PATH or a path) in `dir`, or `Ok(None)`
+    /// when it is not there.
+    pub async fn start(dir: &Path, bin: &Path) -> Result<Option<Etcd>, String> {
+        let found = if bin.components().count() > 1 {
+            bin.is_file().then(|| bin.to_owned())
+        } else {
+            which(&bin.to_string_lossy())
+        };
+        let Some(bin) = found else {
             return Ok(None);
         };
         let (client_port, peer_port) = (free_port()?, free_port()?);
@@ -86,16 +98,35 @@ impl Etcd {
                 }
             })
             .await?;
-        Ok(Some(Etcd { process, endpoint }))
+        let pids = vec![process.pid()];
+        Ok(Some(Etcd {
+            _process: Some(process),
+            endpoints: vec![endpoint],
+            pids,
+        }))
     }
 
-    pub fn pid(&self) -> u32 {
-        self.process.pid()
+    /// A running cluster's `endpoints` as the peer (the cluster the daemons are measured
+    /// on, so the peer's figures are the same etcd's): its members' CPU is counted when
+    /// they run on this machine (found by their `--listen-client-urls`).
+    pub async fn existing(endpoints: Vec<String>) -> Result<Etcd, String> {
+        let pids = member_pids(&endpoints);
+        let etcd = Etcd {
+            _process: None,
+            endpoints,
+            pids,
+        };
+        etcd.connect().await?;
+        Ok(etcd)
     }
 
-    /// A client on a connection of its own (an HTTP/2 channel).
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// A client on a connection of its own (an HTTP/2 channel), over every endpoint.
     pub async fn connect(&self) -> Result<Client, String> {
-        Client::connect([&self.endpoint], None)
+        Client::connect(&self.endpoints, None)
             .await
             .map_err(|e| format!("etcd connect: {e}"))
     }
@@ -123,6 +154,26 @@ impl Etcd {
         }
         Ok(())
     }
+}
+
+/// The processes on this machine that serve one of `endpoints` (an etcd member is started
+/// with its client URL in `--listen-client-urls`).
+fn member_pids(endpoints: &[String]) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let serves = args.windows(2).any(|pair| {
+                pair[0] == b"--listen-client-urls"
+                    && endpoints.iter().any(|url| pair[1] == url.as_bytes())
+            });
+            serves.then_some(pid)
+        })
+        .collect()
 }
 
 pub fn key(kind: Kind, id: &str) -> String {

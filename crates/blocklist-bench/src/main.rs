@@ -122,6 +122,22 @@ struct Args {
     #[arg(long)]
     no_peer: bool,
 
+    /// `feed`: pace our adds at this many a second instead of half the capacity measured
+    /// first (two runs compared at the same add rate: a writer and a replica, say).
+    #[arg(long)]
+    feed_rate: Option<f64>,
+
+    /// The etcd binary of the etcd peer: a name on PATH or a path (e.g.
+    /// target/servers/etcd-3.6/etcd, which `tests/servers/build etcd-3.6` builds), so the
+    /// peer runs the release the daemons are measured on.
+    #[arg(long, default_value = "etcd")]
+    etcd_bin: PathBuf,
+
+    /// The etcd peer on this running cluster (comma-separated client URLs) instead of a
+    /// member of its own: the same etcd the daemons run on, for figures compared on it.
+    #[arg(long, value_delimiter = ',')]
+    etcd_peer_endpoints: Option<Vec<String>>,
+
     /// On etcd (`--daemon-arg=--store=etcd`): start each daemon with a second one on the
     /// same prefix, a replica, and send the scenario's requests to the replica (reads
     /// served there, writes sent on to the first daemon, the writer).
@@ -178,6 +194,9 @@ fn main() -> ExitCode {
             restarts: args.restarts.clamp(1, 100),
             peer: !args.no_peer,
             via_replica: args.via_replica,
+            etcd_bin: args.etcd_bin.clone(),
+            feed_rate: args.feed_rate.filter(|r| r.is_finite() && *r > 0.0),
+            etcd_peer_endpoints: args.etcd_peer_endpoints.clone(),
             subscribers: args.subscribers.iter().map(|&w| usize::from(w)).collect(),
             work_dir: args.work_dir.clone(),
             keep: args.keep,
@@ -304,6 +323,7 @@ fn settings_map(args: &Args, settings: &Settings) -> BTreeMap<&'static str, Stri
     map.insert("expire_window_s", args.expire_window.to_string());
     map.insert("daemon_args", args.daemon_arg.join(" "));
     map.insert("via_replica", args.via_replica.to_string());
+    map.insert("etcd_bin", args.etcd_bin.display().to_string());
     map.insert("tls", args.tls.to_string());
     if let Some(label) = &args.tls_for {
         map.insert("tls_for", label.clone());

@@ -82,8 +82,23 @@ impl Server {
     }
 }
 
+/// How long a daemon dropped by the bench may take to stop cleanly before it is killed.
+const STOP_WITHIN: Duration = Duration::from_secs(5);
+
 impl Drop for Server {
+    /// Stops the daemon as an operator does (SIGTERM), so that on etcd it gives the writer
+    /// key up and the next daemon the bench starts on the same prefix writes at once
+    /// instead of waiting out a dead writer's lease; killed if it takes longer than
+    /// [`STOP_WITHIN`]. A scenario that measures a `kill -9` kills the daemon itself.
     fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id().cast_signed());
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let stopping = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && stopping.elapsed() < STOP_WITHIN {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         // Its port may go to a plain server next.

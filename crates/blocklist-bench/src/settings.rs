@@ -14,6 +14,13 @@ pub struct Settings {
     pub peer: bool,
     /// Requests go to a replica of each daemon started (`--via-replica`).
     pub via_replica: bool,
+    /// `feed`'s add rate when given (`--feed-rate`), instead of half the capacity.
+    pub feed_rate: Option<f64>,
+    /// The etcd peer's binary (`--etcd-bin`).
+    pub etcd_bin: PathBuf,
+    /// The running cluster the etcd peer uses instead of a member of its own
+    /// (`--etcd-peer-endpoints`).
+    pub etcd_peer_endpoints: Option<Vec<String>>,
     pub subscribers: Vec<usize>,
     pub work_dir: Option<PathBuf>,
     pub keep: bool,

@@ -54,7 +54,12 @@ impl Bench {
         }
         let dir = self.fresh_dir("etcd");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        crate::etcd_peer::Etcd::start(&dir).await
+        match &self.settings.etcd_peer_endpoints {
+            Some(endpoints) => crate::etcd_peer::Etcd::existing(endpoints.clone())
+                .await
+                .map(Some),
+            None => crate::etcd_peer::Etcd::start(&dir, &self.settings.etcd_bin).await,
+        }
     }
 
     pub(super) async fn etcd_add(&mut self) -> Result<Option<Row>, String> {
@@ -69,7 +74,7 @@ impl Bench {
                 for worker in 0..self.settings.concurrency {
                     workers.push(AddWorker::new(&etcd, worker, None).await?);
                 }
-                let (_, phase, cpu) = self.measure(workers, &[etcd.pid()]).await;
+                let (_, phase, cpu) = self.measure(workers, etcd.pids()).await;
                 let mut row = Row::from_phase("add", Role::Etcd, &phase, cpu, false);
                 row.add_note(
                     "etcd: txn(if create_revision = 0 then put with lease) per add, a lease per \
@@ -100,7 +105,7 @@ impl Bench {
                 for w in 0..self.settings.concurrency {
                     workers.push(CheckWorker::new(&etcd, w as u64, registered).await?);
                 }
-                let (_, phase, cpu) = self.measure(workers, &[etcd.pid()]).await;
+                let (_, phase, cpu) = self.measure(workers, etcd.pids()).await;
                 let mut row = Row::from_phase("check", Role::Etcd, &phase, cpu, false);
                 row.add_note(&format!(
                     "etcd: linearizable get of a random registered task manager, {items} items \

@@ -183,7 +183,7 @@ impl Bench {
         };
         let mut rows = Vec::new();
         for subscribers in self.settings.subscribers.clone() {
-            let ours = self.feed_ours(subscribers, None).await?;
+            let ours = self.feed_ours(subscribers, self.settings.feed_rate).await?;
             let mut row = ours.row(Role::Ours, Some(add_alone));
             let etcd = self.feed_etcd(subscribers).await?;
             // Against etcd at the same add rate: ours again, paced at etcd's rate (half of
@@ -265,7 +265,7 @@ impl Bench {
                 acks: acks.clone(),
             });
         }
-        self.feed_phases(capacity, paced, followers, server.pid(), rate)
+        self.feed_phases(capacity, paced, followers, &[server.pid()], rate)
             .await
     }
 
@@ -276,11 +276,11 @@ impl Bench {
         capacity: Vec<C>,
         paced: Vec<P>,
         followers: Subscribers,
-        pid: u32,
+        pids: &[u32],
         rate: Option<f64>,
     ) -> Result<FeedRun, String> {
         let subscribers = followers.tasks.len();
-        self.wait_quiet(&[pid]).await;
+        self.wait_quiet(pids).await;
         let (capacity, delivered, rate) = match rate {
             Some(rate) => (None, 0.0, rate),
             None => {
@@ -289,7 +289,7 @@ impl Bench {
                 (Some(capacity), delivered, rate)
             }
         };
-        let window = CpuWindow::start(&[pid]);
+        let window = CpuWindow::start(pids);
         let (_, paced) =
             load::run_paced(paced, self.settings.duration, MAX_OPS_PER_PHASE, Some(rate)).await;
         let expected = paced.ops * subscribers as u64;
@@ -367,7 +367,7 @@ impl Bench {
             capacity.push(AddWorker::new(&etcd, worker, None).await?);
             paced.push(AddWorker::new(&etcd, worker, Some(acks.clone())).await?);
         }
-        self.feed_phases(capacity, paced, followers, etcd.pid(), None)
+        self.feed_phases(capacity, paced, followers, etcd.pids(), None)
             .await
             .map(Some)
     }
