@@ -208,11 +208,26 @@ async fn a_paused_writer_is_fenced() {
         first == StatusCode::CREATED,
         "the deposed writer's reads are the new writer's"
     );
-    // The deposed daemon is not ready (a load balancer sends its requests elsewhere), the
-    // new writer is.
+    // The deposed daemon never says it is the writer: a candidate that is not ready (a
+    // load balancer sends its requests elsewhere) until it has stepped down to a replica,
+    // which is ready again. The new writer is ready as the writer.
     let (status, body) = old.get("/readyz").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(body["etcd"], "not the writer", "{body}");
+    assert!(
+        matches!(
+            (status, body["etcd"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("not the writer"))
+                | (StatusCode::OK, Some("replica"))
+        ),
+        "{status} {body}"
+    );
+    eventually(
+        "the deposed writer steps down to a ready replica",
+        || async {
+            let (status, body) = old.get("/readyz").await;
+            status == StatusCode::OK && body["etcd"] == "replica"
+        },
+    )
+    .await;
     let (status, body) = new.get("/readyz").await;
     assert_eq!(
         (status, &body["etcd"]),
