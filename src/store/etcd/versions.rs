@@ -124,6 +124,9 @@ impl Etcd {
     /// reported (it most likely comes back on it).
     fn note_versions(&self, read: Vec<MemberVersion>) {
         let mut kept = self.versions.lock().expect("not poisoned");
+        if read.is_empty() {
+            return; // the reads as a whole ran out of time: nothing learned
+        }
         let merged: Vec<MemberVersion> = read
             .into_iter()
             .map(|now| {
