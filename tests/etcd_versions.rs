@@ -30,6 +30,20 @@ async fn daemon_on(release: &EtcdRelease, ws: &Workspace, extra: &[&str]) -> (Et
     (cluster, daemon)
 }
 
+/// Checks that `daemon` is ready (a warning is no unreadiness) and reports `member` on
+/// `version`, with or without the fixes, in `/readyz` and the metric; returns `/readyz`'s
+/// body.
+async fn reported(daemon: &Daemon, member: &str, version: &str, fixed: bool) -> serde_json::Value {
+    let (status, body) = daemon.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["etcdVersions"][member], version, "{body}");
+    let metric = format!(
+        r#"blocklist_etcd_member_version{{member="{member}",version="{version}",fixed="{fixed}"}}"#
+    );
+    assert_eq!(daemon.metric(&metric).await, 1.0, "{metric}");
+    body
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_member_without_the_fixes_is_named_in_readyz_the_metric_and_the_log() {
     let Some(release) = EtcdRelease::required("3.4", "etcd_versions 3.4 warning") else {
@@ -40,22 +54,12 @@ async fn a_member_without_the_fixes_is_named_in_readyz_the_metric_and_the_log() 
     let (cluster, daemon) = daemon_on(&release, &ws, &[]).await;
     let member = cluster.endpoints();
 
-    let (status, body) = daemon.get("/readyz").await;
-    assert_eq!(
-        status,
-        StatusCode::OK,
-        "a warning is no unreadiness: {body}"
-    );
-    assert_eq!(body["etcdVersions"][&member], version, "{body}");
+    let body = reported(&daemon, &member, &version, false).await;
     let warning = body["warning"].as_str().unwrap_or_default();
     assert!(
         warning.contains(&format!("{member} runs etcd {version}")) && warning.contains("3.4.42"),
         "{body}"
     );
-    let metric = format!(
-        r#"blocklist_etcd_member_version{{member="{member}",version="{version}",fixed="false"}}"#
-    );
-    assert_eq!(daemon.metric(&metric).await, 1.0);
     let log = daemon.log_text();
     assert!(
         log.contains("WARN") && log.contains("lacks etcd's fixes") && log.contains(&version),
@@ -101,12 +105,6 @@ async fn a_member_with_the_fixes_is_reported_without_a_warning() {
     let ws = Workspace::new();
     let (cluster, daemon) = daemon_on(&release, &ws, &["--etcd-require-fixed-version"]).await;
     let member = cluster.endpoints();
-    let (status, body) = daemon.get("/readyz").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["etcdVersions"][&member], version, "{body}");
+    let body = reported(&daemon, &member, &version, true).await;
     assert!(body.get("warning").is_none(), "{body}");
-    let metric = format!(
-        r#"blocklist_etcd_member_version{{member="{member}",version="{version}",fixed="true"}}"#
-    );
-    assert_eq!(daemon.metric(&metric).await, 1.0);
 }

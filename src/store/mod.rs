@@ -360,14 +360,14 @@ impl Store {
     pub fn etcd_standing(&self) -> Option<EtcdStanding> {
         #[cfg(feature = "etcd")]
         if let Some(etcd) = &self.shared.etcd {
+            let versions = etcd.versions();
             return Some(EtcdStanding {
                 writer: etcd.is_writer(),
                 refusal: etcd.refusal(),
                 elections_won: etcd.elections_won(),
                 writer_name: etcd.writer_seen(),
-                version_warning: etcd::version_warning(&etcd.versions()),
-                member_versions: etcd
-                    .versions()
+                version_warning: etcd::version_warning(&versions),
+                member_versions: versions
                     .into_iter()
                     .map(|v| {
                         let fixed = !v.below_minimum();
