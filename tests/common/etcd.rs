@@ -5,7 +5,7 @@
 //! Which etcd: `BLOCKLISTD_TEST_ETCD` ([`EtcdRelease::chosen`]); by default etcd 3.6,
 //! built from the Go module in `tests/servers/etcd-3.6` into `target/servers/`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ impl EtcdRelease {
                 etcdctl: "etcdctl".into(),
             },
             line if line.starts_with("3.") => {
-                let dir = build_server(&format!("etcd-{line}"))?;
+                let dir = super::build_server(&format!("etcd-{line}"))?;
                 EtcdRelease {
                     name: line.into(),
                     etcd: dir.join("etcd"),
@@ -98,31 +98,6 @@ impl EtcdRelease {
         let first = text.lines().next().unwrap_or_default();
         first.rsplit(' ').next().unwrap_or_default().to_owned()
     }
-}
-
-/// `tests/servers/build <name>`: the directory the server's binaries are in, built from
-/// the Go module of that name if they are missing or older than the module's files.
-fn build_server(name: &str) -> Result<PathBuf, String> {
-    // The workspace's root: this harness is also compiled into other members' tests.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|dir| dir.join("tests/servers/build"))
-        .find(|script| script.exists())
-        .ok_or("tests/servers/build is not in the workspace")?;
-    let output = Command::new(&script)
-        .arg(name)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("{}: {e}", script.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} {name} failed (it needs the Go toolchain and the Go module proxy)",
-            script.display()
-        ));
-    }
-    Ok(PathBuf::from(
-        String::from_utf8_lossy(&output.stdout).trim(),
-    ))
 }
 
 /// The files of a cluster that serves TLS: its CA, and the client certificate etcdctl and

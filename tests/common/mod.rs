@@ -3,6 +3,7 @@
 //!
 //! - `process`: starting, killing and stopping the daemon; its offline subcommands;
 //! - `etcd`: an etcd cluster of the test's own (`--store etcd`);
+//! - `kube`: a kube-apiserver of the test's own, on an etcd member of its own;
 //! - `http`: JSON requests and the pieces of their answers;
 //! - `sse`: the change feed's client;
 //! - `proxy`: a TCP proxy a test cuts, for a partition;
@@ -11,7 +12,8 @@
 //! - `metrics`: `/metrics` samples;
 //! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs;
 //! - `pki`: a private CA and the certificates it signs, for the TLS tests;
-//! - `tools`: the external tools some tests need, and the skip-or-fail rule when one is missing;
+//! - `tools`: the external tools some tests need, the servers built from Go modules
+//!   (`tests/servers/build`), and the skip-or-fail rule when one is missing;
 //! - `terminal`: a binary run on a pseudo-terminal, and what it drew;
 //! - `shell`: the completion scripts and manual pages both binaries print, checked.
 // Each test file uses a different part of the harness.
@@ -19,6 +21,7 @@
 
 mod etcd;
 mod http;
+mod kube;
 mod metrics;
 mod offline;
 mod pki;
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 
 pub use etcd::*;
 pub use http::*;
+pub use kube::*;
 pub use metrics::*;
 pub use offline::*;
 pub use pki::*;

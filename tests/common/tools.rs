@@ -1,6 +1,7 @@
 //! The external tools some tests need (strace, mkfs.ext4, promtool, …): whether they are
 //! here, and what a test does when one is not.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Whether an external tool (or facility) these tests need is here. Missing: under `CI`
@@ -31,4 +32,29 @@ pub fn runs(program: &str, arg: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// `tests/servers/build <name>`: the directory the server's binaries are in, built from
+/// the Go module of that name if they are missing or older than the module's files.
+pub fn build_server(name: &str) -> Result<PathBuf, String> {
+    // The workspace's root: this harness is also compiled into other members' tests.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("tests/servers/build"))
+        .find(|script| script.exists())
+        .ok_or("tests/servers/build is not in the workspace")?;
+    let output = Command::new(&script)
+        .arg(name)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} {name} failed (it needs the Go toolchain and the Go module proxy)",
+            script.display()
+        ));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
 }
