@@ -1,0 +1,170 @@
+//! `blocklist-kube`: the Kubernetes bridge of blocklistd. Every node the daemon blocks
+//! gets one `NoSchedule` taint of the bridge's own key and annotations that say why, by
+//! whom and until when; a Node the blocklist no longer names loses exactly those. It
+//! never touches another key's taint, never cordons, and changes nothing when it cannot
+//! read the daemon.
+//!
+//! - `marking`: what a Node should carry, as a pure function (the patch);
+//! - `nodes`: writing it, with the `resourceVersion` it was computed from;
+//! - `daemon`: the blocked nodes, read from the daemon.
+
+mod daemon;
+mod marking;
+mod nodes;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::daemon::Daemon;
+use crate::marking::{Block, Marking};
+use crate::nodes::Outcome;
+
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The daemon's URL.
+    #[arg(long, env = "BLOCKLIST_URL", default_value = "http://127.0.0.1:7224")]
+    daemon: String,
+
+    /// A file whose first line is the bearer token for the daemon.
+    #[arg(long, env = "BLOCKLIST_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+
+    /// The kubeconfig to use; without it, the in-cluster service account or
+    /// `$KUBECONFIG` / `~/.kube/config`.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+
+    /// The key of the bridge's taint.
+    #[arg(long, default_value = "blocklistd.io/blocked")]
+    taint_key: String,
+
+    /// The prefix of the bridge's annotations (cause, source, end, revision).
+    #[arg(long, default_value = "blocklistd.io/")]
+    annotation_prefix: String,
+
+    /// Seconds between full reconciles.
+    #[arg(long, default_value_t = 30)]
+    resync: u64,
+
+    /// Reconcile once and exit.
+    #[arg(long)]
+    once: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("blocklist-kube: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let file =
+                Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| e.to_string())?,
+    };
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    let token = match &args.token_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| format!("{}: {e}", file.display()))?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let daemon = Daemon {
+        url: args.daemon.clone(),
+        token,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?,
+    };
+    let marking = Marking {
+        taint_key: args.taint_key.clone(),
+        annotation_prefix: args.annotation_prefix.clone(),
+    };
+    let nodes: Api<Node> = Api::all(client);
+    loop {
+        match reconcile(&daemon, &nodes, &marking).await {
+            Ok(counts) => tracing::info!(?counts, "reconciled"),
+            // Nothing is changed in the cluster from what the bridge cannot see.
+            Err(e) => tracing::warn!(error = %e, "reconcile failed; nothing changed"),
+        }
+        if args.once {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(args.resync)).await;
+    }
+}
+
+/// How a reconcile went, Node by Node.
+#[derive(Debug, Default)]
+struct Counts {
+    written: usize,
+    unchanged: usize,
+    /// Blocked ids that name no Node.
+    missing: usize,
+}
+
+/// One full reconcile: the blocked nodes read first (a daemon that cannot be read changes
+/// nothing), then every Node made to carry its block or nothing of the bridge's.
+async fn reconcile(
+    daemon: &Daemon,
+    nodes: &Api<Node>,
+    marking: &Marking,
+) -> Result<Counts, String> {
+    let blocks: HashMap<String, Block> = daemon
+        .blocked_nodes()
+        .await?
+        .into_iter()
+        .map(|b| (b.id.clone(), b))
+        .collect();
+    let list = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing Nodes: {e}"))?;
+    let mut counts = Counts::default();
+    let mut seen = 0;
+    for node in list {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let block = blocks.get(&name);
+        seen += usize::from(block.is_some());
+        match nodes::apply(nodes, marking, node, block).await {
+            Ok(Outcome::Written) => counts.written += 1,
+            Ok(Outcome::Unchanged) => counts.unchanged += 1,
+            Ok(Outcome::Missing) => {}
+            Err(e) => tracing::warn!(node = %name, error = %e, "could not mark the Node"),
+        }
+    }
+    counts.missing = blocks.len() - seen;
+    Ok(counts)
+}

@@ -1,0 +1,143 @@
+//! The bridge against a real kube-apiserver and a real daemon: a blocked node gets the
+//! bridge's taint and annotations and keeps every other taint, an unblocked one loses
+//! exactly what the bridge wrote, and a reconcile of a cluster that already matches makes
+//! no write (counted by the API server itself, `apiserver_request_total`).
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const KEY: &str = "blocklistd.io/blocked";
+
+/// `blocklist-kube --once` against `daemon`, as the administrator.
+fn bridge_once(kube: &KubeApiServer, daemon: &Daemon) {
+    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
+    let output = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+        .args(["--once", "--daemon", &daemon.url("")])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("run blocklist-kube");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn node(kube: &KubeApiServer, name: &str) -> Value {
+    let text = kube
+        .curl(&["-sf", &format!("{}/api/v1/nodes/{name}", kube.url)])
+        .expect("the Node");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+fn create_node(kube: &KubeApiServer, name: &str, taints: &Value) {
+    let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                      "spec": {"taints": taints}});
+    kube.curl(&[
+        "-sf",
+        "-XPOST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &body.to_string(),
+        &format!("{}/api/v1/nodes", kube.url),
+    ])
+    .expect("create the Node");
+}
+
+/// The taints of Node `name` other than the bridge's, and the bridge's value (if any).
+fn taints(kube: &KubeApiServer, name: &str) -> (Vec<Value>, Option<String>) {
+    let node = node(kube, name);
+    let all = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ours = all
+        .iter()
+        .find(|t| t["key"] == KEY)
+        .map(|t| t["value"].as_str().unwrap_or_default().to_owned());
+    (all.into_iter().filter(|t| t["key"] != KEY).collect(), ours)
+}
+
+/// The PATCH requests on Nodes the API server has answered so far.
+fn node_patches(kube: &KubeApiServer) -> f64 {
+    let text = kube
+        .curl(&["-sf", &format!("{}/metrics", kube.url)])
+        .expect("the API server's metrics");
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains(r#"resource="nodes""#)
+                && l.contains(r#"verb="PATCH""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn blocked_nodes_are_tainted_unblocked_ones_are_not_and_other_taints_stay() {
+    let Some(kube) = KubeApiServer::start("blocklist-kube taints") else {
+        return;
+    };
+    let foreign = json!({"key": "example.com/maintenance", "effect": "NoExecute"});
+    create_node(&kube, "n1", &json!([]));
+    create_node(&kube, "n2", &json!([foreign]));
+    let n2_before = taints(&kube, "n2").0;
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("n1", "MARK_BLOCKED", "disk")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    bridge_once(&kube, &daemon);
+    assert_eq!(taints(&kube, "n1").1.as_deref(), Some("MARK_BLOCKED"));
+    let annotations = &node(&kube, "n1")["metadata"]["annotations"];
+    assert_eq!(annotations["blocklistd.io/cause"], "disk", "{annotations}");
+    assert_eq!(
+        annotations["blocklistd.io/end"], "permanent",
+        "{annotations}"
+    );
+    assert_eq!(taints(&kube, "n2"), (n2_before.clone(), None));
+
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("n2", "MARK_BLOCKED_AND_EVACUATE_TASKS", "net")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = daemon.delete("/blocklist/nodes/n1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    bridge_once(&kube, &daemon);
+    assert_eq!(taints(&kube, "n1").1, None);
+    let annotations = &node(&kube, "n1")["metadata"]["annotations"];
+    assert!(
+        annotations
+            .as_object()
+            .is_none_or(|a| a.keys().all(|k| !k.starts_with("blocklistd.io/"))),
+        "{annotations}"
+    );
+    assert_eq!(
+        taints(&kube, "n2"),
+        (
+            n2_before,
+            Some("MARK_BLOCKED_AND_EVACUATE_TASKS".to_owned())
+        )
+    );
+
+    // Everything matches: a reconcile reads, and writes nothing.
+    let patches = node_patches(&kube);
+    bridge_once(&kube, &daemon);
+    assert_eq!(node_patches(&kube), patches);
+}
