@@ -1,30 +1,17 @@
-//! `blocklist-kube`: the Kubernetes bridge of blocklistd. Every node the daemon blocks
-//! gets one `NoSchedule` taint of the bridge's own key and annotations that say why, by
-//! whom and until when; a Node the blocklist no longer names loses exactly those. It
-//! never touches another key's taint, never cordons, and changes nothing when it cannot
-//! read the daemon.
-//!
-//! - `marking`: what a Node should carry, as a pure function (the patch);
-//! - `nodes`: writing it, with the `resourceVersion` it was computed from;
-//! - `daemon`: the blocked nodes, read from the daemon.
+//! `blocklist-kube`: the Kubernetes bridge of blocklistd (the library, `blocklist_kube`,
+//! holds what it does; this is its command line).
 
-mod daemon;
-mod marking;
-mod nodes;
-
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use blocklist_kube::daemon::Daemon;
+use blocklist_kube::marking::Marking;
+use blocklist_kube::reconcile::reconcile;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-
-use crate::daemon::Daemon;
-use crate::marking::{Block, Marking};
-use crate::nodes::Outcome;
 
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -124,47 +111,4 @@ async fn run(args: Args) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_secs(args.resync)).await;
     }
-}
-
-/// How a reconcile went, Node by Node.
-#[derive(Debug, Default)]
-struct Counts {
-    written: usize,
-    unchanged: usize,
-    /// Blocked ids that name no Node.
-    missing: usize,
-}
-
-/// One full reconcile: the blocked nodes read first (a daemon that cannot be read changes
-/// nothing), then every Node made to carry its block or nothing of the bridge's.
-async fn reconcile(
-    daemon: &Daemon,
-    nodes: &Api<Node>,
-    marking: &Marking,
-) -> Result<Counts, String> {
-    let blocks: HashMap<String, Block> = daemon
-        .blocked_nodes()
-        .await?
-        .into_iter()
-        .map(|b| (b.id.clone(), b))
-        .collect();
-    let list = nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| format!("listing Nodes: {e}"))?;
-    let mut counts = Counts::default();
-    let mut seen = 0;
-    for node in list {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let block = blocks.get(&name);
-        seen += usize::from(block.is_some());
-        match nodes::apply(nodes, marking, node, block).await {
-            Ok(Outcome::Written) => counts.written += 1,
-            Ok(Outcome::Unchanged) => counts.unchanged += 1,
-            Ok(Outcome::Missing) => {}
-            Err(e) => tracing::warn!(node = %name, error = %e, "could not mark the Node"),
-        }
-    }
-    counts.missing = blocks.len() - seen;
-    Ok(counts)
 }

@@ -8,7 +8,12 @@ mod common;
 
 use std::process::Command;
 
+use blocklist_kube::marking::{Block, Marking};
+use blocklist_kube::nodes::{self, Outcome};
 use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -68,6 +73,13 @@ fn taints(kube: &KubeApiServer, name: &str) -> (Vec<Value>, Option<String>) {
 
 /// The PATCH requests on Nodes the API server has answered so far.
 fn node_patches(kube: &KubeApiServer) -> f64 {
+    node_patches_answered(kube, "")
+}
+
+/// The PATCH requests on Nodes the API server has answered so far with `code` (any code
+/// when empty).
+fn node_patches_answered(kube: &KubeApiServer, code: &str) -> f64 {
+    let code = format!(r#"code="{code}""#);
     let text = kube
         .curl(&["-sf", &format!("{}/metrics", kube.url)])
         .expect("the API server's metrics");
@@ -76,6 +88,7 @@ fn node_patches(kube: &KubeApiServer) -> f64 {
             l.starts_with("apiserver_request_total{")
                 && l.contains(r#"resource="nodes""#)
                 && l.contains(r#"verb="PATCH""#)
+                && (code == r#"code="""# || l.contains(&code))
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -140,4 +153,61 @@ async fn blocked_nodes_are_tainted_unblocked_ones_are_not_and_other_taints_stay(
     let patches = node_patches(&kube);
     bridge_once(&kube, &daemon);
     assert_eq!(node_patches(&kube), patches);
+}
+
+/// A client of the API server as the administrator.
+async fn client(kube: &KubeApiServer) -> kube::Client {
+    let file = Kubeconfig::read_from(kube.kubeconfig("admin", ADMIN_TOKEN)).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// The race the resourceVersion is for, forced: another client adds a taint after the
+/// bridge read the Node and before its patch. The patch is refused (409), the Node read
+/// again, and both taints end up on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
+    let Some(kube) = KubeApiServer::start("blocklist-kube race") else {
+        return;
+    };
+    create_node(&kube, "n1", &json!([]));
+    let api: Api<Node> = Api::all(client(&kube).await);
+    let read = api.get("n1").await.expect("the Node");
+    let other = json!({"spec": {"taints": [{"key": "example.com/other", "effect": "NoSchedule"}]}});
+    kube.curl(&[
+        "-sf",
+        "-XPATCH",
+        "-H",
+        "Content-Type: application/merge-patch+json",
+        "-d",
+        &other.to_string(),
+        &format!("{}/api/v1/nodes/n1", kube.url),
+    ])
+    .expect("the other client's patch");
+    let conflicts = node_patches_answered(&kube, "409");
+    let marking = Marking {
+        taint_key: KEY.into(),
+        annotation_prefix: "blocklistd.io/".into(),
+    };
+    let block = Block {
+        id: "n1".into(),
+        action: "MARK_BLOCKED".into(),
+        cause: "disk".into(),
+        source: "test".into(),
+        end_timestamp: i64::MAX,
+        revision: 1,
+    };
+    let outcome = nodes::apply(&api, &marking, read, Some(&block))
+        .await
+        .expect("applied");
+    assert_eq!(outcome, Outcome::Written);
+    assert_eq!(node_patches_answered(&kube, "409"), conflicts + 1.0);
+    let (others, ours) = taints(&kube, "n1");
+    assert_eq!(ours.as_deref(), Some("MARK_BLOCKED"));
+    assert!(
+        others.iter().any(|t| t["key"] == "example.com/other"),
+        "{others:?}"
+    );
 }

@@ -1,0 +1,15 @@
+//! `blocklist-kube`: the Kubernetes bridge of blocklistd. Every node the daemon blocks
+//! gets one `NoSchedule` taint of the bridge's own key and annotations that say why, by
+//! whom and until when; a Node the blocklist no longer names loses exactly those. It
+//! never touches another key's taint, never cordons, and changes nothing when it cannot
+//! read the daemon.
+//!
+//! - `marking`: what a Node should carry, as a pure function (the patch);
+//! - `nodes`: writing it, with the `resourceVersion` it was computed from;
+//! - `daemon`: the blocked nodes, read from the daemon;
+//! - `reconcile`: one full pass, the daemon read first.
+
+pub mod daemon;
+pub mod marking;
+pub mod nodes;
+pub mod reconcile;
