@@ -7,9 +7,11 @@
 //! - `marking`: what a Node should carry, as a pure function (the patch);
 //! - `nodes`: writing it, with the `resourceVersion` it was computed from;
 //! - `daemon`: the blocked nodes, read from the daemon;
-//! - `reconcile`: one full pass, the daemon read first.
+//! - `reconcile`: one full pass, the daemon read first;
+//! - `follow`: the change feed, each node event applied as it comes, and the resyncs.
 
 pub mod daemon;
+pub mod follow;
 pub mod marking;
 pub mod nodes;
 pub mod reconcile;

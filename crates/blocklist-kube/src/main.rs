@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use blocklist_kube::daemon::Daemon;
+use blocklist_kube::follow;
 use blocklist_kube::marking::Marking;
 use blocklist_kube::reconcile::reconcile;
 use clap::Parser;
@@ -37,11 +38,12 @@ struct Args {
     #[arg(long, default_value = "blocklistd.io/")]
     annotation_prefix: String,
 
-    /// Seconds between full reconciles.
+    /// Seconds between full reconciles (the change feed brings each block at once; a
+    /// resync puts back what was changed by hand and catches anything missed).
     #[arg(long, default_value_t = 30)]
     resync: u64,
 
-    /// Reconcile once and exit.
+    /// Reconcile once and exit, without following the feed.
     #[arg(long)]
     once: bool,
 }
@@ -94,21 +96,21 @@ async fn run(args: Args) -> Result<(), String> {
             .timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| e.to_string())?,
+        stream: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?,
     };
     let marking = Marking {
         taint_key: args.taint_key.clone(),
         annotation_prefix: args.annotation_prefix.clone(),
     };
     let nodes: Api<Node> = Api::all(client);
-    loop {
-        match reconcile(&daemon, &nodes, &marking).await {
-            Ok(counts) => tracing::info!(?counts, "reconciled"),
-            // Nothing is changed in the cluster from what the bridge cannot see.
-            Err(e) => tracing::warn!(error = %e, "reconcile failed; nothing changed"),
-        }
-        if args.once {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_secs(args.resync)).await;
+    if args.once {
+        let counts = reconcile(&daemon, &nodes, &marking).await?;
+        tracing::info!(?counts, "reconciled");
+        return Ok(());
     }
+    follow::run(&daemon, &nodes, &marking, Duration::from_secs(args.resync)).await;
+    Ok(())
 }

@@ -39,6 +39,9 @@ pub struct Block {
     #[serde(default)]
     pub source: String,
     pub end_timestamp: i64,
+    /// The revision of the change that made the item what it is (a feed event's data may
+    /// leave it out: then the event's id, which is that revision).
+    #[serde(default)]
     pub revision: u64,
 }
 

@@ -18,6 +18,8 @@ pub struct Counts {
     pub unchanged: usize,
     /// Blocked ids that name no Node.
     pub missing: usize,
+    /// The revision of the daemon's listing: the feed resumes after it.
+    pub revision: u64,
 }
 
 /// One full reconcile: the blocked nodes read first (a daemon that cannot be read changes
@@ -27,17 +29,16 @@ pub async fn reconcile(
     nodes: &Api<Node>,
     marking: &Marking,
 ) -> Result<Counts, String> {
-    let blocks: HashMap<String, Block> = daemon
-        .blocked_nodes()
-        .await?
-        .into_iter()
-        .map(|b| (b.id.clone(), b))
-        .collect();
+    let (blocks, revision) = daemon.blocked_nodes().await?;
+    let blocks: HashMap<String, Block> = blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
     let list = nodes
         .list(&ListParams::default())
         .await
         .map_err(|e| format!("listing Nodes: {e}"))?;
-    let mut counts = Counts::default();
+    let mut counts = Counts {
+        revision,
+        ..Counts::default()
+    };
     let mut seen = 0;
     for node in list {
         let name = node.metadata.name.clone().unwrap_or_default();

@@ -211,3 +211,50 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
         "{others:?}"
     );
 }
+
+/// The bridge running (not `--once`): a block reaches its Node through the change feed,
+/// long before the resync (an hour here), and an unblock takes the taint off as fast.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_bridge_follows_the_feed() {
+    let Some(kube) = KubeApiServer::start("blocklist-kube feed") else {
+        return;
+    };
+    create_node(&kube, "n1", &json!([]));
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
+    let log = ws.tmp.path().join("bridge.log");
+    let mut bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+        .args(["--resync", "3600", "--daemon", &daemon.url("")])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start blocklist-kube");
+    // Once it has made its first pass (nothing to do), it follows the feed.
+    eventually("the bridge's first reconcile", || async {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("reconciled"))
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("n1", "MARK_BLOCKED", "disk")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    eventually("the taint is on n1", || async {
+        taints(&kube, "n1").1.as_deref() == Some("MARK_BLOCKED")
+    })
+    .await;
+    println!("block to taint: {:?}", started.elapsed());
+    let (status, body) = daemon.delete("/blocklist/nodes/n1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually("the taint is off n1", || async {
+        taints(&kube, "n1").1.is_none()
+    })
+    .await;
+    let _ = bridge.kill();
+    let _ = bridge.wait();
+}
