@@ -1,4 +1,7 @@
-//! The daemon's side: the blocked nodes, as `GET /blocklist/nodes` lists them.
+//! The daemon's side: the blocked nodes (`GET /blocklist/nodes`), the change feed
+//! (`GET /blocklist/events`), and the membership (`/taskmanagers`).
+
+use serde::{Deserialize, Serialize};
 
 use crate::marking::Block;
 
@@ -66,4 +69,87 @@ impl Daemon {
             status => Err(FeedError::Other(format!("{url}: {status}"))),
         }
     }
+}
+
+/// A task manager's registration: which node it runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub id: String,
+    pub node: String,
+}
+
+/// The most registrations one `PUT /taskmanagers` carries (the daemon's `--max-batch`
+/// default is larger).
+const REGISTRATIONS_PER_BATCH: usize = 1_000;
+
+impl Daemon {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let request = self.http.request(method, url);
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Every registration the daemon holds.
+    pub async fn registrations(&self) -> Result<Vec<Registration>, String> {
+        let response = self
+            .request(reqwest::Method::GET, "/taskmanagers")
+            .send()
+            .await
+            .map_err(|e| format!("GET /taskmanagers: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("GET /taskmanagers: {}", response.status()));
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| format!("GET /taskmanagers: {e}"))
+    }
+
+    /// Registers `all` (new ones, and moves), in batches.
+    pub async fn register(&self, all: &[Registration]) -> Result<(), String> {
+        for batch in all.chunks(REGISTRATIONS_PER_BATCH) {
+            let response = self
+                .request(reqwest::Method::PUT, "/taskmanagers")
+                .json(batch)
+                .send()
+                .await
+                .map_err(|e| format!("PUT /taskmanagers: {e}"))?;
+            if !response.status().is_success() {
+                let status = response.status();
+                let body = response.text().await.unwrap_or_default();
+                return Err(format!("PUT /taskmanagers: {status}: {body}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Unregisters task manager `id` (one not registered is no error).
+    pub async fn unregister(&self, id: &str) -> Result<(), String> {
+        let path = format!("/taskmanagers/{}", encode(id));
+        let response = self
+            .request(reqwest::Method::DELETE, &path)
+            .send()
+            .await
+            .map_err(|e| format!("DELETE {path}: {e}"))?;
+        match response.status() {
+            s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
+            s => Err(format!("DELETE {path}: {s}")),
+        }
+    }
+}
+
+/// An id as one path segment.
+fn encode(id: &str) -> String {
+    id.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }

@@ -8,10 +8,12 @@
 //! - `nodes`: writing it, with the `resourceVersion` it was computed from;
 //! - `daemon`: the blocked nodes, read from the daemon;
 //! - `reconcile`: one full pass, the daemon read first;
-//! - `follow`: the change feed, each node event applied as it comes, and the resyncs.
+//! - `follow`: the change feed, each node event applied as it comes, and the resyncs;
+//! - `membership`: the daemon's task managers kept current from the pods.
 
 pub mod daemon;
 pub mod follow;
 pub mod marking;
+pub mod membership;
 pub mod nodes;
 pub mod reconcile;

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use blocklist_kube::daemon::Daemon;
-use blocklist_kube::follow;
 use blocklist_kube::marking::Marking;
 use blocklist_kube::reconcile::reconcile;
+use blocklist_kube::{follow, membership};
 use clap::Parser;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -38,6 +38,18 @@ struct Args {
     #[arg(long, default_value = "blocklistd.io/")]
     annotation_prefix: String,
 
+    /// The pods that are task managers: each, once bound, is registered with the daemon on
+    /// its Node (Flink's native-Kubernetes task managers by default).
+    #[arg(
+        long,
+        default_value = "type=flink-native-kubernetes,component=taskmanager"
+    )]
+    taskmanager_selector: String,
+
+    /// The namespace of the task managers' pods (all namespaces without it).
+    #[arg(long)]
+    namespace: Option<String>,
+
     /// Seconds between full reconciles (the change feed brings each block at once; a
     /// resync puts back what was changed by hand and catches anything missed).
     #[arg(long, default_value_t = 30)]
@@ -57,7 +69,7 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    match run(args).await {
+    match Box::pin(run(args)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("blocklist-kube: {e}");
@@ -105,12 +117,19 @@ async fn run(args: Args) -> Result<(), String> {
         taint_key: args.taint_key.clone(),
         annotation_prefix: args.annotation_prefix.clone(),
     };
-    let nodes: Api<Node> = Api::all(client);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = match &args.namespace {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    };
     if args.once {
         let counts = reconcile(&daemon, &nodes, &marking).await?;
         tracing::info!(?counts, "reconciled");
         return Ok(());
     }
-    follow::run(&daemon, &nodes, &marking, Duration::from_secs(args.resync)).await;
+    tokio::join!(
+        follow::run(&daemon, &nodes, &marking, Duration::from_secs(args.resync)),
+        membership::run(&daemon, pods, &args.taskmanager_selector),
+    );
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The bridge against a real kube-apiserver and a real daemon: a blocked node gets the
 //! bridge's taint and annotations and keeps every other taint, an unblocked one loses
-//! exactly what the bridge wrote, and a reconcile of a cluster that already matches makes
-//! no write (counted by the API server itself, `apiserver_request_total`).
+//! exactly what the bridge wrote, a reconcile of a cluster that already matches makes no
+//! write (counted by the API server itself, `apiserver_request_total`), a running bridge
+//! follows the change feed, and the task managers' pods are the daemon's membership.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -253,6 +254,110 @@ async fn a_running_bridge_follows_the_feed() {
     assert_eq!(status, StatusCode::OK, "{body}");
     eventually("the taint is off n1", || async {
         taints(&kube, "n1").1.is_none()
+    })
+    .await;
+    let _ = bridge.kill();
+    let _ = bridge.wait();
+}
+
+/// Membership from the pods: 200 task manager pods bound to 20 Nodes are registered with
+/// the daemon on their Nodes, so its check of a task manager on a blocked Node says
+/// blocked; pods deleted are unregistered; a pod the selector does not match is not a task
+/// manager.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_manager_pods_are_the_daemons_membership() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DeleteParams, PostParams};
+
+    let Some(kube) = KubeApiServer::start("blocklist-kube membership") else {
+        return;
+    };
+    let client = client(&kube).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod = |name: &str, node: &str, labels: Value| -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "tm", "image": "flink"}]},
+        }))
+        .expect("a pod")
+    };
+    let flink =
+        json!({"type": "flink-native-kubernetes", "component": "taskmanager", "app": "job"});
+    for i in 0..200 {
+        let name = format!("job-taskmanager-1-{i}");
+        let node = format!("n{}", i % 20);
+        pods.create(&PostParams::default(), &pod(&name, &node, flink.clone()))
+            .await
+            .expect("create a pod");
+    }
+    pods.create(
+        &PostParams::default(),
+        &pod("not-a-tm", "n0", json!({"component": "jobmanager"})),
+    )
+    .await
+    .expect("create a pod");
+
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
+    let mut bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+        .args(["--namespace", "default", "--daemon", &daemon.url("")])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start blocklist-kube");
+    eventually("200 task managers registered", || async {
+        daemon
+            .get("/taskmanagers")
+            .await
+            .1
+            .as_array()
+            .is_some_and(|a| a.len() == 200)
+    })
+    .await;
+    let all = daemon.get("/taskmanagers").await.1;
+    for registration in all.as_array().expect("a list") {
+        let id = registration["id"].as_str().expect("an id");
+        let i: usize = id
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a number");
+        assert_eq!(
+            registration["node"],
+            format!("n{}", i % 20),
+            "{registration}"
+        );
+    }
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("n3", "MARK_BLOCKED", "disk")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, verdict) = daemon
+        .get("/blocklist/check/taskmanagers/job-taskmanager-1-3")
+        .await;
+    assert_eq!(verdict["blocked"], true, "{verdict}");
+
+    for i in 0..10 {
+        pods.delete(
+            &format!("job-taskmanager-1-{i}"),
+            &DeleteParams::default().grace_period(0),
+        )
+        .await
+        .expect("delete a pod");
+    }
+    eventually("the deleted pods unregistered", || async {
+        daemon
+            .get("/taskmanagers")
+            .await
+            .1
+            .as_array()
+            .is_some_and(|a| a.len() == 190)
     })
     .await;
     let _ = bridge.kill();
