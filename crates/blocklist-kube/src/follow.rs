@@ -12,6 +12,7 @@ use kube::api::Api;
 use serde::Deserialize;
 
 use crate::daemon::{Daemon, FeedError};
+use crate::desired::Desired;
 use crate::marking::{Block, Marking};
 use crate::nodes;
 use crate::reconcile::reconcile;
@@ -35,10 +36,16 @@ struct Kind {
 }
 
 /// Follows the feed for as long as the bridge runs.
-pub async fn run(daemon: &Daemon, api: &Api<Node>, marking: &Marking, resync: Duration) {
+pub async fn run(
+    daemon: &Daemon,
+    api: &Api<Node>,
+    marking: &Marking,
+    desired: &Desired,
+    resync: Duration,
+) {
     loop {
         // The full pass gives the revision the feed resumes after.
-        let mut revision = match reconcile(daemon, api, marking).await {
+        let mut revision = match reconcile(daemon, api, marking, desired).await {
             Ok(counts) => {
                 tracing::info!(?counts, "reconciled");
                 counts.revision
@@ -52,7 +59,7 @@ pub async fn run(daemon: &Daemon, api: &Api<Node>, marking: &Marking, resync: Du
         };
         let resync_at = Instant::now() + resync;
         while Instant::now() < resync_at {
-            match follow(daemon, api, marking, &mut revision, resync_at).await {
+            match follow(daemon, api, marking, desired, &mut revision, resync_at).await {
                 Ok(()) => {}
                 Err(FeedError::Gone) => {
                     tracing::warn!(
@@ -76,6 +83,7 @@ async fn follow(
     daemon: &Daemon,
     api: &Api<Node>,
     marking: &Marking,
+    desired: &Desired,
     revision: &mut u64,
     until: Instant,
 ) -> Result<(), FeedError> {
@@ -96,7 +104,7 @@ async fn follow(
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
                 let done = std::mem::take(&mut event);
-                apply(api, marking, &done).await;
+                apply(api, marking, desired, &done).await;
                 if let Some(id) = done.id {
                     *revision = id;
                 }
@@ -113,7 +121,7 @@ async fn follow(
 }
 
 /// Applies a node item's event to its Node; every other event is not the bridge's.
-async fn apply(api: &Api<Node>, marking: &Marking, event: &Event) {
+async fn apply(api: &Api<Node>, marking: &Marking, desired: &Desired, event: &Event) {
     let blocks = match event.event.as_str() {
         "added" | "merged" | "updated" => true,
         "removed" | "expired" => false,
@@ -136,6 +144,7 @@ async fn apply(api: &Api<Node>, marking: &Marking, event: &Event) {
             return;
         }
     };
+    desired.set(&block.id, blocks.then(|| block.clone()));
     let node = match api.get_opt(&block.id).await {
         Ok(Some(node)) => node,
         Ok(None) => {

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use blocklist_kube::daemon::Daemon;
+use blocklist_kube::desired::Desired;
 use blocklist_kube::marking::Marking;
 use blocklist_kube::reconcile::reconcile;
-use blocklist_kube::{follow, membership};
+use blocklist_kube::{follow, membership, node_watch};
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
@@ -122,13 +123,16 @@ async fn run(args: Args) -> Result<(), String> {
         Some(namespace) => Api::namespaced(client, namespace),
         None => Api::all(client),
     };
+    let desired = Desired::default();
     if args.once {
-        let counts = reconcile(&daemon, &nodes, &marking).await?;
+        let counts = reconcile(&daemon, &nodes, &marking, &desired).await?;
         tracing::info!(?counts, "reconciled");
         return Ok(());
     }
+    let resync = Duration::from_secs(args.resync);
     tokio::join!(
-        follow::run(&daemon, &nodes, &marking, Duration::from_secs(args.resync)),
+        follow::run(&daemon, &nodes, &marking, &desired, resync),
+        node_watch::run(nodes.clone(), &marking, &desired),
         membership::run(&daemon, pods, &args.taskmanager_selector),
     );
     Ok(())

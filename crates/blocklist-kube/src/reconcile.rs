@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 
 use crate::daemon::Daemon;
+use crate::desired::Desired;
 use crate::marking::{Block, Marking};
 use crate::nodes::{self, Outcome};
 
@@ -28,9 +29,11 @@ pub async fn reconcile(
     daemon: &Daemon,
     nodes: &Api<Node>,
     marking: &Marking,
+    desired: &Desired,
 ) -> Result<Counts, String> {
     let (blocks, revision) = daemon.blocked_nodes().await?;
     let blocks: HashMap<String, Block> = blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
+    desired.replace(blocks.clone());
     let list = nodes
         .list(&ListParams::default())
         .await

@@ -20,6 +20,16 @@ use serde_json::{json, Value};
 
 const KEY: &str = "blocklistd.io/blocked";
 
+/// A running bridge, killed on drop (a failed test must not leave it behind).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `blocklist-kube --once` against `daemon`, as the administrator.
 fn bridge_once(kube: &KubeApiServer, daemon: &Daemon) {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
@@ -214,7 +224,8 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
 }
 
 /// The bridge running (not `--once`): a block reaches its Node through the change feed,
-/// long before the resync (an hour here), and an unblock takes the taint off as fast.
+/// long before the resync (an hour here); a taint taken off by hand is put back, a Node
+/// created after its block gets its taint, and an unblock takes the taint off as fast.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_running_bridge_follows_the_feed() {
     let Some(kube) = KubeApiServer::start("blocklist-kube feed") else {
@@ -225,12 +236,13 @@ async fn a_running_bridge_follows_the_feed() {
     let daemon = ws.start(&[]);
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
-    let mut bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
         .args(["--resync", "3600", "--daemon", &daemon.url("")])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
+        .map(Running)
         .expect("start blocklist-kube");
     // Once it has made its first pass (nothing to do), it follows the feed.
     eventually("the bridge's first reconcile", || async {
@@ -250,14 +262,43 @@ async fn a_running_bridge_follows_the_feed() {
     })
     .await;
     println!("block to taint: {:?}", started.elapsed());
+
+    // Taken off by hand while the block stands: put back.
+    kube.curl(&[
+        "-sf",
+        "-XPATCH",
+        "-H",
+        "Content-Type: application/merge-patch+json",
+        "-d",
+        r#"{"spec":{"taints":[]}}"#,
+        &format!("{}/api/v1/nodes/n1", kube.url),
+    ])
+    .expect("the hand's patch");
+    eventually("the taint is back on n1", || async {
+        taints(&kube, "n1").1.as_deref() == Some("MARK_BLOCKED")
+    })
+    .await;
+    // A Node that appears after its block gets its taint.
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("n9", "MARK_BLOCKED", "late")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    create_node(&kube, "n9", &json!([]));
+    eventually("the taint is on the new n9", || async {
+        taints(&kube, "n9").1.as_deref() == Some("MARK_BLOCKED")
+    })
+    .await;
+
     let (status, body) = daemon.delete("/blocklist/nodes/n1").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     eventually("the taint is off n1", || async {
         taints(&kube, "n1").1.is_none()
     })
     .await;
-    let _ = bridge.kill();
-    let _ = bridge.wait();
+    drop(bridge);
 }
 
 /// Membership from the pods: 200 task manager pods bound to 20 Nodes are registered with
@@ -301,12 +342,13 @@ async fn task_manager_pods_are_the_daemons_membership() {
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
-    let mut bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
         .args(["--namespace", "default", "--daemon", &daemon.url("")])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::process::Stdio::null())
         .spawn()
+        .map(Running)
         .expect("start blocklist-kube");
     eventually("200 task managers registered", || async {
         daemon
@@ -360,6 +402,5 @@ async fn task_manager_pods_are_the_daemons_membership() {
             .is_some_and(|a| a.len() == 190)
     })
     .await;
-    let _ = bridge.kill();
-    let _ = bridge.wait();
+    drop(bridge);
 }
