@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::daemon::{Daemon, FeedError};
 use crate::desired::Desired;
+use crate::events::{Events, Why};
 use crate::marking::{Block, Marking};
 use crate::nodes;
 use crate::reconcile::reconcile;
@@ -41,11 +42,12 @@ pub async fn run(
     api: &Api<Node>,
     marking: &Marking,
     desired: &Desired,
+    events: &Events,
     resync: Duration,
 ) {
     loop {
         // The full pass gives the revision the feed resumes after.
-        let mut revision = match reconcile(daemon, api, marking, desired).await {
+        let mut revision = match reconcile(daemon, api, marking, desired, Some(events)).await {
             Ok(counts) => {
                 tracing::info!(?counts, "reconciled");
                 counts.revision
@@ -59,7 +61,17 @@ pub async fn run(
         };
         let resync_at = Instant::now() + resync;
         while Instant::now() < resync_at {
-            match follow(daemon, api, marking, desired, &mut revision, resync_at).await {
+            match follow(
+                daemon,
+                api,
+                marking,
+                desired,
+                events,
+                &mut revision,
+                resync_at,
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(FeedError::Gone) => {
                     tracing::warn!(
@@ -84,6 +96,7 @@ async fn follow(
     api: &Api<Node>,
     marking: &Marking,
     desired: &Desired,
+    events: &Events,
     revision: &mut u64,
     until: Instant,
 ) -> Result<(), FeedError> {
@@ -104,7 +117,7 @@ async fn follow(
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
                 let done = std::mem::take(&mut event);
-                apply(api, marking, desired, &done).await;
+                apply(api, marking, desired, events, &done).await;
                 if let Some(id) = done.id {
                     *revision = id;
                 }
@@ -121,7 +134,13 @@ async fn follow(
 }
 
 /// Applies a node item's event to its Node; every other event is not the bridge's.
-async fn apply(api: &Api<Node>, marking: &Marking, desired: &Desired, event: &Event) {
+async fn apply(
+    api: &Api<Node>,
+    marking: &Marking,
+    desired: &Desired,
+    events: &Events,
+    event: &Event,
+) {
     let blocks = match event.event.as_str() {
         "added" | "merged" | "updated" => true,
         "removed" | "expired" => false,
@@ -157,7 +176,7 @@ async fn apply(api: &Api<Node>, marking: &Marking, desired: &Desired, event: &Ev
         }
     };
     let wanted = blocks.then_some(&block);
-    if let Err(e) = nodes::apply(api, marking, node, wanted).await {
+    if let Err(e) = nodes::apply(api, marking, node, wanted, Some((events, Why::Blocklist))).await {
         tracing::warn!(node = %block.id, error = %e, "could not mark the Node; the next resync retries");
     }
 }

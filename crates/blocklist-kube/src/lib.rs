@@ -9,12 +9,14 @@
 //! - `daemon`: the blocked nodes, read from the daemon;
 //! - `reconcile`: one full pass, the daemon read first;
 //! - `follow`: the change feed, each node event applied as it comes, and the resyncs;
+//! - `events`: Kubernetes Events on the Nodes it marks (who blocked, why);
 //! - `desired`: what every Node should carry, as far as the bridge knows;
 //! - `node_watch`: a Node that drifts from it (created later, changed by hand) put right;
 //! - `membership`: the daemon's task managers kept current from the pods.
 
 pub mod daemon;
 pub mod desired;
+pub mod events;
 pub mod follow;
 pub mod marking;
 pub mod membership;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use blocklist_kube::daemon::Daemon;
 use blocklist_kube::desired::Desired;
+use blocklist_kube::events::Events;
 use blocklist_kube::marking::Marking;
 use blocklist_kube::reconcile::reconcile;
 use blocklist_kube::{follow, membership, node_watch};
@@ -118,6 +119,7 @@ async fn run(args: Args) -> Result<(), String> {
         taint_key: args.taint_key.clone(),
         annotation_prefix: args.annotation_prefix.clone(),
     };
+    let events = Events::new(client.clone(), marking.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = match &args.namespace {
         Some(namespace) => Api::namespaced(client, namespace),
@@ -125,14 +127,14 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let desired = Desired::default();
     if args.once {
-        let counts = reconcile(&daemon, &nodes, &marking, &desired).await?;
+        let counts = reconcile(&daemon, &nodes, &marking, &desired, Some(&events)).await?;
         tracing::info!(?counts, "reconciled");
         return Ok(());
     }
     let resync = Duration::from_secs(args.resync);
     tokio::join!(
-        follow::run(&daemon, &nodes, &marking, &desired, resync),
-        node_watch::run(nodes.clone(), &marking, &desired),
+        follow::run(&daemon, &nodes, &marking, &desired, &events, resync),
+        node_watch::run(nodes.clone(), &marking, &desired, &events),
         membership::run(&daemon, pods, &args.taskmanager_selector),
     );
     Ok(())

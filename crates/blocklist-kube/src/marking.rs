@@ -23,6 +23,25 @@ pub struct Marking {
     pub annotation_prefix: String,
 }
 
+impl Marking {
+    /// Whether `node` carries the bridge's taint.
+    pub fn carries(&self, node: &Node) -> bool {
+        node.spec
+            .as_ref()
+            .and_then(|spec| spec.taints.as_ref())
+            .is_some_and(|taints| taints.iter().any(|t| t.key == self.taint_key))
+    }
+
+    /// Whether `node` carries any of the bridge's annotations.
+    pub fn annotated(&self, node: &Node) -> bool {
+        node.metadata.annotations.as_ref().is_some_and(|all| {
+            ANNOTATIONS
+                .iter()
+                .any(|name| all.contains_key(&format!("{}{name}", self.annotation_prefix)))
+        })
+    }
+}
+
 /// The annotations the bridge writes, after its prefix.
 const ANNOTATIONS: [&str; 4] = ["cause", "source", "end", "revision"];
 

@@ -11,11 +11,12 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
 use crate::desired::{Desired, Known};
+use crate::events::{Events, Why};
 use crate::marking::{self, Marking};
 use crate::nodes;
 
 /// Follows the Nodes for as long as the bridge runs.
-pub async fn run(api: Api<Node>, marking: &Marking, desired: &Desired) {
+pub async fn run(api: Api<Node>, marking: &Marking, desired: &Desired, events: &Events) {
     let stream = watcher::watcher(api.clone(), watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
@@ -35,7 +36,15 @@ pub async fn run(api: Api<Node>, marking: &Marking, desired: &Desired) {
             continue;
         }
         tracing::info!(node = %name, "the Node does not carry what the blocklist says; putting it right");
-        if let Err(e) = nodes::apply(&api, marking, node, block.as_ref()).await {
+        if let Err(e) = nodes::apply(
+            &api,
+            marking,
+            node,
+            block.as_ref(),
+            Some((events, Why::Drift)),
+        )
+        .await
+        {
             tracing::warn!(node = %name, error = %e, "could not mark the Node; the next resync retries");
         }
     }

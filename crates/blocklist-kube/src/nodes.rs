@@ -5,6 +5,7 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
+use crate::events::{Events, Why};
 use crate::marking::{self, Block, Marking};
 
 /// How many times a patch refused with 409 is recomputed before the reconcile gives up on
@@ -22,12 +23,14 @@ pub enum Outcome {
     Missing,
 }
 
-/// Makes Node `node` (as read) carry `block` (`None`: nothing of the bridge's).
+/// Makes Node `node` (as read) carry `block` (`None`: nothing of the bridge's); with
+/// `events`, a write is told on the Node as an Event for the reason `why`.
 pub async fn apply(
     api: &Api<Node>,
     marking: &Marking,
     mut node: Node,
     block: Option<&Block>,
+    events: Option<(&Events, Why)>,
 ) -> Result<Outcome, kube::Error> {
     let name = node.metadata.name.clone().unwrap_or_default();
     for _ in 0..CONFLICT_RETRIES {
@@ -38,7 +41,12 @@ pub async fn apply(
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => return Ok(Outcome::Written),
+            Ok(_) => {
+                if let Some((events, why)) = events {
+                    events.written(&node, block, why).await;
+                }
+                return Ok(Outcome::Written);
+            }
             Err(kube::Error::Api(status)) if status.is_conflict() => {
                 tracing::debug!(node = %name, "the Node changed since it was read; reading it again");
                 match api.get_opt(&name).await? {

@@ -9,6 +9,7 @@ use kube::api::{Api, ListParams};
 
 use crate::daemon::Daemon;
 use crate::desired::Desired;
+use crate::events::{Events, Why};
 use crate::marking::{Block, Marking};
 use crate::nodes::{self, Outcome};
 
@@ -30,6 +31,7 @@ pub async fn reconcile(
     nodes: &Api<Node>,
     marking: &Marking,
     desired: &Desired,
+    events: Option<&Events>,
 ) -> Result<Counts, String> {
     let (blocks, revision) = daemon.blocked_nodes().await?;
     let blocks: HashMap<String, Block> = blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
@@ -47,7 +49,8 @@ pub async fn reconcile(
         let name = node.metadata.name.clone().unwrap_or_default();
         let block = blocks.get(&name);
         seen += usize::from(block.is_some());
-        match nodes::apply(nodes, marking, node, block).await {
+        let told = events.map(|events| (events, Why::Blocklist));
+        match nodes::apply(nodes, marking, node, block, told).await {
             Ok(Outcome::Written) => counts.written += 1,
             Ok(Outcome::Unchanged) => counts.unchanged += 1,
             Ok(Outcome::Missing) => {}

@@ -82,6 +82,27 @@ fn taints(kube: &KubeApiServer, name: &str) -> (Vec<Value>, Option<String>) {
     (all.into_iter().filter(|t| t["key"] != KEY).collect(), ours)
 }
 
+/// The reasons of the Events about Node `name` (a Node's Events are in `default`).
+fn event_reasons(kube: &KubeApiServer, name: &str) -> Vec<String> {
+    let text = kube
+        .curl(&[
+            "-sf",
+            &format!(
+                "{}/apis/events.k8s.io/v1/namespaces/default/events",
+                kube.url
+            ),
+        ])
+        .expect("the Events");
+    let list: Value = serde_json::from_str(&text).expect("JSON");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["regarding"]["kind"] == "Node" && e["regarding"]["name"] == name)
+        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// The PATCH requests on Nodes the API server has answered so far.
 fn node_patches(kube: &KubeApiServer) -> f64 {
     node_patches_answered(kube, "")
@@ -210,7 +231,7 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
         end_timestamp: i64::MAX,
         revision: 1,
     };
-    let outcome = nodes::apply(&api, &marking, read, Some(&block))
+    let outcome = nodes::apply(&api, &marking, read, Some(&block), None)
         .await
         .expect("applied");
     assert_eq!(outcome, Outcome::Written);
@@ -225,7 +246,8 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
 
 /// The bridge running (not `--once`): a block reaches its Node through the change feed,
 /// long before the resync (an hour here); a taint taken off by hand is put back, a Node
-/// created after its block gets its taint, and an unblock takes the taint off as fast.
+/// created after its block gets its taint, and an unblock takes the taint off as fast;
+/// each is an Event on the Node.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_running_bridge_follows_the_feed() {
     let Some(kube) = KubeApiServer::start("blocklist-kube feed") else {
@@ -262,6 +284,10 @@ async fn a_running_bridge_follows_the_feed() {
     })
     .await;
     println!("block to taint: {:?}", started.elapsed());
+    eventually("the Event that says who blocked n1", || async {
+        event_reasons(&kube, "n1").contains(&"Blocked".to_owned())
+    })
+    .await;
 
     // Taken off by hand while the block stands: put back.
     kube.curl(&[
@@ -278,6 +304,10 @@ async fn a_running_bridge_follows_the_feed() {
         taints(&kube, "n1").1.as_deref() == Some("MARK_BLOCKED")
     })
     .await;
+    eventually("the Event that says how to unblock n1", || async {
+        event_reasons(&kube, "n1").contains(&"TaintRestored".to_owned())
+    })
+    .await;
     // A Node that appears after its block gets its taint.
     let (status, body) = daemon
         .post(
@@ -289,6 +319,10 @@ async fn a_running_bridge_follows_the_feed() {
     create_node(&kube, "n9", &json!([]));
     eventually("the taint is on the new n9", || async {
         taints(&kube, "n9").1.as_deref() == Some("MARK_BLOCKED")
+    })
+    .await;
+    eventually("n9's Event says blocked, not restored", || async {
+        event_reasons(&kube, "n9") == ["Blocked"]
     })
     .await;
 

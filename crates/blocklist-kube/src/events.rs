@@ -1,0 +1,116 @@
+//! Kubernetes Events on a Node the bridge marked, since a taint says neither who nor why:
+//! `Blocked` (who blocked it, why, how, until when), `Unblocked`, and the warning
+//! `TaintRestored` when the bridge put back a taint taken off by hand while the block
+//! stands (to unblock a node, remove it from the blocklist). `kubectl describe node`
+//! shows them. An Event that cannot be written is logged, never retried: it is a
+//! courtesy, the taint is the state.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Resource;
+
+use crate::marking::{Block, Marking};
+
+/// Why the bridge wrote to a Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// The blocklist changed (a feed event, a resync).
+    Blocklist,
+    /// The Node had drifted from the blocklist (changed by hand, created later).
+    Drift,
+}
+
+pub struct Events {
+    recorder: Recorder,
+    marking: Marking,
+}
+
+impl Events {
+    pub fn new(client: kube::Client, marking: Marking) -> Events {
+        let instance = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .ok();
+        let reporter = Reporter {
+            controller: "blocklist-kube".into(),
+            instance,
+        };
+        Events {
+            recorder: Recorder::new(client, reporter),
+            marking,
+        }
+    }
+
+    /// After a write that made `node` (as read before it) carry `block`.
+    pub async fn written(&self, node: &Node, block: Option<&Block>, why: Why) {
+        let was_marked = self.marking.carries(node);
+        // Its annotations without its taint: the taint was taken off by hand (a Node new
+        // since its block carries neither).
+        let taken_off = !was_marked && self.marking.annotated(node);
+        let event = match (block, was_marked, why) {
+            (Some(block), false, Why::Drift) if taken_off => {
+                let end = if block.end_timestamp == i64::MAX {
+                    "permanently".to_owned()
+                } else {
+                    format!("until unix ms {}", block.end_timestamp)
+                };
+                Event {
+                    type_: EventType::Warning,
+                    reason: "TaintRestored".into(),
+                    note: Some(format!(
+                        "the blocklist still blocks this node ({}, {end}): its taint was put \
+                         back; to unblock the node, remove it from the blocklist",
+                        block.action
+                    )),
+                    action: "Taint".into(),
+                    secondary: None,
+                }
+            }
+            (Some(block), false, _) => Event {
+                type_: EventType::Normal,
+                reason: "Blocked".into(),
+                note: Some(note(block)),
+                action: "Taint".into(),
+                secondary: None,
+            },
+            (Some(block), true, _) => Event {
+                type_: EventType::Normal,
+                reason: "BlockChanged".into(),
+                note: Some(note(block)),
+                action: "Taint".into(),
+                secondary: None,
+            },
+            (None, true, _) => Event {
+                type_: EventType::Normal,
+                reason: "Unblocked".into(),
+                note: Some(
+                    "the blocklist no longer blocks this node: its taint was removed".into(),
+                ),
+                action: "Untaint".into(),
+                secondary: None,
+            },
+            (None, false, _) => return,
+        };
+        let reference = node.object_ref(&());
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason = %event.reason, "could not write the Node's Event");
+        }
+    }
+}
+
+/// Who blocked the node, why, how, until when.
+fn note(block: &Block) -> String {
+    let end = if block.end_timestamp == i64::MAX {
+        "permanently".to_owned()
+    } else {
+        format!("until unix ms {}", block.end_timestamp)
+    };
+    let by = if block.source.is_empty() {
+        "unknown"
+    } else {
+        &block.source
+    };
+    format!(
+        "blocked by {by} for {:?} ({}, {end})",
+        block.cause, block.action
+    )
+}
