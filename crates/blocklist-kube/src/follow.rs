@@ -108,8 +108,14 @@ async fn follow(
         let chunk = match tokio::time::timeout(left, response.chunk()).await {
             Err(_) => return Ok(()), // time for the resync
             Ok(Ok(Some(chunk))) => chunk,
-            Ok(Ok(None)) => return Err(FeedError::Other("the stream ended".into())),
-            Ok(Err(e)) => return Err(FeedError::Other(e.to_string())),
+            Ok(Ok(None)) => {
+                daemon.feed_broke();
+                return Err(FeedError::Other("the stream ended".into()));
+            }
+            Ok(Err(e)) => {
+                daemon.feed_broke();
+                return Err(FeedError::Other(e.to_string()));
+            }
         };
         buffer.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = buffer.find('\n') {

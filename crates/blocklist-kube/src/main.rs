@@ -19,9 +19,15 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// The daemon's URL.
-    #[arg(long, env = "BLOCKLIST_URL", default_value = "http://127.0.0.1:7224")]
-    daemon: String,
+    /// The daemons' URLs, comma-separated: every daemon of the prefix (any answers; the
+    /// bridge moves to the next when one fails).
+    #[arg(
+        long,
+        env = "BLOCKLIST_URL",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7224"
+    )]
+    daemon: Vec<String>,
 
     /// A file whose first line is the bearer token for the daemon.
     #[arg(long, env = "BLOCKLIST_TOKEN_FILE")]
@@ -104,7 +110,8 @@ async fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let daemon = Daemon {
-        url: args.daemon.clone(),
+        urls: args.daemon.clone(),
+        current: std::sync::atomic::AtomicUsize::new(0),
         token,
         http: reqwest::Client::builder()
             .timeout(Duration::from_secs(10))

@@ -438,3 +438,61 @@ async fn task_manager_pods_are_the_daemons_membership() {
     .await;
     drop(bridge);
 }
+
+/// Three daemons on one etcd prefix, the bridge given all three: the writer killed, the
+/// bridge goes on following another from where it was, and blocks and unblocks made
+/// through the replicas reach the Nodes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bridge_follows_another_daemon_when_the_writer_dies() {
+    let Some(kube) = KubeApiServer::start("blocklist-kube failover") else {
+        return;
+    };
+    let Some(cluster) = EtcdCluster::start(1, "blocklist-kube failover") else {
+        return;
+    };
+    for name in ["n1", "n2"] {
+        create_node(&kube, name, &json!([]));
+    }
+    let ws = Workspace::new();
+    let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
+    let (writer, [first, second]) = three_daemons(&ws, &flags).await;
+    let urls = [&writer, &first, &second].map(|d| d.url("")).join(",");
+    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
+    let log = ws.tmp.path().join("bridge.log");
+    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+        .args(["--resync", "3600", "--daemon", &urls])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .map(Running)
+        .expect("start blocklist-kube");
+    add_acknowledged(&writer, "n1").await;
+    eventually("the taint is on n1", || async {
+        taints(&kube, "n1").1.as_deref() == Some("MARK_BLOCKED")
+    })
+    .await;
+
+    writer.kill9();
+    add_acknowledged(&first, "n2").await;
+    eventually(
+        "the taint is on n2, blocked after the writer died",
+        || async { taints(&kube, "n2").1.as_deref() == Some("MARK_BLOCKED") },
+    )
+    .await;
+    loop {
+        let (status, _) = second.delete("/blocklist/nodes/n1").await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    eventually("the taint is off n1", || async {
+        taints(&kube, "n1").1.is_none()
+    })
+    .await;
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(log.contains("moving to the next"), "{log}");
+    drop(bridge);
+}
