@@ -496,3 +496,63 @@ async fn the_bridge_follows_another_daemon_when_the_writer_dies() {
     assert!(log.contains("moving to the next"), "{log}");
     drop(bridge);
 }
+
+/// The bridge killed (-9) while blocks come and go, then started again: it converges, and
+/// the pass after that writes nothing. The API server restarted under a running bridge:
+/// it reconnects, and a block made meanwhile reaches its Node.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
+    let Some(mut kube) = KubeApiServer::start("blocklist-kube restarts") else {
+        return;
+    };
+    for name in ["n1", "n2", "n3"] {
+        create_node(&kube, name, &json!([]));
+    }
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+            .args(["--resync", "3600", "--daemon", &daemon.url("")])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(Running)
+            .expect("start blocklist-kube")
+    };
+    let bridge = start();
+    let block = |id: &'static str| {
+        let daemon = &daemon;
+        async move {
+            let (status, body) = daemon
+                .post("/blocklist/nodes", json!([item(id, "MARK_BLOCKED", "c")]))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+    };
+    block("n1").await;
+    eventually("n1 tainted", || async { taints(&kube, "n1").1.is_some() }).await;
+
+    drop(bridge); // SIGKILL
+    block("n2").await;
+    let (status, _) = daemon.delete("/blocklist/nodes/n1").await;
+    assert_eq!(status, StatusCode::OK);
+    let bridge = start();
+    eventually("n1 untainted and n2 tainted", || async {
+        taints(&kube, "n1").1.is_none() && taints(&kube, "n2").1.is_some()
+    })
+    .await;
+    // Converged: a pass over everything writes nothing.
+    let patches = node_patches(&kube);
+    bridge_once(&kube, &daemon);
+    assert_eq!(node_patches(&kube), patches);
+
+    tokio::task::block_in_place(|| kube.restart());
+    block("n3").await;
+    eventually("n3 tainted after the API server's restart", || async {
+        taints(&kube, "n3").1.is_some()
+    })
+    .await;
+    drop(bridge);
+}
