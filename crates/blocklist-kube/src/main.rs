@@ -63,6 +63,11 @@ struct Args {
     #[arg(long, default_value_t = 30)]
     resync: u64,
 
+    /// Change nothing in Kubernetes: every patch is sent as the API server's dry run (so it
+    /// is checked), logged, and not stored; no Event is written.
+    #[arg(long)]
+    dry_run: bool,
+
     /// Reconcile once and exit, without following the feed.
     #[arg(long)]
     once: bool,
@@ -125,6 +130,7 @@ async fn run(args: Args) -> Result<(), String> {
     let marking = Marking {
         taint_key: args.taint_key.clone(),
         annotation_prefix: args.annotation_prefix.clone(),
+        dry_run: args.dry_run,
     };
     let events = Events::new(client.clone(), marking.clone());
     let nodes: Api<Node> = Api::all(client.clone());

@@ -21,6 +21,9 @@ pub struct Marking {
     pub taint_key: String,
     /// The annotations' prefix, ending in `/` (`--annotation-prefix`).
     pub annotation_prefix: String,
+    /// `--dry-run`: every patch is sent as the API server's dry run (checked, not stored),
+    /// and no Event is written.
+    pub dry_run: bool,
 }
 
 impl Marking {
@@ -172,6 +175,7 @@ mod tests {
         Marking {
             taint_key: "blocklistd.io/blocked".into(),
             annotation_prefix: "blocklistd.io/".into(),
+            dry_run: false,
         }
     }
 

@@ -17,7 +17,7 @@ const CONFLICT_RETRIES: usize = 5;
 pub enum Outcome {
     /// It already carried what it should: nothing was sent.
     Unchanged,
-    /// One patch (after any 409s) made it so.
+    /// One patch (after any 409s) made it so (with `--dry-run`: would have).
     Written,
     /// No such Node (an id the blocklist names that is not a Node, or one deleted since).
     Missing,
@@ -37,10 +37,16 @@ pub async fn apply(
         let Some(patch) = marking::patch(&node, marking, block) else {
             return Ok(Outcome::Unchanged);
         };
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        let params = if marking.dry_run {
+            PatchParams::default().dry_run()
+        } else {
+            PatchParams::default()
+        };
+        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) if marking.dry_run => {
+                tracing::info!(node = %name, %patch, "dry run: the Node would be patched so");
+                return Ok(Outcome::Written);
+            }
             Ok(_) => {
                 if let Some((events, why)) = events {
                     events.written(&node, block, why).await;

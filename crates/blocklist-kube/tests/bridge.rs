@@ -32,9 +32,15 @@ impl Drop for Running {
 
 /// `blocklist-kube --once` against `daemon`, as the administrator.
 fn bridge_once(kube: &KubeApiServer, daemon: &Daemon) {
+    bridge_once_with(kube, daemon, &[]);
+}
+
+/// [`bridge_once`] with `extra` flags.
+fn bridge_once_with(kube: &KubeApiServer, daemon: &Daemon, extra: &[&str]) {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let output = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
         .args(["--once", "--daemon", &daemon.url("")])
+        .args(extra)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .output()
@@ -145,6 +151,17 @@ async fn blocked_nodes_are_tainted_unblocked_ones_are_not_and_other_taints_stay(
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 
+    // A dry run changes nothing (the API server checks each patch and stores none).
+    let patches = node_patches(&kube);
+    bridge_once_with(&kube, &daemon, &["--dry-run"]);
+    assert_eq!(taints(&kube, "n1").1, None);
+    assert_eq!(
+        node_patches(&kube),
+        patches + 1.0,
+        "one patch, sent as a dry run"
+    );
+    assert!(event_reasons(&kube, "n1").is_empty());
+
     bridge_once(&kube, &daemon);
     assert_eq!(taints(&kube, "n1").1.as_deref(), Some("MARK_BLOCKED"));
     let annotations = &node(&kube, "n1")["metadata"]["annotations"];
@@ -222,6 +239,7 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
     let marking = Marking {
         taint_key: KEY.into(),
         annotation_prefix: "blocklistd.io/".into(),
+        dry_run: false,
     };
     let block = Block {
         id: "n1".into(),
