@@ -18,6 +18,10 @@ use super::{available, Ca, EtcdCluster, EtcdRelease, DEADLINE};
 /// The administrator's bearer token (group `system:masters`).
 pub const ADMIN_TOKEN: &str = "blocklistd-test-admin";
 
+/// The bearer token of the bridge's service account, `blocklist:blocklist-kube`: it has the
+/// rights RBAC grants that account, and no others.
+pub const BRIDGE_TOKEN: &str = "blocklistd-test-bridge";
+
 /// A running API server and its etcd; killed on drop.
 pub struct KubeApiServer {
     dir: tempfile::TempDir,
@@ -80,7 +84,11 @@ impl KubeApiServer {
         let tokens = dir.join("tokens.csv");
         std::fs::write(
             &tokens,
-            format!("{ADMIN_TOKEN},admin,admin-uid,\"system:masters\"\n"),
+            format!(
+                "{ADMIN_TOKEN},admin,admin-uid,\"system:masters\"\n\
+                 {BRIDGE_TOKEN},system:serviceaccount:blocklist:blocklist-kube,bridge-uid,\
+                 \"system:serviceaccounts,system:serviceaccounts:blocklist\"\n"
+            ),
         )
         .expect("token file");
         let log = std::fs::File::create(dir.join("kube-apiserver.log")).expect("log");

@@ -574,3 +574,107 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
     .await;
     drop(bridge);
 }
+
+/// Every object of a multi-document YAML file, created as the administrator.
+fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
+    let text = std::fs::read_to_string(file).expect("the manifest");
+    for document in text.split("\n---\n") {
+        let kind = document
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .expect("a kind");
+        let (_, path) = endpoints
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .unwrap_or_else(|| panic!("no endpoint for {kind}"));
+        kube.curl(&[
+            "-sf",
+            "-XPOST",
+            "-H",
+            "Content-Type: application/yaml",
+            "--data-binary",
+            document,
+            &format!("{}{path}", kube.url),
+        ])
+        .unwrap_or_else(|| panic!("creating the {kind}"));
+    }
+}
+
+/// The bridge with exactly the rights of its RBAC manifest (`deploy/rbac.yaml`) does its
+/// whole job — taints, Events, membership — and cannot do more (create or delete a Node).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
+    let Some(kube) = KubeApiServer::start("blocklist-kube rbac") else {
+        return;
+    };
+    apply_yaml(
+        &kube,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml"),
+        &[
+            (
+                "ClusterRole",
+                "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            ),
+            (
+                "ClusterRoleBinding",
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            ),
+        ],
+    );
+    create_node(&kube, "n1", &json!([]));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client(&kube).await, "default");
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "job-taskmanager-1-1",
+                     "labels": {"type": "flink-native-kubernetes", "component": "taskmanager"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "tm", "image": "flink"}]},
+    }))
+    .expect("a pod");
+    pods.create(&kube::api::PostParams::default(), &pod)
+        .await
+        .expect("create the pod");
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
+        .args(["--resync", "3600", "--daemon", &daemon.url("")])
+        .arg("--kubeconfig")
+        .arg(kube.kubeconfig("bridge", BRIDGE_TOKEN))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(Running)
+        .expect("start blocklist-kube");
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("n1", "MARK_BLOCKED", "disk")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    eventually("n1 tainted, with its Event", || async {
+        taints(&kube, "n1").1.is_some() && event_reasons(&kube, "n1").contains(&"Blocked".into())
+    })
+    .await;
+    eventually("the pod registered", || async {
+        daemon.get("/taskmanagers/job-taskmanager-1-1").await.0 == StatusCode::OK
+    })
+    .await;
+    drop(bridge);
+
+    // And no more: the same token cannot delete or create a Node.
+    let as_bridge = |method: &str, path: &str, body: &str| {
+        let output = Command::new("curl")
+            .arg("--cacert")
+            .arg(&kube.ca_file)
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method])
+            .args(["-H", &format!("Authorization: Bearer {BRIDGE_TOKEN}")])
+            .args(["-H", "Content-Type: application/json", "-d", body])
+            .arg(format!("{}{path}", kube.url))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert_eq!(as_bridge("DELETE", "/api/v1/nodes/n1", ""), "403");
+    let node = r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n2"}}"#;
+    assert_eq!(as_bridge("POST", "/api/v1/nodes", node), "403");
+}
