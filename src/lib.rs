@@ -17,6 +17,8 @@
 //!   until when; pure.
 //! - [`provenance`]: who reported an item, the blocks an id had before, and the selectors
 //!   of an unblock by provenance; pure, like [`model`].
+//! - [`enforcement`]: what enforcers (a bridge acting on the blocklist in a cluster)
+//!   report they did about blocked items: never provenance, never a change of the block.
 //! - [`store`]: the only module that touches sled: trees, key and value encodings,
 //!   migrations, the single group-commit writer and its durability (flush + fsync) thread.
 //! - [`check`]: the effective "is this task manager or node blocked?" answer.
@@ -48,6 +50,7 @@ pub mod check;
 pub mod clock;
 pub mod config;
 mod daemon;
+pub mod enforcement;
 pub mod http;
 pub mod listing;
 pub mod metrics;

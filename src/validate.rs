@@ -391,7 +391,7 @@ pub fn check_request(body: &Value, max_ids: usize) -> Result<CheckRequest, Inval
 }
 
 /// One `.field: unknown field` error per field of `map` not in `known`.
-fn unknown_fields(map: &Map<String, Value>, known: &[&str]) -> Vec<String> {
+pub(crate) fn unknown_fields(map: &Map<String, Value>, known: &[&str]) -> Vec<String> {
     map.keys()
         .filter(|field| !known.contains(&field.as_str()))
         .map(|field| {

@@ -51,6 +51,7 @@ impl Auth {
             path = %path.display(),
             admin = count(Role::Admin),
             writer = count(Role::Writer),
+            enforcer = count(Role::Enforcer),
             reader = count(Role::Reader),
             "tokens read"
         );
@@ -101,7 +102,10 @@ impl Auth {
         let read = matches!(*method, Method::GET | Method::HEAD)
             || (*method == Method::POST && path == "/blocklist/check");
         if !read {
-            Some(Role::Writer)
+            // What an enforcer reports from its cluster: statuses, and where task managers
+            // run. Everything else that writes needs a writer.
+            let reported = path.starts_with("/enforcement/") || path.starts_with("/taskmanagers");
+            Some(if reported { Role::Enforcer } else { Role::Writer })
         } else if self.reads {
             Some(Role::Reader)
         } else {
@@ -273,7 +277,18 @@ mod tests {
             a.needs(&Method::DELETE, "/blocklist/nodes/x"),
             Some(Role::Writer)
         );
-        assert_eq!(a.needs(&Method::PUT, "/taskmanagers/x"), Some(Role::Writer));
+        assert_eq!(
+            a.needs(&Method::PUT, "/taskmanagers/x"),
+            Some(Role::Enforcer)
+        );
+        assert_eq!(
+            a.needs(&Method::PUT, "/enforcement/bridge"),
+            Some(Role::Enforcer)
+        );
+        assert_eq!(
+            a.needs(&Method::DELETE, "/blocklist/taskmanagers/x"),
+            Some(Role::Writer)
+        );
         assert_eq!(a.needs(&Method::GET, "/blocklist"), None);
         assert_eq!(a.needs(&Method::POST, "/blocklist/check"), None);
         let a = auth("t", true);

@@ -22,6 +22,7 @@ use crate::allowlist::Entry;
 use crate::listing::Listing;
 use crate::model::{Item, Kind};
 use crate::policy::{Guard, Refusal};
+use crate::enforcement::{EnforcementStatus, Statuses};
 use crate::provenance::{Report, Unblock};
 use crate::store::{self, AddOutcome, HoldOff, Removed, Seen, Store};
 use crate::{backup, validate};
@@ -206,16 +207,23 @@ async fn get_one(
             let (store, id) = (&store, &read_id);
             // Read before the item, whose stamp then covers them (see `Store::reports`).
             let reports = store.reports(kind, id, seen)?;
+            let enforcement = store.statuses(kind, id, seen)?;
             let Some(block) = store.get(kind, id, now, seen)? else {
                 return Ok(None);
             };
             let item = Item::new(id.clone(), block);
             let etag = etag(item.revision);
             let body = match kind {
-                Kind::TaskManager => Json(ItemDetail { item, reports }).into_response(),
+                Kind::TaskManager => Json(ItemDetail {
+                    item,
+                    reports,
+                    enforcement,
+                })
+                .into_response(),
                 Kind::Node => Json(NodeDetail {
                     entry: node_entry(store, item, seen)?,
                     reports,
+                    enforcement,
                 })
                 .into_response(),
             };
@@ -238,6 +246,11 @@ pub(super) struct ItemDetail {
     item: Item,
     /// The most recent reports (up to 32), newest first; `reportCount` counts them all.
     reports: Vec<Report>,
+    /// What each enforcer reported it did about the block, by enforcer name (absent when
+    /// none did).
+    #[serde(skip_serializing_if = "Statuses::is_empty")]
+    #[schema(value_type = std::collections::HashMap<String, EnforcementStatus>)]
+    enforcement: Statuses,
 }
 
 /// A node entry with its most recent reports.
@@ -248,6 +261,11 @@ pub(super) struct NodeDetail {
     entry: NodeEntry,
     /// The most recent reports (up to 32), newest first; `reportCount` counts them all.
     reports: Vec<Report>,
+    /// What each enforcer reported it did about the block, by enforcer name (absent when
+    /// none did).
+    #[serde(skip_serializing_if = "Statuses::is_empty")]
+    #[schema(value_type = std::collections::HashMap<String, EnforcementStatus>)]
+    enforcement: Statuses,
 }
 
 async fn add(

@@ -16,12 +16,16 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 
-/// What a token may do. Ordered: `Reader < Writer < Admin`, each allowed everything the
-/// lower ones are.
+/// What a token may do. Ordered: `Reader < Enforcer < Writer < Admin`, each allowed
+/// everything the lower ones are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
     /// Reads only (listings, checks, the feed).
     Reader,
+    /// Reads, enforcement statuses (`/enforcement`) and task manager registrations
+    /// (`/taskmanagers`): what an enforcer observes in its cluster and reports, never a
+    /// block or an unblock.
+    Enforcer,
     /// Every read and write except the admin ones. A token without a role has this one.
     Writer,
     /// Everything, including what bypasses or changes the guardrails.
@@ -33,6 +37,7 @@ impl Role {
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Reader => "reader",
+            Role::Enforcer => "enforcer",
             Role::Writer => "writer",
             Role::Admin => "admin",
         }
@@ -42,6 +47,7 @@ impl Role {
     fn with_article(self) -> &'static str {
         match self {
             Role::Reader => "a reader",
+            Role::Enforcer => "an enforcer",
             Role::Writer => "a writer",
             Role::Admin => "an admin",
         }
@@ -60,6 +66,7 @@ impl FromStr for Role {
     fn from_str(s: &str) -> Result<Role, ()> {
         match s {
             "reader" => Ok(Role::Reader),
+            "enforcer" => Ok(Role::Enforcer),
             "writer" => Ok(Role::Writer),
             "admin" => Ok(Role::Admin),
             _ => Err(()),
@@ -182,9 +189,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn roles_are_ordered_reader_writer_admin() {
-        assert!(Role::Reader < Role::Writer && Role::Writer < Role::Admin);
-        for role in [Role::Reader, Role::Writer, Role::Admin] {
+    fn roles_are_ordered_reader_enforcer_writer_admin() {
+        assert!(Role::Reader < Role::Enforcer && Role::Enforcer < Role::Writer);
+        assert!(Role::Writer < Role::Admin);
+        for role in [Role::Reader, Role::Enforcer, Role::Writer, Role::Admin] {
             assert_eq!(role.as_str().parse::<Role>(), Ok(role));
         }
         assert_eq!("Admin".parse::<Role>(), Err(()));

@@ -22,6 +22,7 @@ mod caller;
 mod check;
 mod console;
 mod cors;
+mod enforcement;
 mod error;
 mod events;
 mod extract;
@@ -89,6 +90,7 @@ pub fn router(state: AppState) -> Router {
         .merge(update::router())
         .merge(allowlist::router())
         .merge(taskmanagers::router())
+        .merge(enforcement::router())
         .merge(ops::router())
         .merge(console::router())
         .fallback(not_found)

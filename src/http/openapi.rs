@@ -25,7 +25,8 @@ use super::error::{
 use super::idempotency::IdempotencyDoc;
 use super::update::UpdateRules;
 use super::{
-    allowlist, blocklist, check, events, ops, policy, provenance, selector, taskmanagers, update,
+    allowlist, blocklist, check, enforcement, events, ops, policy, provenance, selector,
+    taskmanagers, update,
 };
 
 /// The name of the bearer security scheme in the document (the operations' `security(...)`
@@ -46,8 +47,9 @@ const BEARER: &str = "bearerAuth";
             With `--token-file`, POST/PUT/DELETE need `Authorization: Bearer <token>`; reads \
             (GET, and POST /blocklist/check) need it only with `--auth-reads`; the probes \
             and /metrics never do. Each token has a role: `reader` (reads only; a change \
-            answers **403**), `writer` (every read and change but the admin ones) or \
-            `admin` (everything: changing the policy or the allowlist, `?force=true`, \
+            answers **403**), `enforcer` (reads, enforcement statuses and task manager \
+            registrations: what a bridge such as blocklist-kube reports from its cluster), \
+            `writer` (every read and change but the admin ones) or `admin` (everything: changing the policy or the allowlist, `?force=true`, \
             `?holdOff=` and an unblock by selector with `all=true` need it).",
         license(name = "Apache-2.0"),
     ),
@@ -85,6 +87,8 @@ const BEARER: &str = "bearerAuth";
         taskmanagers::get_one,
         taskmanagers::register,
         taskmanagers::unregister,
+        enforcement::list,
+        enforcement::report,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -108,6 +112,7 @@ const BEARER: &str = "bearerAuth";
         (name = "membership", description = "Which task manager runs on which node"),
         (name = "policy", description = "The guardrails: caps, the evacuation rate, durations"),
         (name = "allowlist", description = "Ids that may never be blocked"),
+        (name = "enforcement", description = "What enforcers (a bridge acting on the blocklist in a cluster) report they did about blocked items"),
         (name = "operations", description = "Probes, metrics and this document"),
     ),
 )]
@@ -122,7 +127,7 @@ impl Modify for BearerScheme {
         let mut http = Http::new(HttpAuthScheme::Bearer);
         http.description = Some(
             "A token from `--token-file` (one per line; any listed token is accepted). Its \
-             role there (`reader`, `writer` or `admin`) decides what it may do."
+             role there (`reader`, `enforcer`, `writer` or `admin`) decides what it may do."
                 .into(),
         );
         components.add_security_scheme(BEARER, SecurityScheme::Http(http));

@@ -40,6 +40,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/taskmanagers/{id}"),
     ("PUT", "/taskmanagers/{id}"),
     ("DELETE", "/taskmanagers/{id}"),
+    ("GET", "/enforcement"),
+    ("PUT", "/enforcement/{enforcer}"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),

@@ -78,7 +78,7 @@ pub(super) enum Problem {
     },
     #[error("the field `{0}` is given twice")]
     DuplicateField(&'static str),
-    #[error("the field `role` must be admin, writer or reader{}", not(.0.as_deref()))]
+    #[error("the field `role` must be admin, writer, enforcer or reader{}", not(.0.as_deref()))]
     BadRole(Option<String>),
     #[error("the field `name` is empty")]
     EmptyName,
@@ -284,17 +284,17 @@ mod tests {
             (
                 "secret-1 role=root",
                 1,
-                "the field `role` must be admin, writer or reader, not `root`",
+                "the field `role` must be admin, writer, enforcer or reader, not `root`",
             ),
             (
                 "secret-1 role=",
                 1,
-                "the field `role` must be admin, writer or reader (it is empty)",
+                "the field `role` must be admin, writer, enforcer or reader (it is empty)",
             ),
             (
                 "secret-1 role=Admin",
                 1,
-                "the field `role` must be admin, writer or reader, not `Admin`",
+                "the field `role` must be admin, writer, enforcer or reader, not `Admin`",
             ),
             ("# c\nsecret-1 name=", 2, "the field `name` is empty"),
             (
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(
             message,
             format!(
-                "the token file {}, line 1: the field `role` must be admin, writer or reader, \
+                "the token file {}, line 1: the field `role` must be admin, writer, enforcer or reader, \
                  not `boss`",
                 path.display()
             )

@@ -85,7 +85,8 @@ pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{
     AddOutcome, AllowOutcome, Expired, Force, HoldOff, Idempotency, KeptResponse, Keying, Mode,
-    Registered, Removed, Render, SelectedOutcome, Unkeyed, UpdateOutcome, Writer, MAX_UNBLOCKED,
+    Registered, Removed, Render, ReportOutcome, SelectedOutcome, Unkeyed, UpdateOutcome, Writer,
+    MAX_UNBLOCKED,
 };
 pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};

@@ -8,6 +8,7 @@ use super::error::{bad_key, decode, registration};
 use super::meta::after_watermark;
 use super::{keys, Result, Seen, Store, StoreError, Watched, POLICY_KEY};
 use crate::allowlist::Entry;
+use crate::enforcement::Statuses;
 use crate::model::{Block, Item, Kind};
 use crate::policy::Policy;
 use crate::provenance::{PastBlock, Report, MAX_REPORTS};
@@ -73,6 +74,27 @@ impl Store {
             .rev()
             .filter_map(|n| slots.remove(&(n % MAX_REPORTS)))
             .collect())
+    }
+
+    /// Every enforcer's status of `(kind, id)`'s block ([`crate::enforcement`]); `seen` as
+    /// for [`Store::reports`] (a status is written under its item's stamp).
+    pub fn statuses(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Statuses> {
+        let key = keys::item_key(kind, id);
+        let bytes = self.handles()?.trees.enforcement.get(&key)?;
+        self.saw(seen, Watched::Item(kind, id));
+        bytes.map_or_else(|| Ok(Statuses::new()), |bytes| statuses(&key, &bytes))
+    }
+
+    /// Every item's statuses, in item key order (kind, then id). Items whose block ended
+    /// have none: their end dropped them.
+    pub fn all_statuses(&self) -> Result<Vec<(Kind, String, Statuses)>> {
+        let mut out = Vec::new();
+        for entry in &self.handles()?.trees.enforcement {
+            let (key, bytes) = entry?;
+            let (kind, id) = keys::parse_item_key(&key).ok_or_else(|| bad_key(&key))?;
+            out.push((kind, id.to_owned(), statuses(&key, &bytes)?));
+        }
+        Ok(out)
     }
 
     /// The past blocks of `(kind, id)`, newest first; `seen` as for [`Store::reports`].
@@ -381,4 +403,12 @@ impl Store {
         })
         .await
     }
+}
+
+/// Decodes the statuses stored under item key `key`.
+fn statuses(key: &[u8], bytes: &[u8]) -> Result<Statuses> {
+    crate::enforcement::decode(bytes).map_err(|e| StoreError::Corrupt {
+        key: format!("enforcement/{}", String::from_utf8_lossy(key)),
+        source: super::codec::CodecError::Decode(e.to_string()),
+    })
 }

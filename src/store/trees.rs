@@ -113,6 +113,9 @@ trees! {
     HistoryEnds = 9 => history_ends,
     /// `Idempotency-Key` records (`commit::idempotency`).
     Idempotency = 10 => idempotency,
+    /// Enforcers' statuses of blocked items: every enforcer's of an item in one value
+    /// under the item's key (`commit::enforcement`).
+    Enforcement = 11 => enforcement,
 }
 
 impl TreeId {

@@ -24,7 +24,8 @@
 //! - [`tx`]: the batch's one transaction and the helpers every operation writes through;
 //! - one file per operation, with its request, its outcome, its transaction logic and its
 //!   `Store` entry point: [`add`] (where a merge happens), [`remove`], [`select`] (an
-//!   unblock by selector), [`register`] (and unregister), [`import`], [`clear`],
+//!   unblock by selector), [`register`] (and unregister), [`enforcement`] (enforcers'
+//!   statuses), [`import`], [`clear`],
 //!   [`announce`] (where the expiry watermark advances) and [`reclaim`];
 //! - [`recover`]: fault recovery: deciding on a reopen, the storage probe, the reopen and
 //!   its retry;
@@ -36,6 +37,7 @@ mod add;
 mod allow;
 mod announce;
 mod clear;
+mod enforcement;
 mod exposure;
 mod history;
 mod idempotency;
@@ -78,6 +80,7 @@ use crate::policy::{Bucket, Exposure, Policy};
 pub use add::{AddOutcome, Force};
 pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
+pub use enforcement::ReportOutcome;
 pub use idempotency::{Idempotency, KeptResponse, Keying, Render, Unkeyed};
 pub use register::Registered;
 pub use remove::{HoldOff, Removed};
@@ -88,6 +91,7 @@ use add::Add;
 use allow::{PutAllow, RemoveAllow};
 use announce::Announce;
 use clear::Clear;
+use enforcement::Report;
 use idempotency::Found;
 use import::Import;
 pub(crate) use policy::SetPolicy;
@@ -126,6 +130,7 @@ pub(crate) enum Op {
     SetPolicy(Request<SetPolicy>),
     Update(Request<Update>),
     RemoveSelected(Request<RemoveSelected>),
+    Report(Request<Report>),
 }
 
 /// Evaluates `$body` with `$request` bound to the [`Request`] inside `$op`, whatever its
@@ -147,6 +152,7 @@ macro_rules! with_request {
             Op::SetPolicy($request) => $body,
             Op::Update($request) => $body,
             Op::RemoveSelected($request) => $body,
+            Op::Report($request) => $body,
         }
     };
 }

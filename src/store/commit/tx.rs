@@ -157,6 +157,7 @@ impl Committer {
             history_ends: tree(&trees.history_ends, TreeId::HistoryEnds),
             history_retention: self.history,
             idempotency: tree(&trees.idempotency, TreeId::Idempotency),
+            enforcement: tree(&trees.enforcement, TreeId::Enforcement),
             records_expired_at: now.saturating_sub(self.config.idempotency_retention_ms),
             now,
             policy: RefCell::new(self.policy.clone()),
@@ -196,6 +197,8 @@ pub(crate) struct Tx<'a> {
     /// which a record is past retention.
     pub(super) idempotency: TxTree<'a>,
     pub(super) records_expired_at: i64,
+    /// Enforcers' statuses, dropped with the block they describe ([`super::enforcement`]).
+    pub(super) enforcement: TxTree<'a>,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
     /// The guardrails, and the evacuation buckets, as this transaction goes.
@@ -394,6 +397,7 @@ impl Tx<'_> {
             Ended::Removed => EventType::Removed,
         };
         self.emit_item(event, kind, id, block);
+        self.drop_statuses(kind, id)?;
         let ending = Ending {
             how,
             timestamp: self.now,
