@@ -1,25 +1,27 @@
-//! The daemon's side: the blocked nodes (`GET /blocklist/nodes`), the change feed
-//! (`GET /blocklist/events`), and the membership (`/taskmanagers`).
+//! The daemon's side: the blocked items (`GET /blocklist/{kind}`), the change feed
+//! (`GET /blocklist/events`), the membership (`/taskmanagers`) and the bridge's statuses
+//! (`PUT /enforcement/{name}`), over the `blocklist` client's library (its TLS, token,
+//! and writes retried with their `Idempotency-Key`).
 //!
 //! Any daemon of a prefix answers (replicas serve reads and send writes on to the writer,
 //! and the feed resumes anywhere by its event ids), so the bridge is given them all and
 //! moves to the next one whenever the one it uses fails: a writer killed, a replica gone.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use blocklist::client::{refusal, revision_header, segment, Client, Failure, TlsFiles};
+use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::marking::Block;
 
-/// The daemons' URLs and the token to present.
+/// The daemons of one prefix, each with a client for requests and one for the feed.
 pub struct Daemon {
-    pub urls: Vec<String>,
-    /// The URL requests go to now.
-    pub current: AtomicUsize,
-    pub token: Option<String>,
-    pub http: reqwest::Client,
-    /// For the feed: no overall timeout (the stream stays open).
-    pub stream: reqwest::Client,
+    daemons: Vec<(Client, Client)>,
+    /// The daemon requests go to now.
+    current: AtomicUsize,
 }
 
 /// Why the feed could not be followed from a revision.
@@ -30,84 +32,6 @@ pub enum FeedError {
     Other(String),
 }
 
-impl Daemon {
-    /// `path` at the daemon requests go to now.
-    fn url(&self, path: &str) -> String {
-        let i = self.current.load(Ordering::SeqCst) % self.urls.len().max(1);
-        let base = self.urls.get(i).map_or("", String::as_str);
-        format!("{}{path}", base.trim_end_matches('/'))
-    }
-
-    /// The daemon at `url` failed: later requests go to the next one.
-    fn failed(&self, url: &str) {
-        if self.urls.len() > 1 {
-            let next = self.current.fetch_add(1, Ordering::SeqCst) + 1;
-            let next = &self.urls[next % self.urls.len()];
-            tracing::warn!(failed = %url, next = %next, "a daemon failed; moving to the next");
-        }
-    }
-
-    /// A request's failure, after moving on from its daemon when another may answer.
-    fn failure(&self, url: &str, why: impl std::fmt::Display) -> String {
-        self.failed(url);
-        format!("{url}: {why}")
-    }
-
-    /// Every node item blocking now, and the revision the listing reflects at least
-    /// (`X-Blocklist-Revision`: the feed from it converges on the daemon's state).
-    pub async fn blocked_nodes(&self) -> Result<(Vec<Block>, u64), String> {
-        let url = self.url("/blocklist/nodes");
-        let mut request = self.http.get(&url);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await.map_err(|e| self.failure(&url, e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(self.failure(&url, format!("{status}: {body}")));
-        }
-        let revision = response
-            .headers()
-            .get("x-blocklist-revision")
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-            .ok_or_else(|| format!("{url}: no X-Blocklist-Revision"))?;
-        let blocks = response
-            .json::<Vec<Block>>()
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
-        Ok((blocks, revision))
-    }
-
-    /// The change feed from after `revision` (`Last-Event-ID`), open.
-    pub async fn feed(&self, revision: u64) -> Result<reqwest::Response, FeedError> {
-        let url = self.url("/blocklist/events");
-        let mut request = self
-            .stream
-            .get(&url)
-            .header("Last-Event-ID", revision.to_string());
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| FeedError::Other(self.failure(&url, e)))?;
-        match response.status() {
-            reqwest::StatusCode::OK => Ok(response),
-            reqwest::StatusCode::GONE => Err(FeedError::Gone),
-            status => Err(FeedError::Other(self.failure(&url, status))),
-        }
-    }
-
-    /// The feed broke after it was opened on the current daemon: the next attempt goes
-    /// to another.
-    pub fn feed_broke(&self) {
-        let url = self.url("/blocklist/events");
-        self.failed(&url);
-    }
-}
-
 /// A task manager's registration: which node it runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registration {
@@ -115,77 +39,168 @@ pub struct Registration {
     pub node: String,
 }
 
-/// The most registrations one `PUT /taskmanagers` carries (the daemon's `--max-batch`
+/// One status report (`PUT /enforcement/{name}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub kind: &'static str,
+    pub id: String,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_revision: Option<u64>,
+}
+
+/// The most registrations or statuses one request carries (the daemon's `--max-batch`
 /// default is larger).
-const REGISTRATIONS_PER_BATCH: usize = 1_000;
+const PER_BATCH: usize = 1_000;
 
 impl Daemon {
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let request = self.http.request(method, self.url(path));
-        match &self.token {
-            Some(token) => request.bearer_auth(token),
-            None => request,
+    /// Clients for every URL, with the token (its file's first line) and the TLS files.
+    pub fn new(urls: &[String], token_file: Option<&Path>, tls: &TlsFiles) -> Result<Daemon, String> {
+        if urls.is_empty() {
+            return Err("--daemon names no daemon".into());
+        }
+        let client = |url: &str, streaming| {
+            Client::new(url, token_file, tls, streaming)
+                .map_err(|e| format!("--daemon {url}: {}", e.messages().join("; ")))
+        };
+        let daemons = urls
+            .iter()
+            .map(|url| Ok((client(url, false)?, client(url, true)?)))
+            .collect::<Result<_, String>>()?;
+        Ok(Daemon {
+            daemons,
+            current: AtomicUsize::new(0),
+        })
+    }
+
+    /// The daemon requests go to now: its client, and its client for the feed.
+    fn current(&self) -> &(Client, Client) {
+        &self.daemons[self.current.load(Ordering::SeqCst) % self.daemons.len()]
+    }
+
+    /// The daemon in use failed: later requests go to the next one.
+    fn failed(&self) {
+        if self.daemons.len() > 1 {
+            let next = self.current.fetch_add(1, Ordering::SeqCst) + 1;
+            let failed = self.daemons[(next - 1) % self.daemons.len()].0.base();
+            let next = self.daemons[next % self.daemons.len()].0.base();
+            tracing::warn!(%failed, %next, "a daemon failed; moving to the next");
+        }
+    }
+
+    /// A failure, after moving on from the daemon when it could not be reached or was not
+    /// able to answer (5xx): another may.
+    fn failure(&self, what: &str, failure: &Failure) -> String {
+        let moves = match failure {
+            Failure::Unreachable(_) => true,
+            Failure::Refused(messages) => messages.iter().any(|m| m.starts_with('5')),
+        };
+        if moves {
+            self.failed();
+        }
+        format!("{what}: {}", failure.messages().join("; "))
+    }
+
+    /// A JSON read with the revision it reflects (`X-Blocklist-Revision`).
+    async fn read<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<(T, u64), String> {
+        let client = &self.current().0;
+        let response = match client.request(Method::GET, path).send().await {
+            Ok(response) => response,
+            Err(e) => return Err(self.failure(path, &client.unreachable(&e))),
+        };
+        let status = response.status();
+        let revision = revision_header(&response);
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(e) => return Err(self.failure(path, &client.unreachable(&e))),
+        };
+        if !status.is_success() {
+            return Err(self.failure(path, &refusal(status, &body)));
+        }
+        let revision = revision.ok_or_else(|| format!("{path}: no X-Blocklist-Revision"))?;
+        let value = serde_json::from_slice(&body).map_err(|e| format!("{path}: {e}"))?;
+        Ok((value, revision))
+    }
+
+    /// Every item of `kind` (`nodes`, `taskmanagers`) blocking now, and the revision the
+    /// listing reflects at least (the feed from it converges on the daemon's state).
+    pub async fn blocked(&self, kind: &str) -> Result<(Vec<Block>, u64), String> {
+        self.read(&format!("/blocklist/{kind}")).await
+    }
+
+    /// The change feed from after `revision` (`Last-Event-ID`), open.
+    pub async fn feed(&self, revision: u64) -> Result<reqwest::Response, FeedError> {
+        let client = &self.current().1;
+        let request = client
+            .request(Method::GET, "/blocklist/events")
+            .header("Last-Event-ID", revision.to_string());
+        let response = request.send().await.map_err(|e| {
+            FeedError::Other(self.failure("the feed", &client.unreachable(&e)))
+        })?;
+        match response.status() {
+            StatusCode::OK => Ok(response),
+            StatusCode::GONE => Err(FeedError::Gone),
+            status => {
+                let body = response.bytes().await.unwrap_or_default();
+                Err(FeedError::Other(
+                    self.failure("the feed", &refusal(status, &body)),
+                ))
+            }
+        }
+    }
+
+    /// The feed broke after it was opened on the current daemon: the next attempt goes
+    /// to another.
+    pub fn feed_broke(&self) {
+        self.failed();
+    }
+
+    /// A write with a JSON body.
+    async fn write(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        let client = &self.current().0;
+        match client.send(method, path, body).await {
+            Ok(reply) => Ok(serde_json::from_slice(&reply.body).unwrap_or(Value::Null)),
+            Err(failure) => Err(self.failure(path, &failure)),
         }
     }
 
     /// Every registration the daemon holds.
     pub async fn registrations(&self) -> Result<Vec<Registration>, String> {
-        let response = self
-            .request(reqwest::Method::GET, "/taskmanagers")
-            .send()
-            .await
-            .map_err(|e| self.failure("GET /taskmanagers", e))?;
-        if !response.status().is_success() {
-            return Err(self.failure("GET /taskmanagers", response.status()));
-        }
-        response
-            .json()
-            .await
-            .map_err(|e| format!("GET /taskmanagers: {e}"))
+        Ok(self.read("/taskmanagers").await?.0)
     }
 
     /// Registers `all` (new ones, and moves), in batches.
     pub async fn register(&self, all: &[Registration]) -> Result<(), String> {
-        for batch in all.chunks(REGISTRATIONS_PER_BATCH) {
-            let response = self
-                .request(reqwest::Method::PUT, "/taskmanagers")
-                .json(batch)
-                .send()
-                .await
-                .map_err(|e| self.failure("PUT /taskmanagers", e))?;
-            if !response.status().is_success() {
-                let status = response.status();
-                let body = response.text().await.unwrap_or_default();
-                return Err(self.failure("PUT /taskmanagers", format!("{status}: {body}")));
-            }
+        for batch in all.chunks(PER_BATCH) {
+            let body = serde_json::to_value(batch).expect("registrations serialise");
+            self.write(Method::PUT, "/taskmanagers", Some(&body)).await?;
         }
         Ok(())
     }
 
     /// Unregisters task manager `id` (one not registered is no error).
     pub async fn unregister(&self, id: &str) -> Result<(), String> {
-        let path = format!("/taskmanagers/{}", encode(id));
-        let response = self
-            .request(reqwest::Method::DELETE, &path)
-            .send()
-            .await
-            .map_err(|e| self.failure(&path, e))?;
-        match response.status() {
-            s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
-            s => Err(self.failure(&path, s)),
+        let path = format!("/taskmanagers/{}", segment(id));
+        let client = &self.current().0;
+        match client.send(Method::DELETE, &path, None).await {
+            Ok(_) => Ok(()),
+            Err(Failure::Refused(messages)) if messages.iter().any(|m| m.starts_with("404")) => {
+                Ok(())
+            }
+            Err(failure) => Err(self.failure(&path, &failure)),
         }
     }
-}
 
-/// An id as one path segment.
-fn encode(id: &str) -> String {
-    id.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    /// Reports `statuses` under enforcer `name`, in batches.
+    pub async fn report(&self, name: &str, statuses: &[Status]) -> Result<(), String> {
+        let path = format!("/enforcement/{}", segment(name));
+        for batch in statuses.chunks(PER_BATCH) {
+            let body = serde_json::to_value(batch).expect("statuses serialise");
+            self.write(Method::PUT, &path, Some(&body)).await?;
+        }
+        Ok(())
+    }
 }

@@ -97,6 +97,24 @@ impl Events {
     }
 }
 
+impl Events {
+    /// The ceiling kept the bridge from tainting `node`, which the blocklist blocks.
+    pub async fn held_back(&self, node: &Node, why: &str) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "TaintHeldBack".into(),
+            note: Some(format!(
+                "the blocklist blocks this node, but it was not tainted: {why}"
+            )),
+            action: "Taint".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &node.object_ref(&())).await {
+            tracing::warn!(error = %e, reason = %event.reason, "could not write the Node's Event");
+        }
+    }
+}
+
 /// Who blocked the node, why, how, until when.
 fn note(block: &Block) -> String {
     let end = if block.end_timestamp == i64::MAX {

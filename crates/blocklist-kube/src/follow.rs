@@ -3,51 +3,36 @@
 //! each node event applied to its Node, a broken stream resumed from the last event's id
 //! (`Last-Event-ID`: no gap, no repeat, whichever daemon of a prefix answers), and a 410
 //! (the revision is older than the daemon keeps) or every `resync` a full reconcile
-//! again.
+//! again. Task manager events go to the pods' labels ([`crate::pods`]).
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
+use blocklist::sse::{SseEvent, SseParser};
 use serde::Deserialize;
 
-use crate::daemon::{Daemon, FeedError};
-use crate::desired::Desired;
-use crate::events::{Events, Why};
-use crate::marking::{Block, Marking};
+use crate::bridge::Bridge;
+use crate::daemon::FeedError;
+use crate::events::Why;
+use crate::marking::Block;
 use crate::nodes;
+use crate::pods::Labels;
 use crate::reconcile::reconcile;
 
 /// How long after a failure (the daemon or the API server unreachable) the bridge tries
 /// again.
 const PAUSE: Duration = Duration::from_secs(1);
 
-/// One event of the feed.
-#[derive(Debug, Default)]
-struct Event {
-    id: Option<u64>,
-    event: String,
-    data: String,
-}
-
-/// The fields of an item event the bridge reads first.
+/// The field of an item event the bridge reads first.
 #[derive(Deserialize)]
 struct Kind {
     kind: Option<String>,
 }
 
 /// Follows the feed for as long as the bridge runs.
-pub async fn run(
-    daemon: &Daemon,
-    api: &Api<Node>,
-    marking: &Marking,
-    desired: &Desired,
-    events: &Events,
-    resync: Duration,
-) {
+pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
     loop {
         // The full pass gives the revision the feed resumes after.
-        let mut revision = match reconcile(daemon, api, marking, desired, Some(events)).await {
+        let mut revision = match reconcile(bridge).await {
             Ok(counts) => {
                 tracing::info!(?counts, "reconciled");
                 counts.revision
@@ -59,19 +44,13 @@ pub async fn run(
                 continue;
             }
         };
+        if let Err(e) = labels.reconcile(bridge).await {
+            tracing::warn!(error = %e, "could not label the blocked task managers' pods; the next resync retries");
+        }
+        bridge.metrics.feed_revision.set(i64::try_from(revision).unwrap_or(i64::MAX));
         let resync_at = Instant::now() + resync;
         while Instant::now() < resync_at {
-            match follow(
-                daemon,
-                api,
-                marking,
-                desired,
-                events,
-                &mut revision,
-                resync_at,
-            )
-            .await
-            {
+            match follow(bridge, labels, &mut revision, resync_at).await {
                 Ok(()) => {}
                 Err(FeedError::Gone) => {
                     tracing::warn!(
@@ -92,61 +71,41 @@ pub async fn run(
 /// One stream from after `revision` until it ends, fails or `until`; `revision` follows
 /// every event applied.
 async fn follow(
-    daemon: &Daemon,
-    api: &Api<Node>,
-    marking: &Marking,
-    desired: &Desired,
-    events: &Events,
+    bridge: &Bridge,
+    labels: &Labels,
     revision: &mut u64,
     until: Instant,
 ) -> Result<(), FeedError> {
-    let mut response = daemon.feed(*revision).await?;
-    let mut buffer = String::new();
-    let mut event = Event::default();
+    let mut response = bridge.daemon.feed(*revision).await?;
+    let mut parser = SseParser::default();
     loop {
         let left = until.saturating_duration_since(Instant::now());
         let chunk = match tokio::time::timeout(left, response.chunk()).await {
             Err(_) => return Ok(()), // time for the resync
             Ok(Ok(Some(chunk))) => chunk,
             Ok(Ok(None)) => {
-                daemon.feed_broke();
+                bridge.daemon.feed_broke();
                 return Err(FeedError::Other("the stream ended".into()));
             }
             Ok(Err(e)) => {
-                daemon.feed_broke();
+                bridge.daemon.feed_broke();
                 return Err(FeedError::Other(e.to_string()));
             }
         };
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find('\n') {
-            let line: String = buffer.drain(..=end).collect();
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                let done = std::mem::take(&mut event);
-                apply(api, marking, desired, events, &done).await;
-                if let Some(id) = done.id {
-                    *revision = id;
-                }
-            } else if let Some(rest) = line.strip_prefix("id:") {
-                event.id = rest.trim().parse().ok();
-            } else if let Some(rest) = line.strip_prefix("event:") {
-                event.event = rest.trim().to_owned();
-            } else if let Some(rest) = line.strip_prefix("data:") {
-                event.data.push_str(rest.trim_start());
+        bridge.metrics.feed_alive();
+        for event in parser.push(&chunk) {
+            apply(bridge, labels, &event).await;
+            if let Some(id) = event.id {
+                *revision = id;
+                bridge.metrics.feed_revision.set(i64::try_from(id).unwrap_or(i64::MAX));
             }
-            // A comment (`:`, the heartbeat) or anything else: nothing to do.
         }
     }
 }
 
-/// Applies a node item's event to its Node; every other event is not the bridge's.
-async fn apply(
-    api: &Api<Node>,
-    marking: &Marking,
-    desired: &Desired,
-    events: &Events,
-    event: &Event,
-) {
+/// Applies an item's event: a node's to its Node, a task manager's to its pod's label;
+/// every other event is not the bridge's.
+async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
     let blocks = match event.event.as_str() {
         "added" | "merged" | "updated" => true,
         "removed" | "expired" => false,
@@ -155,9 +114,6 @@ async fn apply(
     let Ok(Kind { kind: Some(kind) }) = serde_json::from_str::<Kind>(&event.data) else {
         return;
     };
-    if kind != "node" {
-        return;
-    }
     let block: Block = match serde_json::from_str(&event.data) {
         Ok(block @ Block { revision: 1.., .. }) => block,
         Ok(block) => Block {
@@ -165,24 +121,33 @@ async fn apply(
             ..block
         },
         Err(e) => {
-            tracing::warn!(error = %e, data = %event.data, "a node event the bridge cannot read");
+            tracing::warn!(error = %e, data = %event.data, "an item event the bridge cannot read");
             return;
         }
     };
-    desired.set(&block.id, blocks.then(|| block.clone()));
-    let node = match api.get_opt(&block.id).await {
-        Ok(Some(node)) => node,
+    match kind.as_str() {
+        "node" => {}
+        "taskmanager" => {
+            labels.set(bridge, &block.id, blocks.then_some(&block)).await;
+            return;
+        }
+        _ => return,
+    }
+    bridge.desired.set(&block.id, blocks.then(|| block.clone()));
+    let wanted = blocks.then_some(&block);
+    let node = bridge.nodes.get_opt(&block.id).await;
+    bridge.metrics.api("get", &node);
+    match node {
+        Ok(Some(node)) => {
+            nodes::apply(bridge, node, wanted, Why::Blocklist).await;
+        }
         Ok(None) => {
             tracing::info!(node = %block.id, "the blocklist names a node that is not a Node of this cluster");
-            return;
+            bridge.record(&block.id, wanted, &Ok(nodes::Outcome::Missing));
         }
         Err(e) => {
             tracing::warn!(node = %block.id, error = %e, "could not read the Node; the next resync retries");
-            return;
+            bridge.record(&block.id, wanted, &Err(e.to_string()));
         }
-    };
-    let wanted = blocks.then_some(&block);
-    if let Err(e) = nodes::apply(api, marking, node, wanted, Some((events, Why::Blocklist))).await {
-        tracing::warn!(node = %block.id, error = %e, "could not mark the Node; the next resync retries");
     }
 }

@@ -1,88 +1,181 @@
 //! `blocklist-kube`: the Kubernetes bridge of blocklistd (the library, `blocklist_kube`,
 //! holds what it does; this is its command line).
 
+use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
+use blocklist::client::TlsFiles;
+use blocklist_kube::bridge::Bridge;
 use blocklist_kube::daemon::Daemon;
-use blocklist_kube::desired::Desired;
-use blocklist_kube::events::Events;
 use blocklist_kube::marking::Marking;
+use blocklist_kube::pods::Labels;
 use blocklist_kube::reconcile::reconcile;
-use blocklist_kube::{follow, membership, node_watch};
-use clap::Parser;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use blocklist_kube::{follow, membership, node_watch, serve};
+use blocklistd::shell::Shell;
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tracing_subscriber::EnvFilter;
 
+/// The Kubernetes bridge of blocklistd: every blocked node becomes a NoSchedule taint of
+/// the bridge's own key, with annotations and an Event that say who blocked it and why;
+/// the daemon's membership is kept current from the task managers' pods.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, long_about = None)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// The daemons' URLs, comma-separated: every daemon of the prefix (any answers; the
     /// bridge moves to the next when one fails).
     #[arg(
         long,
-        env = "BLOCKLIST_URL",
+        env = "BLOCKLIST_SERVER",
         value_delimiter = ',',
         default_value = "http://127.0.0.1:7224"
     )]
     daemon: Vec<String>,
 
-    /// A file whose first line is the bearer token for the daemon.
-    #[arg(long, env = "BLOCKLIST_TOKEN_FILE")]
+    /// A file holding the bearer token for the daemon (a token of role `enforcer`).
+    #[arg(long, env = "BLOCKLIST_TOKEN_FILE", value_name = "PATH")]
     token_file: Option<PathBuf>,
+
+    /// A CA certificate (PEM) to trust for an https:// daemon, besides the system's.
+    #[arg(long, env = "BLOCKLIST_CACERT", value_name = "PATH")]
+    cacert: Option<PathBuf>,
+
+    /// A client certificate (PEM) for a daemon that asks for one; with --key.
+    #[arg(long, env = "BLOCKLIST_CERT", value_name = "PATH", requires = "key")]
+    cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM); with --cert.
+    #[arg(long, env = "BLOCKLIST_KEY", value_name = "PATH", requires = "cert")]
+    key: Option<PathBuf>,
+
+    /// The bridge's name: its statuses in the daemon are reported under it (a token of
+    /// role `enforcer` with a name reports only under that name).
+    #[arg(long, env = "BLOCKLIST_KUBE_NAME", default_value = "blocklist-kube")]
+    name: String,
 
     /// The kubeconfig to use; without it, the in-cluster service account or
     /// `$KUBECONFIG` / `~/.kube/config`.
-    #[arg(long, env = "KUBECONFIG")]
+    #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
 
-    /// The key of the bridge's taint.
-    #[arg(long, default_value = "blocklistd.io/blocked")]
+    /// The key of the bridge's taint (and of its label on a blocked task manager's pod).
+    #[arg(long, env = "BLOCKLIST_KUBE_TAINT_KEY", default_value = "blocklistd.io/blocked")]
     taint_key: String,
 
     /// The prefix of the bridge's annotations (cause, source, end, revision).
-    #[arg(long, default_value = "blocklistd.io/")]
+    #[arg(long, env = "BLOCKLIST_KUBE_ANNOTATION_PREFIX", default_value = "blocklistd.io/")]
     annotation_prefix: String,
 
     /// The pods that are task managers: each, once bound, is registered with the daemon on
     /// its Node (Flink's native-Kubernetes task managers by default).
     #[arg(
         long,
+        env = "BLOCKLIST_KUBE_TASKMANAGER_SELECTOR",
         default_value = "type=flink-native-kubernetes,component=taskmanager"
     )]
     taskmanager_selector: String,
 
     /// The namespace of the task managers' pods (all namespaces without it).
-    #[arg(long)]
+    #[arg(long, env = "BLOCKLIST_KUBE_NAMESPACE")]
     namespace: Option<String>,
 
     /// Seconds between full reconciles (the change feed brings each block at once; a
     /// resync puts back what was changed by hand and catches anything missed).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, env = "BLOCKLIST_KUBE_RESYNC", default_value_t = 30)]
     resync: u64,
 
+    /// Never more than this share of the cluster's Nodes carries the bridge's taint: past
+    /// it no new taint (a log line, a metric, an Event, the status `heldBack`).
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_MAX_TAINTED_NODES_PERCENT",
+        default_value_t = 50,
+        value_parser = clap::value_parser!(u8).range(0..=100)
+    )]
+    max_tainted_nodes_percent: u8,
+
     /// Change nothing in Kubernetes: every patch is sent as the API server's dry run (so it
-    /// is checked), logged, and not stored; no Event is written.
-    #[arg(long)]
+    /// is checked), logged, and not stored; no Event is written; the statuses say `dryRun`.
+    #[arg(long, env = "BLOCKLIST_KUBE_DRY_RUN")]
     dry_run: bool,
 
     /// Reconcile once and exit, without following the feed.
     #[arg(long)]
     once: bool,
+
+    /// Where `/healthz`, `/readyz` and `/metrics` are served; port 0 picks a free one (the
+    /// bound address is printed on stdout).
+    #[arg(long, env = "BLOCKLIST_KUBE_LISTEN", default_value = "0.0.0.0:7225")]
+    listen: SocketAddr,
+
+    /// Log level (or a `RUST_LOG` filter, which wins when set).
+    #[arg(long, env = "BLOCKLIST_KUBE_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+
+    /// Log format: `json` for a log collector, one object per line.
+    #[arg(long, env = "BLOCKLIST_KUBE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print a shell completion script.
+    Completion { shell: Shell },
+    /// Print the manual page, or write it into a directory.
+    Man { dir: Option<PathBuf> },
+}
+
+fn main() -> ExitCode {
     let args = Args::parse();
-    match Box::pin(run(args)).await {
+    let printed = match &args.command {
+        Some(Command::Completion { shell }) => {
+            Some(blocklistd::shell::print_completion(&Args::command(), *shell))
+        }
+        Some(Command::Man { dir }) => Some(blocklistd::shell::print_man(&Args::command(), dir.as_deref())),
+        None => None,
+    };
+    if let Some(printed) = printed {
+        return match printed {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("blocklist-kube: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&args.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("blocklist-kube: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(Box::pin(run(args))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("blocklist-kube: {e}");
@@ -92,6 +185,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    blocklistd::enforcement::validate_enforcer(&args.name).map_err(|e| format!("--name: {e}"))?;
     let config = match &args.kubeconfig {
         Some(path) => {
             let file =
@@ -103,52 +197,46 @@ async fn run(args: Args) -> Result<(), String> {
         None => kube::Config::infer().await.map_err(|e| e.to_string())?,
     };
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-    let token = match &args.token_file {
-        Some(file) => Some(
-            std::fs::read_to_string(file)
-                .map_err(|e| format!("{}: {e}", file.display()))?
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
-        ),
-        None => None,
+    let tls = TlsFiles {
+        cacert: args.cacert.clone(),
+        cert: args.cert.clone(),
+        key: args.key.clone(),
     };
-    let daemon = Daemon {
-        urls: args.daemon.clone(),
-        current: std::sync::atomic::AtomicUsize::new(0),
-        token,
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| e.to_string())?,
-        stream: reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| e.to_string())?,
-    };
+    let daemon = Daemon::new(&args.daemon, args.token_file.as_deref(), &tls)?;
     let marking = Marking {
         taint_key: args.taint_key.clone(),
         annotation_prefix: args.annotation_prefix.clone(),
         dry_run: args.dry_run,
     };
-    let events = Events::new(client.clone(), marking.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pods: Api<Pod> = match &args.namespace {
-        Some(namespace) => Api::namespaced(client, namespace),
-        None => Api::all(client),
-    };
-    let desired = Desired::default();
+    let bridge = Arc::new(Bridge::new(
+        args.name.clone(),
+        daemon,
+        &client,
+        marking,
+        args.max_tainted_nodes_percent,
+    ));
     if args.once {
-        let counts = reconcile(&daemon, &nodes, &marking, &desired, Some(&events)).await?;
+        let counts = reconcile(&bridge).await?;
         tracing::info!(?counts, "reconciled");
-        return Ok(());
+        return bridge.reporter.flush(&bridge.daemon, &bridge.name).await;
     }
-    let resync = Duration::from_secs(args.resync);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on {bound}");
+    let pods: Api<Pod> = match &args.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let labels = Labels::new(client, args.namespace.clone());
+    let resync = Duration::from_secs(args.resync.max(1));
     tokio::join!(
-        follow::run(&daemon, &nodes, &marking, &desired, &events, resync),
-        node_watch::run(nodes.clone(), &marking, &desired, &events),
-        membership::run(&daemon, pods, &args.taskmanager_selector),
+        serve::run(listener, bridge.clone()),
+        follow::run(&bridge, &labels, resync),
+        node_watch::run(&bridge),
+        membership::run(&bridge, &labels, pods, &args.taskmanager_selector),
+        bridge.reporter.run(&bridge.daemon, &bridge.name),
     );
     Ok(())
 }

@@ -35,6 +35,11 @@ impl Marking {
             .is_some_and(|taints| taints.iter().any(|t| t.key == self.taint_key))
     }
 
+    /// The taint `block` puts, as `kubectl` shows it: `KEY=VALUE:NoSchedule`.
+    pub fn taint(&self, block: &Block) -> String {
+        format!("{}={}:NoSchedule", self.taint_key, block.action)
+    }
+
     /// Whether `node` carries any of the bridge's annotations.
     pub fn annotated(&self, node: &Node) -> bool {
         node.metadata.annotations.as_ref().is_some_and(|all| {
@@ -65,6 +70,10 @@ pub struct Block {
     /// leave it out: then the event's id, which is that revision).
     #[serde(default)]
     pub revision: u64,
+    /// Unix ms of the block's last report: when the daemon took the add or merge in (the
+    /// start of the block-to-taint latency).
+    #[serde(default)]
+    pub last_report_timestamp: i64,
 }
 
 impl Block {
@@ -211,6 +220,7 @@ mod tests {
             source: "detector".into(),
             end_timestamp: 1_767_225_600_000,
             revision: 42,
+            last_report_timestamp: 0,
         }
     }
 

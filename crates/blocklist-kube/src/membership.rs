@@ -15,7 +15,9 @@ use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
+use crate::bridge::Bridge;
 use crate::daemon::{Daemon, Registration};
+use crate::pods::Labels;
 
 /// How long a burst of pod changes is gathered into one batch.
 const GATHER: Duration = Duration::from_millis(20);
@@ -26,8 +28,9 @@ const PAUSE: Duration = Duration::from_secs(1);
 /// What the daemon should learn: a registration (`Some(node)`) or an unregistration.
 type Pending = HashMap<String, Option<String>>;
 
-/// Follows the pods `selector` matches for as long as the bridge runs.
-pub async fn run(daemon: &Daemon, pods: Api<Pod>, selector: &str) {
+/// Follows the pods `selector` matches for as long as the bridge runs; each is also
+/// labelled as its task manager's block says ([`Labels`]).
+pub async fn run(bridge: &Bridge, labels: &Labels, pods: Api<Pod>, selector: &str) {
     let stream =
         watcher::watcher(pods, watcher::Config::default().labels(selector)).default_backoff();
     futures::pin_mut!(stream);
@@ -50,6 +53,7 @@ pub async fn run(daemon: &Daemon, pods: Api<Pod>, selector: &str) {
             Some(Some(Ok(event))) => match event {
                 Event::Init => listing = Some(HashMap::new()),
                 Event::InitApply(pod) => {
+                    labels.pod_seen(bridge, &pod).await;
                     if let (Some(listing), Some((id, node))) = (&mut listing, bound(&pod)) {
                         listing.insert(id, node);
                     }
@@ -59,6 +63,7 @@ pub async fn run(daemon: &Daemon, pods: Api<Pod>, selector: &str) {
                     resync = true;
                 }
                 Event::Apply(pod) => {
+                    labels.pod_seen(bridge, &pod).await;
                     if let Some((id, node)) = bound(&pod) {
                         if known.get(&id) != Some(&node) {
                             pending.insert(id.clone(), Some(node.clone()));
@@ -68,6 +73,7 @@ pub async fn run(daemon: &Daemon, pods: Api<Pod>, selector: &str) {
                 }
                 Event::Delete(pod) => {
                     let id = pod.metadata.name.clone().unwrap_or_default();
+                    labels.pod_gone(&id);
                     if known.remove(&id).is_some() {
                         pending.insert(id, None);
                     }
@@ -77,7 +83,7 @@ pub async fn run(daemon: &Daemon, pods: Api<Pod>, selector: &str) {
             // The burst is over: tell the daemon.
             Some(None) => {
                 let sent = if resync {
-                    match reconcile(daemon, &known).await {
+                    match reconcile(bridge, &known).await {
                         Ok(()) => {
                             resync = false;
                             pending.clear();
@@ -86,7 +92,7 @@ pub async fn run(daemon: &Daemon, pods: Api<Pod>, selector: &str) {
                         Err(e) => Err(e),
                     }
                 } else {
-                    flush(daemon, &mut pending).await
+                    flush(bridge, &mut pending).await
                 };
                 if let Err(e) = sent {
                     tracing::warn!(error = %e, "could not update the daemon's membership; trying again");
@@ -107,7 +113,8 @@ fn bound(pod: &Pod) -> Option<(String, String)> {
 
 /// Sends what is pending: the registrations in batches, then the unregistrations; what
 /// failed stays pending.
-async fn flush(daemon: &Daemon, pending: &mut Pending) -> Result<(), String> {
+async fn flush(bridge: &Bridge, pending: &mut Pending) -> Result<(), String> {
+    let daemon = &bridge.daemon;
     let registrations: Vec<Registration> = pending
         .iter()
         .filter_map(|(id, node)| {
@@ -118,10 +125,12 @@ async fn flush(daemon: &Daemon, pending: &mut Pending) -> Result<(), String> {
         })
         .collect();
     daemon.register(&registrations).await?;
+    bridge.metrics.registrations.inc_by(registrations.len() as u64);
     pending.retain(|_, node| node.is_none());
     let gone: Vec<String> = pending.keys().cloned().collect();
     for id in gone {
         daemon.unregister(&id).await?;
+        bridge.metrics.unregistrations.inc();
         pending.remove(&id);
     }
     Ok(())
@@ -129,7 +138,8 @@ async fn flush(daemon: &Daemon, pending: &mut Pending) -> Result<(), String> {
 
 /// Makes the daemon's membership what the pods say: missing and moved task managers
 /// registered, ones no pod stands for unregistered.
-async fn reconcile(daemon: &Daemon, pods: &HashMap<String, String>) -> Result<(), String> {
+async fn reconcile(bridge: &Bridge, pods: &HashMap<String, String>) -> Result<(), String> {
+    let daemon: &Daemon = &bridge.daemon;
     let held: HashMap<String, String> = daemon
         .registrations()
         .await?
@@ -145,8 +155,10 @@ async fn reconcile(daemon: &Daemon, pods: &HashMap<String, String>) -> Result<()
         })
         .collect();
     daemon.register(&registrations).await?;
+    bridge.metrics.registrations.inc_by(registrations.len() as u64);
     for id in held.keys().filter(|id| !pods.contains_key(*id)) {
         daemon.unregister(id).await?;
+        bridge.metrics.unregistrations.inc();
     }
     tracing::info!(
         registered = registrations.len(),

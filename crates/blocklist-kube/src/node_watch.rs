@@ -5,23 +5,27 @@
 //! back as events that change nothing.
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
-use crate::desired::{Desired, Known};
-use crate::events::{Events, Why};
-use crate::marking::{self, Marking};
+use crate::bridge::Bridge;
+use crate::desired::Known;
+use crate::events::Why;
+use crate::marking;
 use crate::nodes;
 
-/// Follows the Nodes for as long as the bridge runs.
-pub async fn run(api: Api<Node>, marking: &Marking, desired: &Desired, events: &Events) {
-    let stream = watcher::watcher(api.clone(), watcher::Config::default()).default_backoff();
+/// Follows the Nodes for as long as the bridge runs (the ceiling counts them here too).
+pub async fn run(bridge: &Bridge) {
+    let stream =
+        watcher::watcher(bridge.nodes.clone(), watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         let node = match event {
             Ok(Event::Apply(node) | Event::InitApply(node)) => node,
+            Ok(Event::Delete(node)) => {
+                bridge.ceiling.gone(node.metadata.name.as_deref().unwrap_or_default());
+                continue;
+            }
             Ok(_) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "the Nodes' watch failed; it resumes");
@@ -29,23 +33,14 @@ pub async fn run(api: Api<Node>, marking: &Marking, desired: &Desired, events: &
             }
         };
         let name = node.metadata.name.clone().unwrap_or_default();
-        let Known::Block(block) = desired.of(&name) else {
+        bridge.ceiling.seen(&name, bridge.marking.carries(&node));
+        let Known::Block(block) = bridge.desired.of(&name) else {
             continue;
         };
-        if marking::patch(&node, marking, block.as_ref()).is_none() {
+        if marking::patch(&node, &bridge.marking, block.as_ref()).is_none() {
             continue;
         }
         tracing::info!(node = %name, "the Node does not carry what the blocklist says; putting it right");
-        if let Err(e) = nodes::apply(
-            &api,
-            marking,
-            node,
-            block.as_ref(),
-            Some((events, Why::Drift)),
-        )
-        .await
-        {
-            tracing::warn!(node = %name, error = %e, "could not mark the Node; the next resync retries");
-        }
+        nodes::apply(bridge, node, block.as_ref(), Why::Drift).await;
     }
 }

@@ -1,19 +1,22 @@
 //! Writing a Node's marking: a merge patch computed from the Node read, carrying its
 //! `resourceVersion`; on a 409 (someone changed the Node since — another controller's
-//! taint, say) the Node is read again and the patch recomputed, so their change stays.
+//! taint, say) the Node is read again and the patch recomputed, so their change stays. A
+//! new taint asks the ceiling first ([`crate::ceiling`]).
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 
-use crate::events::{Events, Why};
-use crate::marking::{self, Block, Marking};
+use crate::bridge::Bridge;
+use crate::events::Why;
+use crate::marking::{self, Block};
+use crate::metrics::now_ms;
 
-/// How many times a patch refused with 409 is recomputed before the reconcile gives up on
-/// that Node until the next one.
+/// How many times a patch refused with 409 is recomputed before the bridge gives up on
+/// that Node until the next event or resync.
 const CONFLICT_RETRIES: usize = 5;
 
-/// What a reconcile did to one Node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the bridge did to one Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// It already carried what it should: nothing was sent.
     Unchanged,
@@ -21,49 +24,103 @@ pub enum Outcome {
     Written,
     /// No such Node (an id the blocklist names that is not a Node, or one deleted since).
     Missing,
+    /// Not tainted: the ceiling was reached (why).
+    HeldBack(String),
 }
 
-/// Makes Node `node` (as read) carry `block` (`None`: nothing of the bridge's); with
-/// `events`, a write is told on the Node as an Event for the reason `why`.
-pub async fn apply(
-    api: &Api<Node>,
-    marking: &Marking,
+/// Makes Node `node` (as read) carry `block` (`None`: nothing of the bridge's), writes an
+/// Event for the reason `why` after a change, and records the outcome (the statuses, the
+/// metrics).
+pub async fn apply(bridge: &Bridge, node: Node, block: Option<&Block>, why: Why) -> Outcome {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let outcome = write(bridge, node, block, why).await;
+    if let Err(e) = &outcome {
+        tracing::warn!(node = %name, error = %e, "could not mark the Node; the next event or resync retries");
+    }
+    bridge.record(&name, block, &outcome);
+    bridge.metrics.nodes_tainted.set(i64::try_from(bridge.ceiling.tainted()).unwrap_or(i64::MAX));
+    outcome.unwrap_or(Outcome::Unchanged)
+}
+
+async fn write(
+    bridge: &Bridge,
     mut node: Node,
     block: Option<&Block>,
-    events: Option<(&Events, Why)>,
-) -> Result<Outcome, kube::Error> {
+    why: Why,
+) -> Result<Outcome, String> {
+    let (api, marking, metrics) = (&bridge.nodes, &bridge.marking, &bridge.metrics);
     let name = node.metadata.name.clone().unwrap_or_default();
     for _ in 0..CONFLICT_RETRIES {
+        let carries = marking.carries(&node);
         let Some(patch) = marking::patch(&node, marking, block) else {
+            if carries {
+                bridge.ceiling.seen(&name, true);
+            }
             return Ok(Outcome::Unchanged);
         };
+        let adds = block.is_some() && !carries;
+        if adds {
+            if let Err((why_not, first)) = bridge.ceiling.admit(&name) {
+                metrics.ceiling_refusals.inc();
+                if first {
+                    tracing::warn!(node = %name, why = %why_not, "the ceiling holds back a taint");
+                    if !marking.dry_run {
+                        bridge.events.held_back(&node, &why_not).await;
+                    }
+                }
+                return Ok(Outcome::HeldBack(why_not));
+            }
+        }
         let params = if marking.dry_run {
             PatchParams::default().dry_run()
         } else {
             PatchParams::default()
         };
-        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+        let result = api.patch(&name, &params, &Patch::Merge(&patch)).await;
+        metrics.api("patch", &result);
+        match result {
             Ok(_) if marking.dry_run => {
                 tracing::info!(node = %name, %patch, "dry run: the Node would be patched so");
                 return Ok(Outcome::Written);
             }
             Ok(_) => {
-                if let Some((events, why)) = events {
-                    events.written(&node, block, why).await;
+                if adds {
+                    metrics.taints_applied.inc();
+                    if let Some(block) = block.filter(|b| b.last_report_timestamp > 0) {
+                        #[expect(clippy::cast_precision_loss, reason = "milliseconds, far below 2^52")]
+                        let seconds = (now_ms() - block.last_report_timestamp).max(0) as f64 / 1000.0;
+                        metrics.block_to_taint_seconds.observe(seconds);
+                    }
+                } else if block.is_none() && carries {
+                    metrics.taints_removed.inc();
+                    bridge.ceiling.release(&name);
                 }
+                bridge.events.written(&node, block, why).await;
                 return Ok(Outcome::Written);
             }
             Err(kube::Error::Api(status)) if status.is_conflict() => {
                 tracing::debug!(node = %name, "the Node changed since it was read; reading it again");
-                match api.get_opt(&name).await? {
+                let reread = api.get_opt(&name).await;
+                metrics.api("get", &reread);
+                match reread.map_err(|e| e.to_string())? {
                     Some(now) => node = now,
-                    None => return Ok(Outcome::Missing),
+                    None => {
+                        bridge.ceiling.gone(&name);
+                        return Ok(Outcome::Missing);
+                    }
                 }
             }
-            Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(Outcome::Missing),
-            Err(e) => return Err(e),
+            Err(kube::Error::Api(status)) if status.is_not_found() => {
+                bridge.ceiling.gone(&name);
+                return Ok(Outcome::Missing);
+            }
+            Err(e) => {
+                if adds {
+                    bridge.ceiling.release(&name);
+                }
+                return Err(e.to_string());
+            }
         }
     }
-    tracing::warn!(node = %name, "the Node kept changing under the bridge; trying again at the next reconcile");
-    Ok(Outcome::Unchanged)
+    Err("the Node kept changing under the bridge (409 after each re-read)".into())
 }

@@ -1,16 +1,17 @@
 //! One full reconcile: the blocked nodes read from the daemon first (a daemon that cannot
 //! be read changes nothing in the cluster), then every Node made to carry its block, or
-//! nothing of the bridge's.
+//! nothing of the bridge's: Nodes to untaint first (so they make room under the ceiling),
+//! then the blocked ones oldest change first (so the ceiling keeps the earliest blocks).
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 
-use crate::daemon::Daemon;
-use crate::desired::Desired;
-use crate::events::{Events, Why};
-use crate::marking::{Block, Marking};
+use crate::bridge::Bridge;
+use crate::events::Why;
+use crate::marking::Block;
 use crate::nodes::{self, Outcome};
 
 /// How a reconcile went, Node by Node.
@@ -20,43 +21,62 @@ pub struct Counts {
     pub unchanged: usize,
     /// Blocked ids that name no Node.
     pub missing: usize,
+    /// Blocked Nodes not tainted: the ceiling.
+    pub held_back: usize,
     /// The revision of the daemon's listing: the feed resumes after it.
     pub revision: u64,
 }
 
-/// One full reconcile: the blocked nodes read first (a daemon that cannot be read changes
-/// nothing), then every Node made to carry its block or nothing of the bridge's.
-pub async fn reconcile(
-    daemon: &Daemon,
-    nodes: &Api<Node>,
-    marking: &Marking,
-    desired: &Desired,
-    events: Option<&Events>,
-) -> Result<Counts, String> {
-    let (blocks, revision) = daemon.blocked_nodes().await?;
+/// One full reconcile (see the module's text).
+pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
+    let started = Instant::now();
+    let (blocks, revision) = bridge.daemon.blocked("nodes").await?;
     let blocks: HashMap<String, Block> = blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
-    desired.replace(blocks.clone());
-    let list = nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| format!("listing Nodes: {e}"))?;
+    bridge.desired.replace(blocks.clone());
+    let list = bridge.nodes.list(&ListParams::default()).await;
+    bridge.metrics.api("list", &list);
+    let list = list.map_err(|e| format!("listing Nodes: {e}"))?;
+    let marking = &bridge.marking;
+    bridge.ceiling.replace(list.items.iter().map(|node| {
+        (node.metadata.name.clone().unwrap_or_default(), marking.carries(node))
+    }));
     let mut counts = Counts {
         revision,
         ..Counts::default()
     };
-    let mut seen = 0;
-    for node in list {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let block = blocks.get(&name);
-        seen += usize::from(block.is_some());
-        let told = events.map(|events| (events, Why::Blocklist));
-        match nodes::apply(nodes, marking, node, block, told).await {
-            Ok(Outcome::Written) => counts.written += 1,
-            Ok(Outcome::Unchanged) => counts.unchanged += 1,
-            Ok(Outcome::Missing) => {}
-            Err(e) => tracing::warn!(node = %name, error = %e, "could not mark the Node"),
+    let mut nodes: Vec<_> = list
+        .items
+        .into_iter()
+        .map(|node| {
+            let block = blocks.get(node.metadata.name.as_deref().unwrap_or_default());
+            (block.map(|b| b.revision), node, block)
+        })
+        .collect();
+    nodes.sort_by(|a, b| (a.0, &a.1.metadata.name).cmp(&(b.0, &b.1.metadata.name)));
+    for (_, node, block) in nodes {
+        match nodes::apply(bridge, node, block, Why::Blocklist).await {
+            Outcome::Written => counts.written += 1,
+            Outcome::Unchanged => counts.unchanged += 1,
+            Outcome::Missing => counts.missing += 1,
+            Outcome::HeldBack(_) => counts.held_back += 1,
         }
     }
-    counts.missing = blocks.len() - seen;
+    // Blocked ids with no Node: counted and reported, never retried in a loop (a Node
+    // created later is marked by the Nodes' watch).
+    let names: std::collections::HashSet<String> = bridge.ceiling.names();
+    for (id, block) in &blocks {
+        if !names.contains(id) {
+            counts.missing += 1;
+            bridge.record(id, Some(block), &Ok(Outcome::Missing));
+        }
+    }
+    if counts.missing > 0 {
+        tracing::info!(missing = counts.missing, "blocked ids that name no Node of this cluster");
+    }
+    bridge.metrics.nodes_missing.set(i64::try_from(counts.missing).unwrap_or(i64::MAX));
+    bridge.reporter.resend_all(|id| blocks.contains_key(id));
+    bridge.metrics.reconciles.inc();
+    bridge.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
+    bridge.ready.store(true, Ordering::SeqCst);
     Ok(counts)
 }

@@ -9,6 +9,10 @@ mod common;
 
 use std::process::Command;
 
+use blocklist::client::TlsFiles;
+use blocklist_kube::bridge::Bridge;
+use blocklist_kube::daemon::Daemon as DaemonClient;
+use blocklist_kube::events::Why;
 use blocklist_kube::marking::{Block, Marking};
 use blocklist_kube::nodes::{self, Outcome};
 use common::*;
@@ -39,7 +43,7 @@ fn bridge_once(kube: &KubeApiServer, daemon: &Daemon) {
 fn bridge_once_with(kube: &KubeApiServer, daemon: &Daemon, extra: &[&str]) {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let output = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--once", "--daemon", &daemon.url("")])
+        .args(["--once", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
         .args(extra)
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -248,10 +252,13 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
         source: "test".into(),
         end_timestamp: i64::MAX,
         revision: 1,
+        last_report_timestamp: 0,
     };
-    let outcome = nodes::apply(&api, &marking, read, Some(&block), None)
-        .await
-        .expect("applied");
+    // No daemon: this bridge only patches.
+    let daemon = DaemonClient::new(&["http://127.0.0.1:9".into()], None, &TlsFiles::default())
+        .expect("a client");
+    let bridge = Bridge::new("test".into(), daemon, &client(&kube).await, marking, 100);
+    let outcome = nodes::apply(&bridge, read, Some(&block), Why::Blocklist).await;
     assert_eq!(outcome, Outcome::Written);
     assert_eq!(node_patches_answered(&kube, "409"), conflicts + 1.0);
     let (others, ours) = taints(&kube, "n1");
@@ -277,7 +284,7 @@ async fn a_running_bridge_follows_the_feed() {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--resync", "3600", "--daemon", &daemon.url("")])
+        .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -395,7 +402,7 @@ async fn task_manager_pods_are_the_daemons_membership() {
     let daemon = ws.start(&[]);
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--namespace", "default", "--daemon", &daemon.url("")])
+        .args(["--namespace", "default", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::process::Stdio::null())
@@ -478,7 +485,7 @@ async fn the_bridge_follows_another_daemon_when_the_writer_dies() {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--resync", "3600", "--daemon", &urls])
+        .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &urls])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -531,7 +538,7 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let start = || {
         Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-            .args(["--resync", "3600", "--daemon", &daemon.url("")])
+            .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .stderr(std::process::Stdio::null())
@@ -637,7 +644,7 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--resync", "3600", "--daemon", &daemon.url("")])
+        .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
         .arg("--kubeconfig")
         .arg(kube.kubeconfig("bridge", BRIDGE_TOKEN))
         .stderr(std::process::Stdio::null())

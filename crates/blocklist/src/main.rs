@@ -2,8 +2,9 @@
 //!
 //! # Layout
 //! - [`cli`]: flags and subcommands, and the pure parsers of timeouts and end times.
-//! - [`client`]: HTTP (reqwest), the bearer token, path encoding, and the mapping of
-//!   outcomes onto exit codes (0 ok, 1 refused, 2 unreachable).
+//! - `client` (the crate's library, `src/lib.rs`, with `sse` and `status`): HTTP
+//!   (reqwest), the bearer token, path encoding, and the mapping of outcomes onto exit
+//!   codes (0 ok, 1 refused, 2 unreachable).
 //! - [`render`]: human output — tables, local end times with "in 59m", check answers,
 //!   feed event lines.
 //! - [`policy`]: `policy status`, `show` and `set` (the read-change-write of the policy).
@@ -11,8 +12,7 @@
 //! - [`provenance`]: `get` (an item with its reports and past blocks) and `history`.
 //! - [`update`]: `update`, a change to one item in place.
 //! - [`unblock`]: `remove`, of one id or of every item a selector picks.
-//! - [`watch`]: the change feed: an SSE parser and the reconnecting follow loop.
-//! - [`status`]: the spinner and status line on stderr, on a terminal only.
+//! - [`watch`]: the change feed: the reconnecting follow loop.
 //! - [`output`]: stdout (a closed pipe ends quietly), `--json`'s pass-through, the kind's
 //!   noun and the clock the human output uses.
 //!
@@ -24,12 +24,10 @@
 
 mod allow;
 mod cli;
-mod client;
 mod output;
 mod policy;
 mod provenance;
 mod render;
-mod status;
 mod unblock;
 mod update;
 mod watch;
@@ -37,6 +35,7 @@ mod watch;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use blocklist::{client, status};
 use blocklistd::model::{Action, Kind};
 use clap::{CommandFactory, Parser};
 use reqwest::{Method, StatusCode};

@@ -1,0 +1,86 @@
+//! What every part of the bridge shares: the daemon, the Nodes' API, the bridge's names on
+//! a Node, what the blocklist wants, the ceiling, the statuses, the Events and the metrics.
+
+use std::sync::atomic::AtomicBool;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+use crate::ceiling::Ceiling;
+use crate::daemon::{Daemon, Status};
+use crate::desired::Desired;
+use crate::events::Events;
+use crate::marking::{Block, Marking};
+use crate::metrics::Metrics;
+use crate::nodes::Outcome;
+use crate::report::Reporter;
+
+pub struct Bridge {
+    /// The name its statuses are reported under (`--name`).
+    pub name: String,
+    pub daemon: Daemon,
+    pub nodes: Api<Node>,
+    pub marking: Marking,
+    pub desired: Desired,
+    pub ceiling: Ceiling,
+    pub reporter: Reporter,
+    pub events: Events,
+    pub metrics: Metrics,
+    /// Set once the first full reconcile finished (`/readyz`).
+    pub ready: AtomicBool,
+}
+
+impl Bridge {
+    /// A bridge named `name` on `client`'s cluster, before its first reconcile.
+    pub fn new(
+        name: String,
+        daemon: Daemon,
+        client: &kube::Client,
+        marking: Marking,
+        max_tainted_percent: u8,
+    ) -> Bridge {
+        Bridge {
+            name,
+            daemon,
+            nodes: Api::all(client.clone()),
+            events: Events::new(client.clone(), marking.clone()),
+            marking,
+            desired: Desired::default(),
+            ceiling: Ceiling::new(max_tainted_percent),
+            reporter: Reporter::default(),
+            metrics: Metrics::default(),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Records what was done about Node `name`, which should carry `block`: its status for
+    /// the daemon, and the metrics.
+    pub fn record(&self, name: &str, block: Option<&Block>, outcome: &Result<Outcome, String>) {
+        let Some(block) = block else {
+            self.reporter.set(name, None);
+            return;
+        };
+        let (state, detail) = match outcome {
+            Ok(Outcome::Written | Outcome::Unchanged) if self.marking.dry_run => (
+                "dryRun",
+                Some(format!("would taint {}", self.marking.taint(block))),
+            ),
+            Ok(Outcome::Written | Outcome::Unchanged) => {
+                ("enforced", Some(format!("taint {}", self.marking.taint(block))))
+            }
+            Ok(Outcome::Missing) => ("noTarget", Some("no Node of this name".to_owned())),
+            Ok(Outcome::HeldBack(why)) => ("heldBack", Some(why.clone())),
+            Err(e) => ("failed", Some(e.clone())),
+        };
+        self.reporter.set(
+            name,
+            Some(Status {
+                kind: "node",
+                id: name.to_owned(),
+                state,
+                detail,
+                observed_revision: Some(block.revision),
+            }),
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! The bridge's statuses in the daemon (`PUT /enforcement/{name}`): for each blocked node
+//! what the bridge did — `enforced`, `dryRun`, `noTarget`, `heldBack`, `failed` — so the
+//! blocklist shows whether the cluster obeyed. Changes are gathered for a moment and sent
+//! in one request; after every full reconcile the whole view is sent again (the daemon
+//! writes only what differs), which puts right a daemon that lost track (a failover, a
+//! restore). A block's end drops its statuses in the daemon itself.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::daemon::{Daemon, Status};
+
+/// How long changes are gathered before they are sent.
+const GATHER: Duration = Duration::from_millis(50);
+
+/// How long after a failed report it is sent again.
+const PAUSE: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub struct Reporter {
+    /// Node → its status as last decided.
+    current: Mutex<HashMap<String, Status>>,
+    /// Node → its status not yet sent.
+    pending: Mutex<HashMap<String, Status>>,
+    wake: Notify,
+}
+
+impl Reporter {
+    /// Node `node`'s status now (`None`: not blocked, nothing to say).
+    pub fn set(&self, node: &str, status: Option<Status>) {
+        let mut current = self.current.lock().expect("not poisoned");
+        match status {
+            Some(status) => {
+                if current.get(node) == Some(&status) {
+                    return;
+                }
+                current.insert(node.to_owned(), status.clone());
+                self.pending
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(node.to_owned(), status);
+                self.wake.notify_one();
+            }
+            None => {
+                current.remove(node);
+                self.pending.lock().expect("not poisoned").remove(node);
+            }
+        }
+    }
+
+    /// Sends every status again, after a full reconcile, keeping only the nodes `blocked`
+    /// says are still blocked.
+    pub fn resend_all(&self, blocked: impl Fn(&str) -> bool) {
+        let mut current = self.current.lock().expect("not poisoned");
+        current.retain(|node, _| blocked(node));
+        let mut pending = self.pending.lock().expect("not poisoned");
+        for (node, status) in current.iter() {
+            pending.insert(node.clone(), status.clone());
+        }
+        self.wake.notify_one();
+    }
+
+    /// Keeps the daemon told, for as long as the bridge runs.
+    pub async fn run(&self, daemon: &Daemon, name: &str) {
+        loop {
+            self.wake.notified().await;
+            tokio::time::sleep(GATHER).await;
+            while let Err(e) = self.flush(daemon, name).await {
+                tracing::warn!(error = %e, "could not report the statuses; trying again");
+                tokio::time::sleep(PAUSE).await;
+            }
+        }
+    }
+
+    /// Sends what is pending once; what failed stays pending.
+    pub async fn flush(&self, daemon: &Daemon, name: &str) -> Result<(), String> {
+        let batch: Vec<Status> = {
+            let mut pending = self.pending.lock().expect("not poisoned");
+            pending.drain().map(|(_, status)| status).collect()
+        };
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let sent = daemon.report(name, &batch).await;
+        if sent.is_err() {
+            let mut pending = self.pending.lock().expect("not poisoned");
+            for status in batch {
+                // A newer status of the same node, decided meanwhile, wins.
+                pending.entry(status.id.clone()).or_insert(status);
+            }
+        }
+        sent
+    }
+}

@@ -1,0 +1,12 @@
+//! The library of the `blocklist` client: what talks to a daemon, shared by the command
+//! line (`src/main.rs`) and the bridges that act on the blocklist (`blocklist-kube`).
+//!
+//! - [`client`]: HTTP to one daemon: its base URL, TLS (a CA, a client certificate), the
+//!   bearer token, writes retried with their `Idempotency-Key`, and every outcome mapped
+//!   onto "refused" or "unreachable".
+//! - [`sse`]: the change feed's Server-Sent Events, parsed incrementally.
+//! - [`status`]: the spinner on stderr while a request is slow, on a terminal only.
+
+pub mod client;
+pub mod sse;
+pub mod status;
