@@ -21,8 +21,8 @@ use crate::validate::{batch_elements, required_id, type_name, unknown_fields, In
 /// (often its Deployment's) fits.
 pub const MAX_ENFORCER_BYTES: usize = 253;
 
-/// The longest `detail` of a status.
-pub const MAX_DETAIL_BYTES: usize = 1024;
+/// The longest `detail` of a status, in characters.
+pub const MAX_DETAIL_CHARS: usize = 1024;
 
 /// What an enforcer did about a blocked item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -156,11 +156,15 @@ pub fn reports(body: &Value, max_batch: usize) -> Result<Vec<Reported>, Invalid>
         let id = required_id(map, "id", &mut errs);
         let state = match map.get("state") {
             Some(Value::String(s)) => {
-                let state = EnforcementState::ALL.into_iter().find(|st| st.as_str() == s);
+                let state = EnforcementState::ALL
+                    .into_iter()
+                    .find(|st| st.as_str() == s);
                 if state.is_none() {
                     errs.push(format!(
                         ".state: one of {}, got {s:?}",
-                        EnforcementState::ALL.map(EnforcementState::as_str).join(", ")
+                        EnforcementState::ALL
+                            .map(EnforcementState::as_str)
+                            .join(", ")
                     ));
                 }
                 state
@@ -176,11 +180,11 @@ pub fn reports(body: &Value, max_batch: usize) -> Result<Vec<Reported>, Invalid>
         };
         let detail = match map.get("detail") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.len() <= MAX_DETAIL_BYTES => Some(s.clone()),
+            Some(Value::String(s)) if s.chars().count() <= MAX_DETAIL_CHARS => Some(s.clone()),
             Some(Value::String(s)) => {
                 errs.push(format!(
-                    ".detail: at most {MAX_DETAIL_BYTES} bytes, got {}",
-                    s.len()
+                    ".detail: at most {MAX_DETAIL_CHARS} characters, got {}",
+                    s.chars().count()
                 ));
                 None
             }
@@ -250,9 +254,16 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected:?} in {text}");
         }
-        let good = reports(&json!([{"kind": "node", "id": "n1", "state": "dryRun"}]), 10).unwrap();
+        let good = reports(
+            &json!([{"kind": "node", "id": "n1", "state": "dryRun"}]),
+            10,
+        )
+        .unwrap();
         assert_eq!(good[0].state, EnforcementState::DryRun);
-        assert_eq!((good[0].detail.as_deref(), good[0].observed_revision), (None, None));
+        assert_eq!(
+            (good[0].detail.as_deref(), good[0].observed_revision),
+            (None, None)
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The operator console (`GET /ui`) in a real headless Chromium against the real daemon:
 //! it shows what is stored, follows the feed live (adds, removals and expiries by other
-//! clients within a second, a kill -9 and restart with no row lost or repeated), tries
+//! clients within a second, a kill -9 and restart with no row lost or repeated), shows what
+//! an enforcer reports it did about an item, tries
 //! writes as dry runs first, asks for the token when reads need one, works over HTTPS, and
 //! CORS lets a page of another origin in only with `--cors-origin`.
 
@@ -167,6 +168,28 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
                 t.contains("EVACUATE") && t.contains("detector-x (1)") && t.contains("tm-8")
             })
         })
+        .await;
+    // An enforcer's status (what blocklist-kube reports once it tainted the Node) shows in
+    // the node's row; a status emits no event, so the page reads them every 5 s.
+    let (status, body) = d
+        .call(
+            reqwest::Method::PUT,
+            "/enforcement/blocklist-kube",
+            Some(json!([{"kind": "node", "id": "n5", "state": "enforced",
+                         "detail": "taint blocklistd.io/blocked=MARK_BLOCKED_AND_EVACUATE_TASKS:NoSchedule"}])),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    browser
+        .until(
+            "the node's enforcement status",
+            Duration::from_secs(5) + LIVE,
+            ROW_TEXTS,
+            |t| {
+                t.as_str()
+                    .is_some_and(|t| t.contains("blocklist-kube: enforced"))
+            },
+        )
         .await;
     let desktop = browser.screenshot("console-desktop.png").await;
     eprintln!("screenshot: {}", desktop.display());

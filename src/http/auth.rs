@@ -105,7 +105,11 @@ impl Auth {
             // What an enforcer reports from its cluster: statuses, and where task managers
             // run. Everything else that writes needs a writer.
             let reported = path.starts_with("/enforcement/") || path.starts_with("/taskmanagers");
-            Some(if reported { Role::Enforcer } else { Role::Writer })
+            Some(if reported {
+                Role::Enforcer
+            } else {
+                Role::Writer
+            })
         } else if self.reads {
             Some(Role::Reader)
         } else {

@@ -37,6 +37,7 @@ pub fn router() -> Router<AppState> {
 #[into_params(names("enforcer"), parameter_in = Path)]
 pub struct EnforcerPath(
     /// The enforcer's name: 1 to 253 ASCII letters, digits, `-`, `_` and `.`.
+    #[param(pattern = r"^[A-Za-z0-9._-]{1,253}$")]
     pub String,
 );
 
@@ -82,9 +83,7 @@ pub(super) struct StatusEntry {
     security((), ("bearerAuth" = [])),
 )]
 pub(super) async fn list(State(state): State<AppState>) -> Result<Response> {
-    let (all, revision) = state
-        .listing(crate::store::Store::all_statuses)
-        .await?;
+    let (all, revision) = state.listing(crate::store::Store::all_statuses).await?;
     let entries: Vec<StatusEntry> = all
         .into_iter()
         .flat_map(|(kind, id, statuses)| {
@@ -109,7 +108,7 @@ pub(super) struct StatusReport {
     #[schema(value_type = Id)]
     id: String,
     state: EnforcementState,
-    /// At most 1024 bytes.
+    /// At most 1024 characters.
     #[schema(max_length = 1024)]
     detail: Option<String>,
     /// The item's `revision` the enforcer acted on.

@@ -45,6 +45,15 @@ pub async fn get(client: &Client, kind: Kind, id: &str, json: bool) -> Result<()
             let _ = writeln!(text, "task managers on node {id}: {}", tms.join(", "));
         }
     }
+    if !detail.enforcement.is_empty() {
+        text.push_str("\nenforcement:\n");
+        text.push_str(&render::enforcement_text(
+            &detail.enforcement,
+            item.revision,
+            now,
+            tz,
+        ));
+    }
     if !detail.reports.is_empty() {
         let shown = detail.reports.len() as u64;
         if shown < item.report_count {

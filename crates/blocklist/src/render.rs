@@ -19,7 +19,8 @@ pub use allow::{
 };
 pub use policy::{policy_status_text, policy_table};
 pub use provenance::{
-    past_blocks_table, provenance_text, reports_table, ItemDetailView, PastBlockView,
+    enforcement_text, past_blocks_table, provenance_text, reports_table, ItemDetailView,
+    PastBlockView,
 };
 
 /// An item as the API shows it. Deserialized leniently (unknown fields ignored, optional

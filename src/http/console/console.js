@@ -42,6 +42,7 @@ async function list() {
   ];
   table.registrations(registered.body);
   table.replaceAll(all);
+  statusesChanged();
   // The registrations were listed at or after the blocklist's revision; replaying their
   // events from it again converges, as the feed's events carry the state after them.
   revision = answer.body.revision;
@@ -71,9 +72,23 @@ function apply(e) {
   }
   // Every change may move a figure of the guardrails: refreshed at most twice a second.
   guardsChanged();
+  statusesChanged();
   if (selected && d && selected.kind === d.kind && selected.id === d.id) detailChanged();
   setStatus("live", "live");
 }
+
+// The enforcers' statuses: read again after changes (at most twice a second) and every 5 s,
+// as a status emits no event of its own.
+let statusesDue = null;
+function statusesChanged() {
+  if (statusesDue) return;
+  statusesDue = setTimeout(async () => {
+    statusesDue = null;
+    const answer = await call("GET", "/enforcement");
+    if (answer.status === 200) table.statuses(answer.body);
+  }, 500);
+}
+setInterval(statusesChanged, 5000);
 
 // No byte for this long (the daemon sends a heartbeat every 15 s by default): the
 // connection is dead even if no one closed it.
@@ -190,6 +205,10 @@ async function detailChanged() {
         ["kind", shown.kind], ["id", shown.id], ["action", item.body.action],
         ["ends", table.ends(item.body.endTimestamp)], ["started", when(item.body.startTimestamp)],
         ["cause", item.body.cause], ["source", item.body.source], ["reports", item.body.reportCount],
+        ...Object.entries(item.body.enforcement || {}).map(([enforcer, st]) => [
+          `enforcement (${enforcer})`,
+          `${st.state} since ${when(st.since)}${st.detail ? ": " + st.detail : ""}`,
+        ]),
       ]
     : [["kind", shown.kind], ["id", shown.id], ["state", "not blocked now"]];
   fields.replaceChildren(

@@ -38,6 +38,25 @@ export function unregistered(tm) {
   if (items.has(key("node", node))) changed();
 }
 
+// What enforcers (blocklist-kube, say) report they did about each item (`GET
+// /enforcement`): a status emits no event, so the console reads them again after changes
+// and every few seconds.
+const enforcement = new Map();
+
+export function statuses(list) {
+  enforcement.clear();
+  for (const { kind, id, enforcer, state } of list) {
+    const k = key(kind, id);
+    if (!enforcement.has(k)) enforcement.set(k, []);
+    enforcement.get(k).push(`${enforcer}: ${state}`);
+  }
+  changed();
+}
+
+function enforcementOf(item) {
+  return (enforcement.get(key(item.kind, item.id)) || []).join(", ");
+}
+
 function taskManagersOf(item) {
   return item.kind === "node" ? [...(onNode.get(item.id) || [])].sort() : [];
 }
@@ -170,6 +189,7 @@ function paint() {
       cell(item.cause),
       cell(`${item.source} (${item.reportCount})`),
       cell(taskManagersOf(item).join(", ")),
+      cell(enforcementOf(item), "enforcement"),
     );
     fragment.append(row);
   }

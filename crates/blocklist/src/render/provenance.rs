@@ -17,6 +17,53 @@ pub struct ItemDetailView {
     pub item: ItemView,
     #[serde(default)]
     pub reports: Vec<ReportView>,
+    /// What each enforcer reported it did about the block, by enforcer name.
+    #[serde(default)]
+    pub enforcement: std::collections::BTreeMap<String, EnforcementView>,
+}
+
+/// One enforcer's status of the item (`docs/api.md`, "Enforcement").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnforcementView {
+    pub state: String,
+    pub since: i64,
+    #[serde(default)]
+    pub detail: Option<String>,
+    #[serde(default)]
+    pub observed_revision: Option<u64>,
+}
+
+/// The enforcers' statuses of `get`, one line each: who, what, since when, and whether it
+/// acted on an older revision of the item than `revision`.
+pub fn enforcement_text<Tz: TimeZone>(
+    statuses: &std::collections::BTreeMap<String, EnforcementView>,
+    revision: u64,
+    now_ms: i64,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: Display,
+{
+    let mut text = String::new();
+    for (enforcer, status) in statuses {
+        let _ = write!(
+            text,
+            "  {}: {} since {} ({})",
+            clean(enforcer),
+            clean(&status.state),
+            local_time(status.since, tz),
+            relative(status.since - now_ms)
+        );
+        if let Some(detail) = &status.detail {
+            let _ = write!(text, ": {}", clean(detail));
+        }
+        if status.observed_revision.is_some_and(|seen| seen < revision) {
+            let _ = write!(text, " [has not seen the item's last change yet]");
+        }
+        text.push('\n');
+    }
+    text
 }
 
 /// One report of an item.

@@ -307,3 +307,41 @@ fn remove_by_selector_over_the_limit_says_so_and_removes_nothing() {
         ["n1", "n2", "n3"]
     );
 }
+
+/// `get` shows what each enforcer reported about the item, and says when one has not seen
+/// the item's last change yet.
+#[tokio::test]
+async fn get_shows_the_enforcers_statuses() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    cli(&d, &["add", "node", "n1", "--cause", "disk"]).ok();
+    let (status, body) = d
+        .call(
+            reqwest::Method::PUT,
+            "/enforcement/blocklist-kube",
+            Some(serde_json::json!([{"kind": "node", "id": "n1", "state": "enforced",
+                                     "detail": "taint blocklistd.io/blocked=MARK_BLOCKED:NoSchedule",
+                                     "observedRevision": 1}])),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    let run = cli(&d, &["get", "node", "n1"]).ok();
+    let statuses = run
+        .stdout
+        .split("\nenforcement:\n")
+        .nth(1)
+        .expect("the statuses");
+    let line = statuses.lines().next().unwrap_or_default();
+    assert!(
+        line.starts_with("  blocklist-kube: enforced since ")
+            && line.ends_with(": taint blocklistd.io/blocked=MARK_BLOCKED:NoSchedule"),
+        "{run:?}"
+    );
+    cli(&d, &["update", "node", "n1", "--cause", "fan"]).ok();
+    let run = cli(&d, &["get", "node", "n1"]).ok();
+    assert!(
+        run.stdout
+            .contains("[has not seen the item's last change yet]"),
+        "{run:?}"
+    );
+}
