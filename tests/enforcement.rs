@@ -23,7 +23,8 @@ async fn report(d: &Daemon, enforcer: &str, body: Value) -> (StatusCode, Value) 
 
 /// The `ETag` and revision of a node item, and its `enforcement`.
 async fn node(d: &Daemon, id: &str) -> (String, u64, Value) {
-    let (status, headers, body) = request(d, Method::GET, &format!("/blocklist/nodes/{id}"), &[], None).await;
+    let (status, headers, body) =
+        request(d, Method::GET, &format!("/blocklist/nodes/{id}"), &[], None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     (
         headers["etag"].to_str().unwrap().to_owned(),
@@ -36,8 +37,11 @@ async fn node(d: &Daemon, id: &str) -> (String, u64, Value) {
 async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    d.post("/blocklist/nodes", json!([item("n1", MB, "disk"), item("n2", MB, "disk")]))
-        .await;
+    d.post(
+        "/blocklist/nodes",
+        json!([item("n1", MB, "disk"), item("n2", MB, "disk")]),
+    )
+    .await;
     let (etag, revision, none) = node(&d, "n1").await;
     assert_eq!(none, Value::Null, "no status yet");
     let feed_revision = d.revision().await;
@@ -45,15 +49,28 @@ async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
     let mut tainted = status("node", "n1", "enforced");
     tainted["detail"] = json!("taint blocklistd.io/blocked=MARK_BLOCKED:NoSchedule");
     tainted["observedRevision"] = json!(revision);
-    let (code, body) = report(&d, "kube-a", json!([tainted, status("node", "gone", "enforced")])).await;
+    let (code, body) = report(
+        &d,
+        "kube-a",
+        json!([tainted, status("node", "gone", "enforced")]),
+    )
+    .await;
     assert_eq!(code, StatusCode::OK, "{body}");
     assert_eq!(
         body,
         json!({"stored": 1, "unchanged": 0, "notBlocked": ["node/gone"]})
     );
     let (etag_after, revision_after, statuses) = node(&d, "n1").await;
-    assert_eq!((etag_after, revision_after), (etag, revision), "the block is unchanged");
-    assert_eq!(d.revision().await, feed_revision, "no event, no new revision");
+    assert_eq!(
+        (etag_after, revision_after),
+        (etag, revision),
+        "the block is unchanged"
+    );
+    assert_eq!(
+        d.revision().await,
+        feed_revision,
+        "no event, no new revision"
+    );
     let since = statuses["kube-a"]["since"].as_i64().unwrap();
     assert_eq!(statuses["kube-a"]["state"], "enforced");
     assert_eq!(statuses["kube-a"]["observedRevision"], revision);
@@ -77,7 +94,8 @@ async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
     // The block ends: its statuses go; a new block of the id starts without them.
     assert_eq!(d.delete("/blocklist/nodes/n1").await.0, StatusCode::OK);
     assert_eq!(d.get("/enforcement").await.1, json!([]));
-    d.post("/blocklist/nodes", json!([item("n1", MB, "again")])).await;
+    d.post("/blocklist/nodes", json!([item("n1", MB, "again")]))
+        .await;
     assert_eq!(node(&d, "n1").await.2, Value::Null);
 
     // An expiry drops them too.
@@ -90,7 +108,10 @@ async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
     assert_eq!(d.get("/enforcement").await.1.as_array().unwrap().len(), 1);
     let deadline = Instant::now() + DEADLINE;
     while d.get("/enforcement").await.1 != json!([]) {
-        assert!(Instant::now() < deadline, "the expired block's status stays");
+        assert!(
+            Instant::now() < deadline,
+            "the expired block's status stays"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -99,7 +120,8 @@ async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
 async fn a_bad_report_names_the_element_and_field_and_writes_nothing() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    d.post("/blocklist/nodes", json!([item("n1", MB, "disk")])).await;
+    d.post("/blocklist/nodes", json!([item("n1", MB, "disk")]))
+        .await;
     let (code, body) = report(
         &d,
         "kube-a",
@@ -108,11 +130,20 @@ async fn a_bad_report_names_the_element_and_field_and_writes_nothing() {
     .await;
     assert_eq!(code, StatusCode::BAD_REQUEST);
     let errors = body["errors"].to_string();
-    assert!(errors.contains("items[1] (id \\\"n1\\\").state: one of"), "{errors}");
+    assert!(
+        errors.contains("items[1] (id \\\"n1\\\").state: one of"),
+        "{errors}"
+    );
     assert_eq!(d.get("/enforcement").await.1, json!([]), "nothing written");
     let (code, body) = report(&d, "a%2Fb", json!([status("node", "n1", "enforced")])).await;
     assert_eq!(code, StatusCode::BAD_REQUEST);
-    assert!(body["errors"][0].as_str().unwrap().contains("enforcer in the path"), "{body}");
+    assert!(
+        body["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("enforcer in the path"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -126,14 +157,27 @@ async fn the_enforcer_role_reports_and_registers_and_nothing_else() {
     .unwrap();
     let d = ws.start(&["--token-file", tokens.to_str().unwrap()]);
     let as_ = |token: &'static str, method: Method, path: &str, body: Value| {
-        let request = d.client.request(method, d.url(path)).bearer_auth(token).json(&body);
+        let request = d
+            .client
+            .request(method, d.url(path))
+            .bearer_auth(token)
+            .json(&body);
         async move {
             let response = request.send().await.unwrap();
             let status = response.status();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
         }
     };
-    let (code, _) = as_("admin-token", Method::POST, "/blocklist/nodes", json!([item("n1", MB, "c")])).await;
+    let (code, _) = as_(
+        "admin-token",
+        Method::POST,
+        "/blocklist/nodes",
+        json!([item("n1", MB, "c")]),
+    )
+    .await;
     assert_eq!(code, StatusCode::CREATED);
 
     let (code, body) = as_(
@@ -162,11 +206,32 @@ async fn the_enforcer_role_reports_and_registers_and_nothing_else() {
     )
     .await;
     assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
-    assert!(body["errors"][0].as_str().unwrap().contains("only under its own name"));
-    let (code, body) = as_("bridge-token", Method::POST, "/blocklist/nodes", json!([item("n2", MB, "c")])).await;
+    assert!(body["errors"][0]
+        .as_str()
+        .unwrap()
+        .contains("only under its own name"));
+    let (code, body) = as_(
+        "bridge-token",
+        Method::POST,
+        "/blocklist/nodes",
+        json!([item("n2", MB, "c")]),
+    )
+    .await;
     assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
-    assert!(body["errors"][0].as_str().unwrap().contains("this token's role is enforcer"), "{body}");
-    let (code, _) = as_("bridge-token", Method::DELETE, "/blocklist/nodes/n1", Value::Null).await;
+    assert!(
+        body["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("this token's role is enforcer"),
+        "{body}"
+    );
+    let (code, _) = as_(
+        "bridge-token",
+        Method::DELETE,
+        "/blocklist/nodes/n1",
+        Value::Null,
+    )
+    .await;
     assert_eq!(code, StatusCode::FORBIDDEN);
     assert_eq!(ids(&d.get("/blocklist/nodes").await.1), ["n1"]);
     let all = d.get("/enforcement").await.1;

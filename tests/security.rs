@@ -272,7 +272,9 @@ secret-token-value name=bob role=superuser
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!("the token file {tokens}, line 3"))
-            && stderr.contains("the field `role` must be admin, writer, enforcer or reader, not `superuser`"),
+            && stderr.contains(
+                "the field `role` must be admin, writer, enforcer or reader, not `superuser`"
+            ),
         "{stderr}"
     );
     assert!(!stderr.contains("secret-token"), "{stderr}");

@@ -65,9 +65,10 @@ impl Bridge {
                 "dryRun",
                 Some(format!("would taint {}", self.marking.taint(block))),
             ),
-            Ok(Outcome::Written | Outcome::Unchanged) => {
-                ("enforced", Some(format!("taint {}", self.marking.taint(block))))
-            }
+            Ok(Outcome::Written | Outcome::Unchanged) => (
+                "enforced",
+                Some(format!("taint {}", self.marking.taint(block))),
+            ),
             Ok(Outcome::Missing) => ("noTarget", Some("no Node of this name".to_owned())),
             Ok(Outcome::HeldBack(why)) => ("heldBack", Some(why.clone())),
             Err(e) => ("failed", Some(e.clone())),

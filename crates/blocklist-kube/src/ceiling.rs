@@ -84,12 +84,15 @@ impl Ceiling {
             return Ok(());
         }
         let first = state.held.insert(name.to_owned());
-        Err((format!(
-            "{} of the cluster's {total} Nodes carry the taint: the ceiling \
+        Err((
+            format!(
+                "{} of the cluster's {total} Nodes carry the taint: the ceiling \
              (--max-tainted-nodes-percent {}) allows {allowed}",
-            state.tainted.len(),
-            self.percent
-        ), first))
+                state.tainted.len(),
+                self.percent
+            ),
+            first,
+        ))
     }
 
     /// `name` no longer carries the taint, or no longer needs one.
@@ -97,6 +100,13 @@ impl Ceiling {
         let mut state = self.state();
         state.tainted.remove(name);
         state.held.remove(name);
+    }
+
+    /// The Nodes refused a taint since they were last granted one, by name.
+    pub fn held(&self) -> Vec<String> {
+        let mut held: Vec<String> = self.state().held.iter().cloned().collect();
+        held.sort();
+        held
     }
 
     /// Every Node's name.

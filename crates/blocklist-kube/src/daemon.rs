@@ -58,7 +58,11 @@ const PER_BATCH: usize = 1_000;
 
 impl Daemon {
     /// Clients for every URL, with the token (its file's first line) and the TLS files.
-    pub fn new(urls: &[String], token_file: Option<&Path>, tls: &TlsFiles) -> Result<Daemon, String> {
+    pub fn new(
+        urls: &[String],
+        token_file: Option<&Path>,
+        tls: &TlsFiles,
+    ) -> Result<Daemon, String> {
         if urls.is_empty() {
             return Err("--daemon names no daemon".into());
         }
@@ -137,9 +141,10 @@ impl Daemon {
         let request = client
             .request(Method::GET, "/blocklist/events")
             .header("Last-Event-ID", revision.to_string());
-        let response = request.send().await.map_err(|e| {
-            FeedError::Other(self.failure("the feed", &client.unreachable(&e)))
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| FeedError::Other(self.failure("the feed", &client.unreachable(&e))))?;
         match response.status() {
             StatusCode::OK => Ok(response),
             StatusCode::GONE => Err(FeedError::Gone),
@@ -159,7 +164,12 @@ impl Daemon {
     }
 
     /// A write with a JSON body.
-    async fn write(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, String> {
+    async fn write(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, String> {
         let client = &self.current().0;
         match client.send(method, path, body).await {
             Ok(reply) => Ok(serde_json::from_slice(&reply.body).unwrap_or(Value::Null)),
@@ -176,7 +186,8 @@ impl Daemon {
     pub async fn register(&self, all: &[Registration]) -> Result<(), String> {
         for batch in all.chunks(PER_BATCH) {
             let body = serde_json::to_value(batch).expect("registrations serialise");
-            self.write(Method::PUT, "/taskmanagers", Some(&body)).await?;
+            self.write(Method::PUT, "/taskmanagers", Some(&body))
+                .await?;
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::bridge::Bridge;
 use crate::daemon::FeedError;
+use crate::desired::Known;
 use crate::events::Why;
 use crate::marking::Block;
 use crate::nodes;
@@ -47,10 +48,13 @@ pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
         if let Err(e) = labels.reconcile(bridge).await {
             tracing::warn!(error = %e, "could not label the blocked task managers' pods; the next resync retries");
         }
-        bridge.metrics.feed_revision.set(i64::try_from(revision).unwrap_or(i64::MAX));
+        bridge
+            .metrics
+            .feed_revision
+            .set(i64::try_from(revision).unwrap_or(i64::MAX));
         let resync_at = Instant::now() + resync;
         while Instant::now() < resync_at {
-            match follow(bridge, labels, &mut revision, resync_at).await {
+            match Box::pin(follow(bridge, labels, &mut revision, resync_at)).await {
                 Ok(()) => {}
                 Err(FeedError::Gone) => {
                     tracing::warn!(
@@ -94,10 +98,13 @@ async fn follow(
         };
         bridge.metrics.feed_alive();
         for event in parser.push(&chunk) {
-            apply(bridge, labels, &event).await;
+            Box::pin(apply(bridge, labels, &event)).await;
             if let Some(id) = event.id {
                 *revision = id;
-                bridge.metrics.feed_revision.set(i64::try_from(id).unwrap_or(i64::MAX));
+                bridge
+                    .metrics
+                    .feed_revision
+                    .set(i64::try_from(id).unwrap_or(i64::MAX));
             }
         }
     }
@@ -128,7 +135,9 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
     match kind.as_str() {
         "node" => {}
         "taskmanager" => {
-            labels.set(bridge, &block.id, blocks.then_some(&block)).await;
+            labels
+                .set(bridge, &block.id, blocks.then_some(&block))
+                .await;
             return;
         }
         _ => return,
@@ -139,7 +148,11 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
     bridge.metrics.api("get", &node);
     match node {
         Ok(Some(node)) => {
+            let untainted = wanted.is_none() && bridge.marking.carries(&node);
             nodes::apply(bridge, node, wanted, Why::Blocklist).await;
+            if untainted {
+                retry_held(bridge).await;
+            }
         }
         Ok(None) => {
             tracing::info!(node = %block.id, "the blocklist names a node that is not a Node of this cluster");
@@ -148,6 +161,26 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
         Err(e) => {
             tracing::warn!(node = %block.id, error = %e, "could not read the Node; the next resync retries");
             bridge.record(&block.id, wanted, &Err(e.to_string()));
+        }
+    }
+}
+
+/// A taint came off: the Nodes the ceiling held back are tried again, by name, while there
+/// is room.
+async fn retry_held(bridge: &Bridge) {
+    for name in bridge.ceiling.held() {
+        let Known::Block(Some(block)) = bridge.desired.of(&name) else {
+            continue;
+        };
+        let node = bridge.nodes.get_opt(&name).await;
+        bridge.metrics.api("get", &node);
+        let Ok(Some(node)) = node else {
+            continue;
+        };
+        if let nodes::Outcome::HeldBack(_) =
+            nodes::apply(bridge, node, Some(&block), Why::Blocklist).await
+        {
+            return; // no room left
         }
     }
 }

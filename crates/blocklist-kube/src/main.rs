@@ -27,6 +27,10 @@ use tracing_subscriber::EnvFilter;
 /// the daemon's membership is kept current from the task managers' pods.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
+#[expect(
+    clippy::doc_markdown,
+    reason = "the text of --help, where backticks would show"
+)]
 struct Args {
     #[command(subcommand)]
     command: Option<Command>,
@@ -68,11 +72,19 @@ struct Args {
     kubeconfig: Option<PathBuf>,
 
     /// The key of the bridge's taint (and of its label on a blocked task manager's pod).
-    #[arg(long, env = "BLOCKLIST_KUBE_TAINT_KEY", default_value = "blocklistd.io/blocked")]
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_TAINT_KEY",
+        default_value = "blocklistd.io/blocked"
+    )]
     taint_key: String,
 
     /// The prefix of the bridge's annotations (cause, source, end, revision).
-    #[arg(long, env = "BLOCKLIST_KUBE_ANNOTATION_PREFIX", default_value = "blocklistd.io/")]
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_ANNOTATION_PREFIX",
+        default_value = "blocklistd.io/"
+    )]
     annotation_prefix: String,
 
     /// The pods that are task managers: each, once bound, is registered with the daemon on
@@ -143,10 +155,14 @@ enum Command {
 fn main() -> ExitCode {
     let args = Args::parse();
     let printed = match &args.command {
-        Some(Command::Completion { shell }) => {
-            Some(blocklistd::shell::print_completion(&Args::command(), *shell))
-        }
-        Some(Command::Man { dir }) => Some(blocklistd::shell::print_man(&Args::command(), dir.as_deref())),
+        Some(Command::Completion { shell }) => Some(blocklistd::shell::print_completion(
+            &Args::command(),
+            *shell,
+        )),
+        Some(Command::Man { dir }) => Some(blocklistd::shell::print_man(
+            &Args::command(),
+            dir.as_deref(),
+        )),
         None => None,
     };
     if let Some(printed) = printed {

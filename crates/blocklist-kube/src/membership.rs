@@ -125,7 +125,10 @@ async fn flush(bridge: &Bridge, pending: &mut Pending) -> Result<(), String> {
         })
         .collect();
     daemon.register(&registrations).await?;
-    bridge.metrics.registrations.inc_by(registrations.len() as u64);
+    bridge
+        .metrics
+        .registrations
+        .inc_by(registrations.len() as u64);
     pending.retain(|_, node| node.is_none());
     let gone: Vec<String> = pending.keys().cloned().collect();
     for id in gone {
@@ -155,7 +158,10 @@ async fn reconcile(bridge: &Bridge, pods: &HashMap<String, String>) -> Result<()
         })
         .collect();
     daemon.register(&registrations).await?;
-    bridge.metrics.registrations.inc_by(registrations.len() as u64);
+    bridge
+        .metrics
+        .registrations
+        .inc_by(registrations.len() as u64);
     for id in held.keys().filter(|id| !pods.contains_key(*id)) {
         daemon.unregister(id).await?;
         bridge.metrics.unregistrations.inc();

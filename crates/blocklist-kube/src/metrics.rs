@@ -56,21 +56,80 @@ impl Default for Metrics {
             registry: Registry::default(),
         };
         let r = &mut registry;
-        r.register("taints_applied", "Taints the bridge put on Nodes", metrics.taints_applied.clone());
-        r.register("taints_removed", "Taints the bridge took off Nodes", metrics.taints_removed.clone());
-        r.register("reconciles", "Full reconciles run", metrics.reconciles.clone());
-        r.register("reconcile_seconds", "How long a full reconcile took", metrics.reconcile_seconds.clone());
-        r.register("api_requests", "Requests to the Kubernetes API server, by verb and HTTP code", metrics.api_requests.clone());
-        r.register("feed_revision", "The revision of the daemon's change feed the bridge has applied", metrics.feed_revision.clone());
-        r.register("feed_idle_seconds", "Seconds since the change feed last delivered anything (an event or a heartbeat)", metrics.feed_idle_seconds.clone());
-        r.register("nodes_missing", "Blocked node ids that name no Node of the cluster", metrics.nodes_missing.clone());
-        r.register("nodes_tainted", "Nodes carrying the bridge's taint", metrics.nodes_tainted.clone());
-        r.register("ceiling_refusals", "Taints not put because the ceiling (--max-tainted-nodes-percent) was reached", metrics.ceiling_refusals.clone());
-        r.register("block_to_taint_seconds", "From a block's last report in the daemon to its taint on the Node", metrics.block_to_taint_seconds.clone());
-        r.register("registrations", "Task managers registered with the daemon from their pods", metrics.registrations.clone());
-        r.register("unregistrations", "Task managers unregistered from the daemon (their pods gone)", metrics.unregistrations.clone());
-        r.register("pods_labelled", "Label changes on task managers' pods (blocked or no longer)", metrics.pods_labelled.clone());
-        Metrics { registry, ..metrics }
+        r.register(
+            "taints_applied",
+            "Taints the bridge put on Nodes",
+            metrics.taints_applied.clone(),
+        );
+        r.register(
+            "taints_removed",
+            "Taints the bridge took off Nodes",
+            metrics.taints_removed.clone(),
+        );
+        r.register(
+            "reconciles",
+            "Full reconciles run",
+            metrics.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_seconds",
+            "How long a full reconcile took",
+            metrics.reconcile_seconds.clone(),
+        );
+        r.register(
+            "api_requests",
+            "Requests to the Kubernetes API server, by verb and HTTP code",
+            metrics.api_requests.clone(),
+        );
+        r.register(
+            "feed_revision",
+            "The revision of the daemon's change feed the bridge has applied",
+            metrics.feed_revision.clone(),
+        );
+        r.register(
+            "feed_idle_seconds",
+            "Seconds since the change feed last delivered anything (an event or a heartbeat)",
+            metrics.feed_idle_seconds.clone(),
+        );
+        r.register(
+            "nodes_missing",
+            "Blocked node ids that name no Node of the cluster",
+            metrics.nodes_missing.clone(),
+        );
+        r.register(
+            "nodes_tainted",
+            "Nodes carrying the bridge's taint",
+            metrics.nodes_tainted.clone(),
+        );
+        r.register(
+            "ceiling_refusals",
+            "Taints not put because the ceiling (--max-tainted-nodes-percent) was reached",
+            metrics.ceiling_refusals.clone(),
+        );
+        r.register(
+            "block_to_taint_seconds",
+            "From a block's last report in the daemon to its taint on the Node",
+            metrics.block_to_taint_seconds.clone(),
+        );
+        r.register(
+            "registrations",
+            "Task managers registered with the daemon from their pods",
+            metrics.registrations.clone(),
+        );
+        r.register(
+            "unregistrations",
+            "Task managers unregistered from the daemon (their pods gone)",
+            metrics.unregistrations.clone(),
+        );
+        r.register(
+            "pods_labelled",
+            "Label changes on task managers' pods (blocked or no longer)",
+            metrics.pods_labelled.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
     }
 }
 
@@ -97,7 +156,8 @@ impl Metrics {
         let last = self.feed_last_ms.load(Ordering::Relaxed);
         if last > 0 {
             #[expect(clippy::cast_precision_loss, reason = "milliseconds, far below 2^52")]
-            self.feed_idle_seconds.set((now_ms() - last) as f64 / 1000.0);
+            self.feed_idle_seconds
+                .set((now_ms() - last) as f64 / 1000.0);
         }
         let mut out = String::new();
         text::encode(&mut out, &self.registry).expect("writing to a String");

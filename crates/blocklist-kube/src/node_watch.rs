@@ -23,7 +23,9 @@ pub async fn run(bridge: &Bridge) {
         let node = match event {
             Ok(Event::Apply(node) | Event::InitApply(node)) => node,
             Ok(Event::Delete(node)) => {
-                bridge.ceiling.gone(node.metadata.name.as_deref().unwrap_or_default());
+                bridge
+                    .ceiling
+                    .gone(node.metadata.name.as_deref().unwrap_or_default());
                 continue;
             }
             Ok(_) => continue,

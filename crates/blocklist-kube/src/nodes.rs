@@ -38,7 +38,10 @@ pub async fn apply(bridge: &Bridge, node: Node, block: Option<&Block>, why: Why)
         tracing::warn!(node = %name, error = %e, "could not mark the Node; the next event or resync retries");
     }
     bridge.record(&name, block, &outcome);
-    bridge.metrics.nodes_tainted.set(i64::try_from(bridge.ceiling.tainted()).unwrap_or(i64::MAX));
+    bridge
+        .metrics
+        .nodes_tainted
+        .set(i64::try_from(bridge.ceiling.tainted()).unwrap_or(i64::MAX));
     outcome.unwrap_or(Outcome::Unchanged)
 }
 
@@ -53,8 +56,12 @@ async fn write(
     for _ in 0..CONFLICT_RETRIES {
         let carries = marking.carries(&node);
         let Some(patch) = marking::patch(&node, marking, block) else {
+            // It matches: tainted as blocked, or free of the bridge's marks (and of any
+            // refusal the ceiling remembered).
             if carries {
                 bridge.ceiling.seen(&name, true);
+            } else {
+                bridge.ceiling.release(&name);
             }
             return Ok(Outcome::Unchanged);
         };
@@ -87,8 +94,12 @@ async fn write(
                 if adds {
                     metrics.taints_applied.inc();
                     if let Some(block) = block.filter(|b| b.last_report_timestamp > 0) {
-                        #[expect(clippy::cast_precision_loss, reason = "milliseconds, far below 2^52")]
-                        let seconds = (now_ms() - block.last_report_timestamp).max(0) as f64 / 1000.0;
+                        #[expect(
+                            clippy::cast_precision_loss,
+                            reason = "milliseconds, far below 2^52"
+                        )]
+                        let seconds =
+                            (now_ms() - block.last_report_timestamp).max(0) as f64 / 1000.0;
                         metrics.block_to_taint_seconds.observe(seconds);
                     }
                 } else if block.is_none() && carries {

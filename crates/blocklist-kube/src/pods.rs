@@ -110,7 +110,8 @@ impl Labels {
             let has = pod.metadata.labels.and_then(|mut l| l.remove(key));
             let wanted = blocked.get(&name).cloned();
             if has != wanted {
-                self.label(bridge, &namespace, &name, wanted.as_deref()).await;
+                self.label(bridge, &namespace, &name, wanted.as_deref())
+                    .await;
             }
             done.insert(name);
         }
@@ -141,7 +142,9 @@ impl Labels {
         } else {
             PatchParams::default()
         };
-        let result = api.patch_metadata(name, &params, &Patch::Merge(&patch)).await;
+        let result = api
+            .patch_metadata(name, &params, &Patch::Merge(&patch))
+            .await;
         bridge.metrics.api("patch", &result);
         match result {
             Ok(_) => {
@@ -149,7 +152,9 @@ impl Labels {
                 tracing::info!(pod = %format!("{namespace}/{name}"), label = ?value, dry_run = bridge.marking.dry_run, "task manager's pod labelled");
             }
             Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(e) => tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "could not label the pod; the next resync retries"),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "could not label the pod; the next resync retries");
+            }
         }
     }
 }

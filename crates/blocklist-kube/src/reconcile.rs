@@ -38,7 +38,10 @@ pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
     let list = list.map_err(|e| format!("listing Nodes: {e}"))?;
     let marking = &bridge.marking;
     bridge.ceiling.replace(list.items.iter().map(|node| {
-        (node.metadata.name.clone().unwrap_or_default(), marking.carries(node))
+        (
+            node.metadata.name.clone().unwrap_or_default(),
+            marking.carries(node),
+        )
     }));
     let mut counts = Counts {
         revision,
@@ -71,12 +74,21 @@ pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
         }
     }
     if counts.missing > 0 {
-        tracing::info!(missing = counts.missing, "blocked ids that name no Node of this cluster");
+        tracing::info!(
+            missing = counts.missing,
+            "blocked ids that name no Node of this cluster"
+        );
     }
-    bridge.metrics.nodes_missing.set(i64::try_from(counts.missing).unwrap_or(i64::MAX));
+    bridge
+        .metrics
+        .nodes_missing
+        .set(i64::try_from(counts.missing).unwrap_or(i64::MAX));
     bridge.reporter.resend_all(|id| blocks.contains_key(id));
     bridge.metrics.reconciles.inc();
-    bridge.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
+    bridge
+        .metrics
+        .reconcile_seconds
+        .observe(started.elapsed().as_secs_f64());
     bridge.ready.store(true, Ordering::SeqCst);
     Ok(counts)
 }

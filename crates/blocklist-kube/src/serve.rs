@@ -35,7 +35,10 @@ async fn readyz(State(bridge): State<Arc<Bridge>>) -> impl IntoResponse {
 
 async fn metrics(State(bridge): State<Arc<Bridge>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         bridge.metrics.render(),
     )
 }

@@ -6,6 +6,7 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::process::Command;
 
@@ -18,123 +19,9 @@ use blocklist_kube::nodes::{self, Outcome};
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-
-const KEY: &str = "blocklistd.io/blocked";
-
-/// A running bridge, killed on drop (a failed test must not leave it behind).
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `blocklist-kube --once` against `daemon`, as the administrator.
-fn bridge_once(kube: &KubeApiServer, daemon: &Daemon) {
-    bridge_once_with(kube, daemon, &[]);
-}
-
-/// [`bridge_once`] with `extra` flags.
-fn bridge_once_with(kube: &KubeApiServer, daemon: &Daemon, extra: &[&str]) {
-    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
-    let output = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--once", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
-        .args(extra)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .output()
-        .expect("run blocklist-kube");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-fn node(kube: &KubeApiServer, name: &str) -> Value {
-    let text = kube
-        .curl(&["-sf", &format!("{}/api/v1/nodes/{name}", kube.url)])
-        .expect("the Node");
-    serde_json::from_str(&text).expect("JSON")
-}
-
-fn create_node(kube: &KubeApiServer, name: &str, taints: &Value) {
-    let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-                      "spec": {"taints": taints}});
-    kube.curl(&[
-        "-sf",
-        "-XPOST",
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        &body.to_string(),
-        &format!("{}/api/v1/nodes", kube.url),
-    ])
-    .expect("create the Node");
-}
-
-/// The taints of Node `name` other than the bridge's, and the bridge's value (if any).
-fn taints(kube: &KubeApiServer, name: &str) -> (Vec<Value>, Option<String>) {
-    let node = node(kube, name);
-    let all = node["spec"]["taints"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let ours = all
-        .iter()
-        .find(|t| t["key"] == KEY)
-        .map(|t| t["value"].as_str().unwrap_or_default().to_owned());
-    (all.into_iter().filter(|t| t["key"] != KEY).collect(), ours)
-}
-
-/// The reasons of the Events about Node `name` (a Node's Events are in `default`).
-fn event_reasons(kube: &KubeApiServer, name: &str) -> Vec<String> {
-    let text = kube
-        .curl(&[
-            "-sf",
-            &format!(
-                "{}/apis/events.k8s.io/v1/namespaces/default/events",
-                kube.url
-            ),
-        ])
-        .expect("the Events");
-    let list: Value = serde_json::from_str(&text).expect("JSON");
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["regarding"]["kind"] == "Node" && e["regarding"]["name"] == name)
-        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
-        .collect()
-}
-
-/// The PATCH requests on Nodes the API server has answered so far.
-fn node_patches(kube: &KubeApiServer) -> f64 {
-    node_patches_answered(kube, "")
-}
-
-/// The PATCH requests on Nodes the API server has answered so far with `code` (any code
-/// when empty).
-fn node_patches_answered(kube: &KubeApiServer, code: &str) -> f64 {
-    let code = format!(r#"code="{code}""#);
-    let text = kube
-        .curl(&["-sf", &format!("{}/metrics", kube.url)])
-        .expect("the API server's metrics");
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains(r#"resource="nodes""#)
-                && l.contains(r#"verb="PATCH""#)
-                && (code == r#"code="""# || l.contains(&code))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
+use support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn blocked_nodes_are_tainted_unblocked_ones_are_not_and_other_taints_stay() {
@@ -208,15 +95,6 @@ async fn blocked_nodes_are_tainted_unblocked_ones_are_not_and_other_taints_stay(
     assert_eq!(node_patches(&kube), patches);
 }
 
-/// A client of the API server as the administrator.
-async fn client(kube: &KubeApiServer) -> kube::Client {
-    let file = Kubeconfig::read_from(kube.kubeconfig("admin", ADMIN_TOKEN)).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
-}
-
 /// The race the resourceVersion is for, forced: another client adds a taint after the
 /// bridge read the Node and before its patch. The patch is refused (409), the Node read
 /// again, and both taints end up on it.
@@ -270,7 +148,9 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
 }
 
 /// The bridge running (not `--once`): a block reaches its Node through the change feed,
-/// long before the resync (an hour here); a taint taken off by hand is put back, a Node
+/// long before the resync (an hour here); a change in place (an upgrade to evacuation, a
+/// downgrade) moves the taint's value and the annotations; an expiry takes the taint off;
+/// a taint taken off by hand is put back, a Node
 /// created after its block gets its taint, and an unblock takes the taint off as fast;
 /// each is an Event on the Node.
 #[tokio::test(flavor = "multi_thread")]
@@ -284,7 +164,16 @@ async fn a_running_bridge_follows_the_feed() {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
+        .args([
+            "--resync",
+            "3600",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-tainted-nodes-percent",
+            "100",
+            "--daemon",
+            &daemon.url(""),
+        ])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -313,6 +202,48 @@ async fn a_running_bridge_follows_the_feed() {
         event_reasons(&kube, "n1").contains(&"Blocked".to_owned())
     })
     .await;
+
+    // Changed in place: the taint's value and the annotations follow, up and down.
+    let annotation = |name: &str| {
+        node(&kube, "n1")["metadata"]["annotations"][format!("blocklistd.io/{name}")].clone()
+    };
+    for (action, cause) in [
+        ("MARK_BLOCKED_AND_EVACUATE_TASKS", "fan"),
+        ("MARK_BLOCKED", "psu"),
+    ] {
+        let (status, body) = daemon
+            .call(
+                reqwest::Method::PATCH,
+                "/blocklist/nodes/n1",
+                Some(json!({"action": action, "cause": cause})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        eventually(
+            "the taint and the annotations follow the change",
+            || async {
+                taints(&kube, "n1").1.as_deref() == Some(action)
+                    && annotation("cause") == body["cause"]
+            },
+        )
+        .await;
+        assert_eq!(annotation("revision"), body["revision"].to_string());
+    }
+
+    // A block that expires: its taint goes within the sweeper's lag and the bridge's.
+    create_node(&kube, "n2", &json!([]));
+    daemon
+        .post(
+            "/blocklist/nodes",
+            json!([{"id": "n2", "action": "MARK_BLOCKED", "cause": "brief", "timeout": 1500}]),
+        )
+        .await;
+    eventually("n2 tainted", || async { taints(&kube, "n2").1.is_some() }).await;
+    eventually("n2 untainted once its block expired", || async {
+        taints(&kube, "n2").1.is_none()
+    })
+    .await;
+    assert!(event_reasons(&kube, "n2").contains(&"Unblocked".to_owned()));
 
     // Taken off by hand while the block stands: put back.
     kube.curl(&[
@@ -362,8 +293,8 @@ async fn a_running_bridge_follows_the_feed() {
 
 /// Membership from the pods: 200 task manager pods bound to 20 Nodes are registered with
 /// the daemon on their Nodes, so its check of a task manager on a blocked Node says
-/// blocked; pods deleted are unregistered; a pod the selector does not match is not a task
-/// manager.
+/// blocked; a task manager blocked directly has its pod labelled until it is unblocked;
+/// pods deleted are unregistered; a pod the selector does not match is not a task manager.
 #[tokio::test(flavor = "multi_thread")]
 async fn task_manager_pods_are_the_daemons_membership() {
     use k8s_openapi::api::core::v1::Pod;
@@ -402,7 +333,16 @@ async fn task_manager_pods_are_the_daemons_membership() {
     let daemon = ws.start(&[]);
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--namespace", "default", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
+        .args([
+            "--namespace",
+            "default",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-tainted-nodes-percent",
+            "100",
+            "--daemon",
+            &daemon.url(""),
+        ])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::process::Stdio::null())
@@ -443,6 +383,33 @@ async fn task_manager_pods_are_the_daemons_membership() {
         .get("/blocklist/check/taskmanagers/job-taskmanager-1-3")
         .await;
     assert_eq!(verdict["blocked"], true, "{verdict}");
+
+    // A task manager blocked directly: its pod carries the bridge's label, until unblocked.
+    let label = |pods: Api<Pod>| async move {
+        let pod = pods.get("job-taskmanager-1-15").await.expect("the pod");
+        pod.metadata.labels.and_then(|mut l| l.remove(KEY))
+    };
+    daemon
+        .post(
+            "/blocklist/taskmanagers",
+            json!([item(
+                "job-taskmanager-1-15",
+                "MARK_BLOCKED_AND_EVACUATE_TASKS",
+                "slow"
+            )]),
+        )
+        .await;
+    eventually("the blocked task manager's pod labelled", || async {
+        label(pods.clone()).await.as_deref() == Some("MARK_BLOCKED_AND_EVACUATE_TASKS")
+    })
+    .await;
+    daemon
+        .delete("/blocklist/taskmanagers/job-taskmanager-1-15")
+        .await;
+    eventually("its label taken off", || async {
+        label(pods.clone()).await.is_none()
+    })
+    .await;
 
     for i in 0..10 {
         pods.delete(
@@ -485,7 +452,16 @@ async fn the_bridge_follows_another_daemon_when_the_writer_dies() {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &urls])
+        .args([
+            "--resync",
+            "3600",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-tainted-nodes-percent",
+            "100",
+            "--daemon",
+            &urls,
+        ])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -538,7 +514,16 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
     let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let start = || {
         Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-            .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
+            .args([
+                "--resync",
+                "3600",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-tainted-nodes-percent",
+                "100",
+                "--daemon",
+                &daemon.url(""),
+            ])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .stderr(std::process::Stdio::null())
@@ -583,6 +568,8 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
 }
 
 /// Every object of a multi-document YAML file, created as the administrator.
+/// Creates the objects of `file` whose kind `endpoints` lists, each at its endpoint; the
+/// others are left out.
 fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
     let text = std::fs::read_to_string(file).expect("the manifest");
     for document in text.split("\n---\n") {
@@ -590,10 +577,9 @@ fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
             .lines()
             .find_map(|l| l.strip_prefix("kind: "))
             .expect("a kind");
-        let (_, path) = endpoints
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .unwrap_or_else(|| panic!("no endpoint for {kind}"));
+        let Some((_, path)) = endpoints.iter().find(|(k, _)| *k == kind) else {
+            continue;
+        };
         kube.curl(&[
             "-sf",
             "-XPOST",
@@ -607,8 +593,9 @@ fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
     }
 }
 
-/// The bridge with exactly the rights of its RBAC manifest (`deploy/rbac.yaml`) does its
-/// whole job — taints, Events, membership — and cannot do more (create or delete a Node).
+/// The bridge with exactly the rights of its RBAC (`docs/deploy/blocklist-kube.yaml`) does
+/// its whole job — taints, Events, membership, the label on a blocked task manager's pod —
+/// and cannot do more (create or delete a Node).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     let Some(kube) = KubeApiServer::start("blocklist-kube rbac") else {
@@ -616,7 +603,10 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     };
     apply_yaml(
         &kube,
-        concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml"),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/deploy/blocklist-kube.yaml"
+        ),
         &[
             (
                 "ClusterRole",
@@ -644,7 +634,16 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
     let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args(["--resync", "3600", "--listen", "127.0.0.1:0", "--max-tainted-nodes-percent", "100", "--daemon", &daemon.url("")])
+        .args([
+            "--resync",
+            "3600",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-tainted-nodes-percent",
+            "100",
+            "--daemon",
+            &daemon.url(""),
+        ])
         .arg("--kubeconfig")
         .arg(kube.kubeconfig("bridge", BRIDGE_TOKEN))
         .stderr(std::process::Stdio::null())
@@ -664,6 +663,17 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     .await;
     eventually("the pod registered", || async {
         daemon.get("/taskmanagers/job-taskmanager-1-1").await.0 == StatusCode::OK
+    })
+    .await;
+    daemon
+        .post(
+            "/blocklist/taskmanagers",
+            json!([item("job-taskmanager-1-1", "MARK_BLOCKED", "slow")]),
+        )
+        .await;
+    eventually("the blocked task manager's pod labelled", || async {
+        let pod = pods.get("job-taskmanager-1-1").await.expect("the pod");
+        pod.metadata.labels.is_some_and(|l| l.contains_key(KEY))
     })
     .await;
     drop(bridge);

@@ -2,6 +2,7 @@
 //! on an etcd of its own, stores a Node, keeps it across a restart, and refuses a caller
 //! it does not know.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use common::*;
