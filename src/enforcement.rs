@@ -15,7 +15,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::model::Kind;
-use crate::validate::{batch_elements, required_id, type_name, unknown_fields, Invalid};
+use crate::validate::{batch_elements, integer, required_id, type_name, unknown_fields, Invalid};
 
 /// The longest enforcer name: a Kubernetes object name's limit, which a bridge's name
 /// (often its Deployment's) fits.
@@ -193,15 +193,24 @@ pub fn reports(body: &Value, max_batch: usize) -> Result<Vec<Reported>, Invalid>
                 None
             }
         };
+        // A JSON number (`174.0` is whole too), 0 to 2^63 − 1 as every revision is; never
+        // a string, which the schema does not allow.
         let observed_revision = match map.get("observedRevision") {
             None | Some(Value::Null) => None,
-            Some(v) => match v.as_u64() {
-                Some(n) => Some(n),
-                None => {
-                    errs.push(format!(".observedRevision: a whole number ≥ 0, got {v}"));
+            Some(v @ Value::Number(_)) => match integer("observedRevision", v, &mut errs) {
+                Some(n) => u64::try_from(n).ok().or_else(|| {
+                    errs.push(format!(".observedRevision: a whole number ≥ 0, got {n}"));
                     None
-                }
+                }),
+                None => None,
             },
+            Some(other) => {
+                errs.push(format!(
+                    ".observedRevision: a whole number ≥ 0, got {}",
+                    type_name(other)
+                ));
+                None
+            }
         };
         match (kind, id, state) {
             (Some(kind), Some(id), Some(state)) if errs.is_empty() => out.push(Reported {

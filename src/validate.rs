@@ -522,7 +522,7 @@ const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
 
 /// An integer given as a JSON number (whole, even if written `3600000.0`) or as a decimal
 /// string.
-fn integer(field: &str, v: &Value, errors: &mut Vec<String>) -> Option<i64> {
+pub(crate) fn integer(field: &str, v: &Value, errors: &mut Vec<String>) -> Option<i64> {
     let parsed = match v {
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => Ok(i),

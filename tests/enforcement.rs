@@ -114,6 +114,19 @@ async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+
+    // What is left passes `blocklistd check` (every status is a stored item's, and decodes).
+    report(&d, "kube-a", json!([status("node", "n1", "enforced")])).await;
+    let dir = d.data_dir.clone();
+    assert!(d.terminate().success());
+    if !on_etcd() {
+        let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[tokio::test]

@@ -288,8 +288,29 @@ impl Store {
         }
         progress.stage("checking reports and past blocks", ENTRIES, None);
         verify_provenance(trees, &mut problems)?;
+        verify_enforcement(trees, &mut problems)?;
         Ok(problems)
     }
+}
+
+/// The invariants of `enforcement` (see `commit::enforcement`): every entry is an item's
+/// (a block's end drops its statuses) and decodes.
+fn verify_enforcement(trees: &super::Trees, problems: &mut Vec<String>) -> Result<()> {
+    for entry in &trees.enforcement {
+        let (key, bytes) = entry?;
+        let Some((kind, id)) = keys::parse_item_key(&key) else {
+            problems.push(format!("enforcement: malformed key {key:?}"));
+            continue;
+        };
+        let what = format!("enforcement: {} {id:?}", kind.singular());
+        if trees.items.get(&key)?.is_none() {
+            problems.push(format!("{what}: statuses of no stored item"));
+        }
+        if let Err(e) = crate::enforcement::decode(&bytes) {
+            problems.push(format!("{what}: {e}"));
+        }
+    }
+    Ok(())
 }
 
 /// The invariants of `reports`, `history` and `history_ends` (see `commit::history`): every
