@@ -1,16 +1,27 @@
 //! What every Node should carry: the blocklist's node items as the bridge last learned
-//! them (a full listing, then each feed event). Until the first listing it knows nothing,
-//! and nothing is changed on its account: the bridge never acts on what it cannot see.
+//! them (a full reconcile, then each feed event). Until the first reconcile has marked
+//! every Node it knows nothing, and nothing is changed on its account: the bridge never
+//! acts on what it cannot see, and the Nodes' watch does not race that reconcile for the
+//! same Nodes (which would cost a 409 and a second patch each). The Nodes the watch saw
+//! meanwhile are remembered with their `resourceVersion`, and those changed since the
+//! reconcile's listing are put right once it is done ([`Desired::take_deferred`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use k8s_openapi::api::core::v1::Node;
+
 use crate::marking::Block;
+
+/// Node name → the `resourceVersion` it was seen at.
+pub type Versions = HashMap<String, Option<String>>;
 
 #[derive(Default)]
 pub struct Desired {
-    /// `None` until the first listing.
+    /// `None` until the first reconcile has marked every Node.
     blocks: Mutex<Option<HashMap<String, Block>>>,
+    /// Nodes the watch saw before that: to put right after it.
+    deferred: Mutex<Versions>,
 }
 
 /// What the bridge knows of a Node's block.
@@ -43,5 +54,24 @@ impl Desired {
             None => Known::Nothing,
             Some(blocks) => Known::Block(blocks.get(id).cloned()),
         }
+    }
+
+    /// [`Desired::of`] for `node` as the watch saw it; when nothing is known yet, the Node
+    /// is remembered for [`Desired::take_deferred`].
+    pub fn of_seen(&self, node: &Node) -> Known {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let known = self.of(&name);
+        if let Known::Nothing = known {
+            self.deferred
+                .lock()
+                .expect("not poisoned")
+                .insert(name, node.metadata.resource_version.clone());
+        }
+        known
+    }
+
+    /// The Nodes the watch saw before the first reconcile was done, once.
+    pub fn take_deferred(&self) -> Versions {
+        std::mem::take(&mut *self.deferred.lock().expect("not poisoned"))
     }
 }

@@ -36,7 +36,7 @@ pub async fn run(bridge: &Bridge) {
         };
         let name = node.metadata.name.clone().unwrap_or_default();
         bridge.ceiling.seen(&name, bridge.marking.carries(&node));
-        let Known::Block(block) = bridge.desired.of(&name) else {
+        let Known::Block(block) = bridge.desired.of_seen(&node) else {
             continue;
         };
         if marking::patch(&node, &bridge.marking, block.as_ref()).is_none() {

@@ -2,6 +2,7 @@
 //! be read changes nothing in the cluster), then every Node made to carry its block, or
 //! nothing of the bridge's: Nodes to untaint first (so they make room under the ceiling),
 //! then the blocked ones oldest change first (so the ceiling keeps the earliest blocks).
+//! What the blocklist wants ([`crate::desired`]) is replaced once every Node is marked.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -10,6 +11,7 @@ use std::time::Instant;
 use kube::api::ListParams;
 
 use crate::bridge::Bridge;
+use crate::desired::{Known, Versions};
 use crate::events::Why;
 use crate::marking::Block;
 use crate::nodes::{self, Outcome};
@@ -32,11 +34,20 @@ pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
     let started = Instant::now();
     let (blocks, revision) = bridge.daemon.blocked("nodes").await?;
     let blocks: HashMap<String, Block> = blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
-    bridge.desired.replace(blocks.clone());
     let list = bridge.nodes.list(&ListParams::default()).await;
     bridge.metrics.api("list", &list);
     let list = list.map_err(|e| format!("listing Nodes: {e}"))?;
     let marking = &bridge.marking;
+    let listed: Versions = list
+        .items
+        .iter()
+        .map(|node| {
+            (
+                node.metadata.name.clone().unwrap_or_default(),
+                node.metadata.resource_version.clone(),
+            )
+        })
+        .collect();
     bridge.ceiling.replace(list.items.iter().map(|node| {
         (
             node.metadata.name.clone().unwrap_or_default(),
@@ -84,6 +95,20 @@ pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
         .nodes_missing
         .set(i64::try_from(counts.missing).unwrap_or(i64::MAX));
     bridge.reporter.resend_all(|id| blocks.contains_key(id));
+    // Every Node marked: from now on the Nodes' watch acts too, starting with the Nodes it
+    // saw while this first pass ran that changed after its listing (created since, or
+    // patched: by this pass, which a read shows, or by someone else).
+    bridge.desired.replace(blocks);
+    for (name, version) in bridge.desired.take_deferred() {
+        if listed.get(&name) == Some(&version) {
+            continue;
+        }
+        let node = bridge.nodes.get_opt(&name).await;
+        bridge.metrics.api("get", &node);
+        if let (Ok(Some(node)), Known::Block(block)) = (node, bridge.desired.of(&name)) {
+            nodes::apply(bridge, node, block.as_ref(), Why::Drift).await;
+        }
+    }
     bridge.metrics.reconciles.inc();
     bridge
         .metrics
