@@ -148,8 +148,12 @@ enum LogFormat {
 enum Command {
     /// Print a shell completion script.
     Completion { shell: Shell },
-    /// Print the manual page, or write it into a directory.
-    Man { dir: Option<PathBuf> },
+    /// Print the manual page, or write the pages into a directory.
+    Man {
+        /// Write the pages here (one per command) instead of printing the first.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
