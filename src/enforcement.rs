@@ -15,7 +15,9 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::model::Kind;
-use crate::validate::{batch_elements, integer, required_id, type_name, unknown_fields, Invalid};
+use crate::validate::{
+    batch_elements, element_errors, integer, required_id, type_name, unknown_fields, Invalid,
+};
 
 /// The longest enforcer name: a Kubernetes object name's limit, which a bridge's name
 /// (often its Deployment's) fits.
@@ -220,13 +222,7 @@ pub fn reports(body: &Value, max_batch: usize) -> Result<Vec<Reported>, Invalid>
                 detail,
                 observed_revision,
             }),
-            _ => {
-                let label = match map.get("id").and_then(Value::as_str) {
-                    Some(id) => format!("items[{index}] (id {id:?})"),
-                    None => format!("items[{index}]"),
-                };
-                errors.extend(errs.into_iter().map(|e| format!("{label}{e}")));
-            }
+            _ => errors.extend(element_errors(index, map, errs)),
         }
     }
     if errors.is_empty() {

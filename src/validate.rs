@@ -306,13 +306,7 @@ pub fn registrations(body: &Value, max_batch: usize) -> Result<Vec<(String, Stri
         let node = required_id(map, "node", &mut errs);
         match (id, node) {
             (Some(id), Some(node)) if errs.is_empty() => pairs.push((id, node)),
-            _ => {
-                let label = match map.get("id").and_then(Value::as_str) {
-                    Some(id) => format!("items[{index}] (id {id:?})"),
-                    None => format!("items[{index}]"),
-                };
-                errors.extend(errs.into_iter().map(|e| format!("{label}{e}")));
-            }
+            _ => errors.extend(element_errors(index, map, errs)),
         }
     }
     if errors.is_empty() {
@@ -388,6 +382,20 @@ pub fn check_request(body: &Value, max_ids: usize) -> Result<CheckRequest, Inval
         )));
     }
     Ok(request)
+}
+
+/// The errors `errs` (each `.field: why`) of batch element `index`, named by its index and,
+/// when it has one, its id: `items[2] (id "n1").state: …`.
+pub(crate) fn element_errors(
+    index: usize,
+    map: &Map<String, Value>,
+    errs: Vec<String>,
+) -> impl Iterator<Item = String> {
+    let label = match map.get("id").and_then(Value::as_str) {
+        Some(id) => format!("items[{index}] (id {id:?})"),
+        None => format!("items[{index}]"),
+    };
+    errs.into_iter().map(move |e| format!("{label}{e}"))
 }
 
 /// One `.field: unknown field` error per field of `map` not in `known`.

@@ -120,12 +120,7 @@ async fn a_status_shows_with_its_item_changes_nothing_of_it_and_goes_with_it() {
     let dir = d.data_dir.clone();
     assert!(d.terminate().success());
     if !on_etcd() {
-        let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_check_passes(&dir);
     }
 }
 

@@ -809,16 +809,6 @@ fn record_keys(dir: &std::path::Path) -> RecordKeys {
     }
 }
 
-/// `blocklistd check` on a stopped daemon's data dir passes.
-fn assert_check_passes(dir: &std::path::Path) {
-    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A small answer is kept in its record's head (one key beside its time entry); an answer
 /// of several 8 KiB chunks keeps the first in the head and the others under keys of their
 /// own, numbered from 1. Both replay byte for byte after a restart, and `blocklistd check`

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
@@ -53,15 +51,6 @@ async fn history(d: &Daemon, path: &str) -> Vec<Value> {
 /// A timed add element.
 fn timed(id: &str, action: &str, cause: &str, timeout: i64) -> Value {
     json!({"id": id, "action": action, "cause": cause, "timeout": timeout})
-}
-
-/// Runs `blocklistd check` on a stopped daemon's data dir and asserts that it passes.
-fn assert_check_passes(dir: &Path) {
-    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("ok: every invariant holds"), "{stdout}");
 }
 
 /// The fields of an item as the listing shows them (without `reports`, and without a

@@ -377,15 +377,6 @@ fn stored_schema_version(dir: &Path) -> u32 {
     u32::from_be_bytes(bytes.as_slice().try_into().expect("4 bytes"))
 }
 
-/// Runs `blocklistd check` on a stopped daemon's data dir and asserts that it passes.
-fn assert_check_passes(dir: &Path) {
-    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("ok: every invariant holds"), "{stdout}");
-}
-
 /// Writes the fixture of `version`, starts the daemon on it, and checks that it upgrades
 /// it (when older than the current version), serves every item (an upgraded one with one
 /// report, from `unknown` at its start), registration, event and guardrail it held, expires

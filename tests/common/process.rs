@@ -351,6 +351,15 @@ pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
     (status, stderr)
 }
 
+/// Runs `blocklistd check` on a stopped daemon's data dir and asserts that it passes.
+pub fn assert_check_passes(dir: &Path) {
+    let out = blocklistd(&["--data-dir".as_ref(), dir.as_os_str(), "check".as_ref()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("ok: every invariant holds"), "{stdout}");
+}
+
 /// Starts the daemon on `dir` expecting it to refuse; returns what it printed on stderr.
 pub fn refused_start(dir: &Path) -> String {
     let args = [

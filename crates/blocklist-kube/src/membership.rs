@@ -112,9 +112,8 @@ fn bound(pod: &Pod) -> Option<(String, String)> {
 }
 
 /// Sends what is pending: the registrations in batches, then the unregistrations; what
-/// failed stays pending.
+/// failed stays pending (sent again, an unregistration already done is no error).
 async fn flush(bridge: &Bridge, pending: &mut Pending) -> Result<(), String> {
-    let daemon = &bridge.daemon;
     let registrations: Vec<Registration> = pending
         .iter()
         .filter_map(|(id, node)| {
@@ -124,17 +123,30 @@ async fn flush(bridge: &Bridge, pending: &mut Pending) -> Result<(), String> {
             })
         })
         .collect();
-    daemon.register(&registrations).await?;
+    let gone = pending
+        .iter()
+        .filter(|(_, node)| node.is_none())
+        .map(|(id, _)| id.clone());
+    let gone: Vec<String> = gone.collect();
+    send(bridge, &registrations, &gone).await?;
+    pending.clear();
+    Ok(())
+}
+
+/// Registers `registrations` (in batches), then unregisters `gone`, counting both.
+async fn send(
+    bridge: &Bridge,
+    registrations: &[Registration],
+    gone: &[String],
+) -> Result<(), String> {
+    bridge.daemon.register(registrations).await?;
     bridge
         .metrics
         .registrations
         .inc_by(registrations.len() as u64);
-    pending.retain(|_, node| node.is_none());
-    let gone: Vec<String> = pending.keys().cloned().collect();
     for id in gone {
-        daemon.unregister(&id).await?;
+        bridge.daemon.unregister(id).await?;
         bridge.metrics.unregistrations.inc();
-        pending.remove(&id);
     }
     Ok(())
 }
@@ -157,15 +169,12 @@ async fn reconcile(bridge: &Bridge, pods: &HashMap<String, String>) -> Result<()
             node: node.clone(),
         })
         .collect();
-    daemon.register(&registrations).await?;
-    bridge
-        .metrics
-        .registrations
-        .inc_by(registrations.len() as u64);
-    for id in held.keys().filter(|id| !pods.contains_key(*id)) {
-        daemon.unregister(id).await?;
-        bridge.metrics.unregistrations.inc();
-    }
+    let gone: Vec<String> = held
+        .keys()
+        .filter(|id| !pods.contains_key(*id))
+        .cloned()
+        .collect();
+    send(bridge, &registrations, &gone).await?;
     tracing::info!(
         registered = registrations.len(),
         pods = pods.len(),

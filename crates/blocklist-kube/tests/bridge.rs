@@ -161,25 +161,8 @@ async fn a_running_bridge_follows_the_feed() {
     create_node(&kube, "n1", &json!([]));
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
-    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
-    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args([
-            "--resync",
-            "3600",
-            "--listen",
-            "127.0.0.1:0",
-            "--max-tainted-nodes-percent",
-            "100",
-            "--daemon",
-            &daemon.url(""),
-        ])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .map(Running)
-        .expect("start blocklist-kube");
+    let (bridge, _) = spawn_bridge(&kube, &daemon.url(""), FEED_ONLY, &log);
     // Once it has made its first pass (nothing to do), it follows the feed.
     eventually("the bridge's first reconcile", || async {
         std::fs::read_to_string(&log).is_ok_and(|text| text.contains("reconciled"))
@@ -331,24 +314,18 @@ async fn task_manager_pods_are_the_daemons_membership() {
 
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
-    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
-    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args([
+    let log = ws.tmp.path().join("bridge.log");
+    let (bridge, _) = spawn_bridge(
+        &kube,
+        &daemon.url(""),
+        &[
             "--namespace",
             "default",
-            "--listen",
-            "127.0.0.1:0",
             "--max-tainted-nodes-percent",
             "100",
-            "--daemon",
-            &daemon.url(""),
-        ])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map(Running)
-        .expect("start blocklist-kube");
+        ],
+        &log,
+    );
     eventually("200 task managers registered", || async {
         daemon
             .get("/taskmanagers")
@@ -449,25 +426,8 @@ async fn the_bridge_follows_another_daemon_when_the_writer_dies() {
     let flags = cluster.daemon_flags("/t/", LEASE_SECS, 1_000);
     let (writer, [first, second]) = three_daemons(&ws, &flags).await;
     let urls = [&writer, &first, &second].map(|d| d.url("")).join(",");
-    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
     let log = ws.tmp.path().join("bridge.log");
-    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args([
-            "--resync",
-            "3600",
-            "--listen",
-            "127.0.0.1:0",
-            "--max-tainted-nodes-percent",
-            "100",
-            "--daemon",
-            &urls,
-        ])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .map(Running)
-        .expect("start blocklist-kube");
+    let (bridge, _) = spawn_bridge(&kube, &urls, FEED_ONLY, &log);
     add_acknowledged(&writer, "n1").await;
     eventually("the taint is on n1", || async {
         taints(&kube, "n1").1.as_deref() == Some("MARK_BLOCKED")
@@ -511,26 +471,8 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
     }
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
-    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
-    let start = || {
-        Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-            .args([
-                "--resync",
-                "3600",
-                "--listen",
-                "127.0.0.1:0",
-                "--max-tainted-nodes-percent",
-                "100",
-                "--daemon",
-                &daemon.url(""),
-            ])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map(Running)
-            .expect("start blocklist-kube")
-    };
+    let log = ws.tmp.path().join("bridge.log");
+    let start = || spawn_bridge(&kube, &daemon.url(""), FEED_ONLY, &log).0;
     let bridge = start();
     let block = |id: &'static str| {
         let daemon = &daemon;
@@ -633,23 +575,13 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
         .expect("create the pod");
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
-    let bridge = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .args([
-            "--resync",
-            "3600",
-            "--listen",
-            "127.0.0.1:0",
-            "--max-tainted-nodes-percent",
-            "100",
-            "--daemon",
-            &daemon.url(""),
-        ])
-        .arg("--kubeconfig")
-        .arg(kube.kubeconfig("bridge", BRIDGE_TOKEN))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map(Running)
-        .expect("start blocklist-kube");
+    let log = ws.tmp.path().join("bridge.log");
+    let (bridge, _) = spawn_bridge_as(
+        &kube.kubeconfig("bridge", BRIDGE_TOKEN),
+        &daemon.url(""),
+        FEED_ONLY,
+        &log,
+    );
     let (status, body) = daemon
         .post(
             "/blocklist/nodes",

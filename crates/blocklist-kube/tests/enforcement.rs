@@ -140,12 +140,7 @@ async fn the_daemon_shows_what_the_bridge_did_with_each_blocked_node() {
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
     let log = ws.tmp.path().join("bridge.log");
-    let (_bridge, probes) = spawn_bridge(
-        &kube,
-        &daemon.url(""),
-        &["--resync", "3600", "--max-tainted-nodes-percent", "100"],
-        &log,
-    );
+    let (_bridge, probes) = spawn_bridge(&kube, &daemon.url(""), FEED_ONLY, &log);
     let health = reqwest::get(format!("{probes}/healthz"))
         .await
         .expect("healthz");

@@ -5,8 +5,10 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use common::*;
+use support::create;
 
 /// The collection of each kind the manifests hold (`{ns}`: the namespace), so a manifest
 /// of a new kind fails until it is listed here.
@@ -41,16 +43,7 @@ fn every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run() {
     };
     let namespace =
         format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{NAMESPACE}"}}}}"#);
-    kube.curl(&[
-        "-sf",
-        "-XPOST",
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        &namespace,
-        &format!("{}/api/v1/namespaces", kube.url),
-    ])
-    .expect("the namespace");
+    create(&kube, "/api/v1/namespaces", &namespace);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy");
     let mut checked = 0;
     let mut refused = Vec::new();

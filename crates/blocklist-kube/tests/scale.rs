@@ -121,12 +121,7 @@ async fn the_bridge_at_the_scale_of_a_large_cluster() {
     let patches = node_patches(&kube);
     let log = ws.tmp.path().join("bridge.log");
     let start = Instant::now();
-    let (bridge, probes) = spawn_bridge(
-        &kube,
-        &daemon.url(""),
-        &["--resync", "3600", "--max-tainted-nodes-percent", "100"],
-        &log,
-    );
+    let (bridge, probes) = spawn_bridge(&kube, &daemon.url(""), FEED_ONLY, &log);
     loop {
         let ok = reqwest::get(format!("{probes}/readyz"))
             .await

@@ -62,16 +62,7 @@ pub fn node(kube: &KubeApiServer, name: &str) -> Value {
 pub fn create_node(kube: &KubeApiServer, name: &str, taints: &Value) {
     let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
                       "spec": {"taints": taints}});
-    kube.curl(&[
-        "-sf",
-        "-XPOST",
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        &body.to_string(),
-        &format!("{}/api/v1/nodes", kube.url),
-    ])
-    .expect("create the Node");
+    create(kube, "/api/v1/nodes", &body.to_string());
 }
 
 /// The taints of Node `name` other than the bridge's, and the bridge's value (if any).
@@ -141,15 +132,24 @@ pub async fn client(kube: &KubeApiServer) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-/// The bridge running against `daemons` (comma-separated URLs) with `extra` flags, its
-/// log in `log`; its probes' address once it printed it.
+/// The bridge running as the administrator against `daemons` (comma-separated URLs) with
+/// `extra` flags, its log in `log`; its probes' address once it printed it.
 pub fn spawn_bridge(
     kube: &KubeApiServer,
     daemons: &str,
     extra: &[&str],
     log: &std::path::Path,
 ) -> (Running, String) {
-    let kubeconfig = kube.kubeconfig("admin", ADMIN_TOKEN);
+    spawn_bridge_as(&kube.kubeconfig("admin", ADMIN_TOKEN), daemons, extra, log)
+}
+
+/// [`spawn_bridge`] with the credentials of `kubeconfig`.
+pub fn spawn_bridge_as(
+    kubeconfig: &std::path::Path,
+    daemons: &str,
+    extra: &[&str],
+    log: &std::path::Path,
+) -> (Running, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
         .args(["--listen", "127.0.0.1:0", "--daemon", daemons])
         .args(extra)
@@ -169,4 +169,22 @@ pub fn spawn_bridge(
         .unwrap_or_else(|| panic!("not an address: {line:?}"))
         .to_owned();
     (Running(child), format!("http://{address}"))
+}
+
+/// The flags of a bridge that only the feed moves (a resync an hour away) and no ceiling
+/// holds back.
+pub const FEED_ONLY: &[&str] = &["--resync", "3600", "--max-tainted-nodes-percent", "100"];
+
+/// Creates the object `body` (JSON) at the API server's collection `path`.
+pub fn create(kube: &KubeApiServer, path: &str, body: &str) {
+    kube.curl(&[
+        "-sf",
+        "-XPOST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        &format!("{}{path}", kube.url),
+    ])
+    .unwrap_or_else(|| panic!("creating {body} at {path}"));
 }
