@@ -16,10 +16,12 @@ pub struct Settings {
     pub via_replica: bool,
     /// `feed`'s add rate when given (`--feed-rate`), instead of half the capacity.
     pub feed_rate: Option<f64>,
-    /// The etcd peer's binary (`--etcd-bin`).
+    /// The etcd peer's binary (`--etcd-bin`); read only by the peer (feature `etcd`).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub etcd_bin: PathBuf,
     /// The running cluster the etcd peer uses instead of a member of its own
-    /// (`--etcd-peer-endpoints`).
+    /// (`--etcd-peer-endpoints`); read only by the peer (feature `etcd`).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub etcd_peer_endpoints: Option<Vec<String>>,
     pub subscribers: Vec<usize>,
     pub work_dir: Option<PathBuf>,

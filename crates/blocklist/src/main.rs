@@ -190,8 +190,39 @@ async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Fai
         return Ok(());
     }
     let rows: Vec<(&str, &ItemView)> = items.iter().map(|(k, i)| (*k, i)).collect();
-    emit(&render::items_table(&rows, now(), &chrono::Local));
+    let statuses = enforcement(client).await;
+    emit(&render::items_table_with(
+        &rows,
+        &statuses,
+        now(),
+        &chrono::Local,
+    ));
     Ok(())
+}
+
+/// What enforcers report about the blocked items (`GET /enforcement`), for `list`'s last
+/// column; none when the daemon has no such listing (an older one) or it fails: the list
+/// itself is what was asked for.
+async fn enforcement(client: &Client) -> render::Enforcement {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        kind: String,
+        id: String,
+        enforcer: String,
+        state: String,
+    }
+    let Ok(reply) = client.send(Method::GET, "/enforcement", None).await else {
+        return render::Enforcement::new();
+    };
+    let mut out = render::Enforcement::new();
+    for status in reply.json::<Vec<Status>>().unwrap_or_default() {
+        let text = out.entry((status.kind, status.id)).or_default();
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        let _ = write!(text, "{}: {}", status.enforcer, status.state);
+    }
+    out
 }
 
 async fn add(client: &Client, args: AddArgs, json: bool) -> Result<(), Failure> {

@@ -238,19 +238,52 @@ pub fn items_table<Tz: TimeZone>(items: &[(&str, &ItemView)], now_ms: i64, tz: &
 where
     Tz::Offset: Display,
 {
+    items_table_with(items, &Enforcement::new(), now_ms, tz)
+}
+
+/// What enforcers report about each item, by `(kind, id)`: `blocklist-kube: enforced`.
+pub type Enforcement = std::collections::BTreeMap<(String, String), String>;
+
+/// [`items_table`] with an `ENFORCEMENT` column when any item has a status in `statuses`
+/// (`-` for one without).
+pub fn items_table_with<Tz: TimeZone>(
+    items: &[(&str, &ItemView)],
+    statuses: &Enforcement,
+    now_ms: i64,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: Display,
+{
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|(kind, item)| {
-            vec![
+            let mut row = vec![
                 kind.to_string(),
                 clean(&item.id),
                 action_name(&item.action).to_owned(),
                 end_time(item.end_timestamp, now_ms, tz),
                 clean(&item.cause),
-            ]
+            ];
+            if !statuses.is_empty() {
+                let key = (kind.to_string(), item.id.clone());
+                row.push(
+                    statuses
+                        .get(&key)
+                        .map_or_else(|| "-".to_owned(), |s| clean(s)),
+                );
+            }
+            row
         })
         .collect();
-    table(&["KIND", "ID", "ACTION", "ENDS", "CAUSE"], &rows)
+    if statuses.is_empty() {
+        table(&["KIND", "ID", "ACTION", "ENDS", "CAUSE"], &rows)
+    } else {
+        table(
+            &["KIND", "ID", "ACTION", "ENDS", "CAUSE", "ENFORCEMENT"],
+            &rows,
+        )
+    }
 }
 
 /// The human answer of `check`: one sentence, then the items that block it.

@@ -308,8 +308,8 @@ fn remove_by_selector_over_the_limit_says_so_and_removes_nothing() {
     );
 }
 
-/// `get` shows what each enforcer reported about the item, and says when one has not seen
-/// the item's last change yet.
+/// `get` and `list` show what each enforcer reported about the item, and `get` says when
+/// one has not seen the item's last change yet.
 #[tokio::test]
 async fn get_shows_the_enforcers_statuses() {
     let mut ws = Workspace::new();
@@ -337,6 +337,10 @@ async fn get_shows_the_enforcers_statuses() {
             && line.ends_with(": taint blocklistd.io/blocked=MARK_BLOCKED:NoSchedule"),
         "{run:?}"
     );
+    let run = cli(&d, &["list"]).ok();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].ends_with("ENFORCEMENT"), "{run:?}");
+    assert!(lines[1].ends_with("blocklist-kube: enforced"), "{run:?}");
     cli(&d, &["update", "node", "n1", "--cause", "fan"]).ok();
     let run = cli(&d, &["get", "node", "n1"]).ok();
     assert!(
