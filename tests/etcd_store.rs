@@ -441,8 +441,8 @@ async fn a_dead_member_of_three_costs_no_write() {
     };
     let ws = Workspace::new();
     // A call deadline of 5 s: an etcd leader's loss takes its election, 1–2 s with etcd's
-    // default timeouts and near 3 s on a loaded machine (seen on 3.4.23, where the default
-    // 3 s deadline ran out), which a 2 s lease would not outlive either.
+    // default timeouts and up to 3 s on a loaded machine (3.4.23's), past the default 3 s
+    // deadline; a 2 s lease would not outlive it either.
     let flags = cluster.daemon_flags("/t/", 8, 5_000);
     let writer = spawn(&ws, &flags, 1).listening();
     assert_eq!(add(&writer, "nodes", "before").await, StatusCode::CREATED);
