@@ -93,26 +93,10 @@ impl Block {
     }
 }
 
-/// Unix milliseconds as RFC 3339 in UTC, to the second.
+/// Unix milliseconds as RFC 3339 in UTC, to the second (`2026-01-01T00:00:00Z`).
 fn rfc3339(ms: i64) -> String {
-    let seconds = ms.div_euclid(1000);
-    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    let since_epoch = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + since_epoch).to_string()
 }
 
 /// The merge patch that makes `node` carry `block` (`None`: carry nothing of the
