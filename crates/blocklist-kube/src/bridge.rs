@@ -1,7 +1,9 @@
 //! What every part of the bridge shares: the daemon, the Nodes' API, the bridge's names on
 //! a Node, what the blocklist wants, the ceiling, the statuses, the Events and the metrics.
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -28,6 +30,8 @@ pub struct Bridge {
     pub metrics: Metrics,
     /// Set once the first full reconcile finished (`/readyz`).
     pub ready: AtomicBool,
+    /// Blocked ids that name no Node (`blocklist_kube_nodes_missing`).
+    missing: Mutex<HashSet<String>>,
 }
 
 impl Bridge {
@@ -50,12 +54,23 @@ impl Bridge {
             reporter: Reporter::default(),
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
+            missing: Mutex::default(),
         }
     }
 
     /// Records what was done about Node `name`, which should carry `block`: its status for
     /// the daemon, and the metrics.
     pub fn record(&self, name: &str, block: Option<&Block>, outcome: &Result<Outcome, String>) {
+        let mut missing = self.missing.lock().expect("not poisoned");
+        if block.is_some() && matches!(outcome, Ok(Outcome::Missing)) {
+            missing.insert(name.to_owned());
+        } else {
+            missing.remove(name);
+        }
+        self.metrics
+            .nodes_missing
+            .set(i64::try_from(missing.len()).unwrap_or(i64::MAX));
+        drop(missing);
         let Some(block) = block else {
             self.reporter.set(name, None);
             return;

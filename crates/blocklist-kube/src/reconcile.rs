@@ -90,10 +90,6 @@ pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
             "blocked ids that name no Node of this cluster"
         );
     }
-    bridge
-        .metrics
-        .nodes_missing
-        .set(i64::try_from(counts.missing).unwrap_or(i64::MAX));
     bridge.reporter.resend_all(|id| blocks.contains_key(id));
     // Every Node marked: from now on the Nodes' watch acts too, starting with the Nodes it
     // saw while this first pass ran that changed after its listing (created since, or

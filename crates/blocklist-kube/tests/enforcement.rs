@@ -47,6 +47,20 @@ async fn metric(bridge: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
+/// The bridge's requests to the API server so far, every verb and code.
+async fn api_requests(bridge: &str) -> f64 {
+    let text = reqwest::get(format!("{bridge}/metrics"))
+        .await
+        .expect("the bridge's metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .filter(|l| l.starts_with("blocklist_kube_api_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 async fn ready(bridge: &str) -> bool {
     reqwest::get(format!("{bridge}/readyz"))
         .await
@@ -128,8 +142,8 @@ async fn the_ceiling_holds_back_taints_past_its_share_and_the_statuses_say_so() 
 }
 
 /// Each blocked node's status in the daemon: `enforced` with the taint, `noTarget` for an
-/// id no Node has — until a Node of that name appears and is tainted; the probes and the
-/// metrics answer.
+/// id no Node has (counted, and not retried while nothing changes) — until a Node of that
+/// name appears and is tainted; the probes and the metrics answer.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_shows_what_the_bridge_did_with_each_blocked_node() {
     let Some(kube) = KubeApiServer::start("blocklist-kube statuses") else {
@@ -163,6 +177,16 @@ async fn the_daemon_shows_what_the_bridge_did_with_each_blocked_node() {
             ]
     })
     .await;
+    // The id without a Node is counted, not retried: the bridge is quiet until something
+    // changes (a second without a single request to the API server).
+    assert_eq!(metric(&probes, "blocklist_kube_nodes_missing").await, 1.0);
+    let requests = api_requests(&probes).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        api_requests(&probes).await,
+        requests,
+        "requests while nothing changed"
+    );
     let n1 = daemon.get("/blocklist/nodes/n1").await.1;
     let status = &n1["enforcement"]["blocklist-kube"];
     assert_eq!(
