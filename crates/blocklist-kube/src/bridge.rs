@@ -14,8 +14,20 @@ use crate::desired::Desired;
 use crate::events::Events;
 use crate::marking::{Block, Marking};
 use crate::metrics::Metrics;
-use crate::nodes::Outcome;
 use crate::report::Reporter;
+
+/// What the bridge did to one Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It already carried what it should: nothing was sent.
+    Unchanged,
+    /// One patch (after any 409s) made it so (with `--dry-run`: would have).
+    Written,
+    /// No such Node (an id the blocklist names that is not a Node, or one deleted since).
+    Missing,
+    /// Not tainted: the ceiling was reached (why).
+    HeldBack(String),
+}
 
 pub struct Bridge {
     /// The name its statuses are reported under (`--name`).

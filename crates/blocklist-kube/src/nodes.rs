@@ -15,18 +15,7 @@ use crate::metrics::now_ms;
 /// that Node until the next event or resync.
 const CONFLICT_RETRIES: usize = 5;
 
-/// What the bridge did to one Node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// It already carried what it should: nothing was sent.
-    Unchanged,
-    /// One patch (after any 409s) made it so (with `--dry-run`: would have).
-    Written,
-    /// No such Node (an id the blocklist names that is not a Node, or one deleted since).
-    Missing,
-    /// Not tainted: the ceiling was reached (why).
-    HeldBack(String),
-}
+pub use crate::bridge::Outcome;
 
 /// Makes Node `node` (as read) carry `block` (`None`: nothing of the bridge's), writes an
 /// Event for the reason `why` after a change, and records the outcome (the statuses, the
