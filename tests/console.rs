@@ -183,7 +183,8 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
     browser
         .until(
             "the node's enforcement status",
-            Duration::from_secs(5) + LIVE,
+            // The next read of the statuses (every 5 s), with room for a loaded machine.
+            Duration::from_secs(5) + 3 * LIVE,
             ROW_TEXTS,
             |t| {
                 t.as_str()
