@@ -19,7 +19,9 @@
 //!   daemon (`idle`, `restart`, `footprint`);
 //! - `reference`: the ceilings and the Redis peer, measured once per run, and `ratio`;
 //! - `etcd`: etcd's rows for `add` and `check`, measured once per run;
-//! - `feed`: `feed`, the change feed's delivery to W subscribers, ours and etcd's watches.
+//! - `feed`: `feed`, the change feed's delivery to W subscribers, ours and etcd's watches;
+//! - `failover`, `kube` (not part of `all`): the writer's failover on etcd; the Kubernetes
+//!   bridge against a real kube-apiserver.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -37,6 +39,7 @@ mod expire;
 mod failover;
 mod feed;
 mod fixture;
+mod kube;
 mod read;
 mod reference;
 mod storm;
@@ -133,6 +136,7 @@ impl Bench {
             "restart" => self.restart().await,
             "footprint" => self.footprint().await,
             "failover" => self.failover().await,
+            "kube" => self.kube().await,
             other => Err(format!("unknown scenario {other:?}")),
         }
     }

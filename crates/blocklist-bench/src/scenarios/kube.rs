@@ -1,0 +1,533 @@
+//! `kube` (not part of `all`): the Kubernetes bridge (`blocklist-kube`, the binary next to
+//! this one) at the scale of a large cluster, against a real kube-apiserver (1.37, built
+//! from `tests/servers/kube-1.37` by `tests/servers/build`) on an etcd 3.6 member of its
+//! own, and a fresh daemon. 5,000 Nodes with 1,000 blocked and 10,000 task manager pods;
+//! the bridge starts; then 200 blocks at 20 a second while a watcher of the Nodes (as
+//! kube-scheduler is one) notes when each taint shows. Figures: block → taint seen, the
+//! first full reconcile's time and writes, the membership's time, the steady state's
+//! writes and the bridge's RSS. The writes are the API server's own count
+//! (`apiserver_request_total`, PATCH on nodes).
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use crate::procstat;
+use crate::report::{Role, Row, Target};
+use crate::server::free_port;
+
+use super::Bench;
+
+const NODES: usize = 5_000;
+const BLOCKED: usize = 1_000;
+const PODS: usize = 10_000;
+/// Blocks a second while block → taint is measured, and how many.
+const RATE: u64 = 20;
+const TIMED_BLOCKS: usize = 200;
+/// The administrator's bearer token on the API server.
+const TOKEN: &str = "blocklist-bench-admin";
+/// The bridge's taint key (its default).
+const TAINT: &str = "blocklistd.io/blocked";
+/// How long the steady state is watched for writes.
+const STEADY: Duration = Duration::from_secs(30);
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The API server, its etcd and an HTTPS client for it.
+struct Cluster {
+    url: String,
+    http: reqwest::Client,
+    _etcd: Killed,
+    _apiserver: Killed,
+    kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    async fn start(dir: &Path) -> Result<Cluster, String> {
+        let built = |name: &str| -> Result<PathBuf, String> {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/build");
+            let out = Command::new(&script)
+                .arg(name)
+                .output()
+                .map_err(|e| format!("{}: {e}", script.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "building {name}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        };
+        let etcd_dir = built("etcd-3.6")?;
+        let kube_dir = built("kube-1.37")?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let etcd = Command::new(etcd_dir.join("etcd"))
+            .args(["--data-dir", &dir.join("etcd").display().to_string()])
+            .args([
+                "--listen-client-urls",
+                &etcd_url,
+                "--advertise-client-urls",
+                &etcd_url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("default=http://127.0.0.1:{peer_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(log(dir, "etcd.log")?)
+            .spawn()
+            .map_err(|e| format!("etcd: {e}"))?;
+        let etcd = Killed(etcd);
+
+        // A CA of its own, the serving certificate, the service accounts' key, the token.
+        let ca_key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+        let mut ca_params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).map_err(|e| e.to_string())?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let serving_key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+        let serving =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .map_err(|e| e.to_string())?
+                .signed_by(&serving_key, &issuer)
+                .map_err(|e| e.to_string())?;
+        let sa = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+        let write = |name: &str, text: &str| -> Result<String, String> {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(path.display().to_string())
+        };
+        let ca_file = write("ca.pem", &ca.pem())?;
+        let cert = write("serving.pem", &serving.pem())?;
+        let key = write("serving.key", &serving_key.serialize_pem())?;
+        let sa_key = write("sa.key", &sa.serialize_pem())?;
+        let sa_pub = write("sa.pub", &sa.public_key_pem())?;
+        let tokens = write(
+            "tokens.csv",
+            &format!("{TOKEN},admin,admin-uid,\"system:masters\"\n"),
+        )?;
+        let port = free_port()?;
+        let url = format!("https://127.0.0.1:{port}");
+        let apiserver = Command::new(kube_dir.join("kube-apiserver"))
+            .args(["--etcd-servers", &etcd_url, "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", &port.to_string()])
+            .args(["--tls-cert-file", &cert, "--tls-private-key-file", &key])
+            .args(["--cert-dir", &dir.join("certs").display().to_string()])
+            .args(["--token-auth-file", &tokens, "--authorization-mode", "RBAC"])
+            .args(["--service-cluster-ip-range", "10.96.0.0/24"])
+            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+            .args(["--service-account-key-file", &sa_pub])
+            .args(["--service-account-signing-key-file", &sa_key])
+            // No controller creates the `default` service account a pod would need.
+            .args(["--disable-admission-plugins", "ServiceAccount"])
+            .stdout(Stdio::null())
+            .stderr(log(dir, "kube-apiserver.log")?)
+            .spawn()
+            .map_err(|e| format!("kube-apiserver: {e}"))?;
+        let apiserver = Killed(apiserver);
+        let root =
+            reqwest::Certificate::from_pem(ca.pem().as_bytes()).map_err(|e| e.to_string())?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {TOKEN}").parse().map_err(|_| "a header")?,
+        );
+        let http = reqwest::Client::builder()
+            .add_root_certificate(root)
+            .default_headers(headers)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {url}\n    \
+                 certificate-authority: {ca_file}\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\n\
+                 contexts:\n- name: admin\n  context:\n    cluster: bench\n    user: admin\n\
+                 current-context: admin\n"
+            ),
+        )
+        .map_err(|e| format!("kubeconfig: {e}"))?;
+        let cluster = Cluster {
+            url,
+            http,
+            _etcd: etcd,
+            _apiserver: apiserver,
+            kubeconfig,
+        };
+        let started = Instant::now();
+        loop {
+            let ready = cluster
+                .http
+                .get(format!("{}/readyz", cluster.url))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ready {
+                return Ok(cluster);
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err(format!(
+                    "kube-apiserver not ready in 2 minutes; its log: {}",
+                    dir.join("kube-apiserver.log").display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Creates every object of `objects` in the collection `path`, 64 at a time.
+    async fn create_all(&self, path: &str, objects: Vec<Value>) -> Result<(), String> {
+        let url = format!("{}{path}", self.url);
+        let permits = Arc::new(tokio::sync::Semaphore::new(64));
+        let mut tasks = tokio::task::JoinSet::new();
+        for object in objects {
+            let (http, url, permits) = (self.http.clone(), url.clone(), permits.clone());
+            tasks.spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                let answer = http.post(&url).json(&object).send().await;
+                match answer {
+                    Ok(r) if r.status().is_success() => Ok(()),
+                    Ok(r) => Err(format!("creating at {url}: {}", r.status())),
+                    Err(e) => Err(format!("creating at {url}: {e}")),
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    }
+
+    /// The PATCH requests on Nodes the API server has answered so far.
+    async fn node_patches(&self) -> Result<f64, String> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_request_total{")
+                    && l.contains(r#"resource="nodes""#)
+                    && l.contains(r#"verb="PATCH""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+}
+
+fn log(dir: &Path, name: &str) -> Result<std::fs::File, String> {
+    std::fs::File::create(dir.join(name)).map_err(|e| format!("{name}: {e}"))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl Bench {
+    pub(super) async fn kube(&mut self) -> Result<Vec<Row>, String> {
+        let bridge_bin = std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("blocklist-kube");
+        if !bridge_bin.is_file() {
+            return Err(format!(
+                "no bridge at {}: build it with `cargo build --release -p blocklist-kube`",
+                bridge_bin.display()
+            ));
+        }
+        let dir = self.fresh_dir("kube");
+        let cluster = Cluster::start(&dir).await?;
+        let made = Instant::now();
+        let nodes = (0..NODES)
+            .map(|i| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{i:04}")}}))
+            .collect();
+        cluster.create_all("/api/v1/nodes", nodes).await?;
+        let flink = json!({"type": "flink-native-kubernetes", "component": "taskmanager"});
+        let pods = (0..PODS)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": format!("tm-{i:05}"), "labels": flink},
+                       "spec": {"nodeName": format!("n{:04}", i % NODES),
+                                "containers": [{"name": "tm", "image": "flink"}]}})
+            })
+            .collect();
+        cluster
+            .create_all("/api/v1/namespaces/default/pods", pods)
+            .await?;
+        eprintln!(
+            "blocklist-bench: kube: {NODES} Nodes and {PODS} pods made in {:?}",
+            made.elapsed()
+        );
+
+        let (daemon, _) = self.fresh_daemon("kube-daemon").await?;
+        let base = format!("http://{}", daemon.addr);
+        let http = reqwest::Client::new();
+        let block = |ids: Vec<String>, cause: &'static str| {
+            let (http, url) = (http.clone(), format!("{base}/blocklist/nodes?force=true"));
+            async move {
+                let items: Vec<Value> = ids
+                    .iter()
+                    .map(|id| json!({"id": id, "action": "MARK_BLOCKED", "cause": cause}))
+                    .collect();
+                let r = http
+                    .post(url)
+                    .json(&items)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if r.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("blocking: {}", r.status()))
+                }
+            }
+        };
+        let step = NODES / BLOCKED;
+        block(
+            (0..BLOCKED).map(|i| format!("n{:04}", i * step)).collect(),
+            "bench",
+        )
+        .await?;
+
+        let patches = cluster.node_patches().await?;
+        let started = Instant::now();
+        let mut bridge = Command::new(&bridge_bin)
+            .args(["--listen", "127.0.0.1:0", "--daemon", &base])
+            .args(["--resync", "3600", "--max-tainted-nodes-percent", "100"])
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(log(&dir, "blocklist-kube.log")?)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bridge_bin.display()))?;
+        let mut line = String::new();
+        let stdout = bridge.stdout.take().ok_or("the bridge's stdout")?;
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let bridge = Killed(bridge);
+        let probes = format!(
+            "http://{}",
+            line.trim()
+                .strip_prefix("listening on ")
+                .ok_or("the bridge's address")?
+        );
+        while !http
+            .get(format!("{probes}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err("the bridge was not ready in 2 minutes".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let reconcile = started.elapsed();
+        let reconcile_writes = cluster.node_patches().await? - patches;
+        loop {
+            let registered = http
+                .get(format!("{base}/taskmanagers"))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .json::<Vec<Value>>()
+                .await
+                .map_err(|e| e.to_string())?
+                .len();
+            if registered == PODS {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err(format!(
+                    "{registered} of {PODS} task managers registered in 2 minutes"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let membership = started.elapsed();
+        let quiet = cluster.node_patches().await?;
+        tokio::time::sleep(STEADY).await;
+        let steady_writes = cluster.node_patches().await? - quiet;
+
+        // The watcher: from a listing's resourceVersion, each Node first seen tainted.
+        let listing: Value = cluster
+            .http
+            .get(format!("{}/api/v1/nodes?limit=1", cluster.url))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        let version = listing["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("0")
+            .to_owned();
+        let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let mut watch = cluster
+            .http
+            .get(format!(
+                "{}/api/v1/nodes?watch=1&resourceVersion={version}&allowWatchBookmarks=false",
+                cluster.url
+            ))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let watcher = {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                while let Ok(Some(chunk)) = watch.chunk().await {
+                    let at = Instant::now();
+                    buffer.extend_from_slice(&chunk);
+                    while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..=end).collect();
+                        let Ok(event) = serde_json::from_slice::<Value>(&line) else {
+                            continue;
+                        };
+                        let node = &event["object"];
+                        let tainted = node["spec"]["taints"]
+                            .as_array()
+                            .is_some_and(|t| t.iter().any(|t| t["key"] == TAINT));
+                        if tainted {
+                            if let Some(name) = node["metadata"]["name"].as_str() {
+                                seen.lock().await.entry(name.to_owned()).or_insert(at);
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        let mut sent = Vec::with_capacity(TIMED_BLOCKS);
+        let mut tick = tokio::time::interval(Duration::from_millis(1000 / RATE));
+        for i in 0..TIMED_BLOCKS {
+            tick.tick().await;
+            let id = format!("n{:04}", i * step + 1);
+            let at = Instant::now();
+            block(vec![id.clone()], "latency").await?;
+            sent.push((id, at));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let all = {
+                let seen = seen.lock().await;
+                sent.iter().all(|(id, _)| seen.contains_key(id))
+            };
+            if all {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("not every timed block reached its Node in 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        watcher.abort();
+        let mut latencies: Vec<Duration> = {
+            let seen = seen.lock().await;
+            sent.iter()
+                .map(|(id, at)| seen[id].saturating_duration_since(*at))
+                .collect()
+        };
+        latencies.sort();
+        let at = |p: f64| {
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss,
+                reason = "an index into 200"
+            )]
+            let i = ((latencies.len() - 1) as f64 * p).round() as usize;
+            ms(latencies[i])
+        };
+        let rss_mb = procstat::rss_bytes(bridge.0.id()).map_or(0.0, |b| {
+            #[expect(clippy::cast_precision_loss, reason = "megabytes")]
+            let mb = b as f64 / 1_048_576.0;
+            mb
+        });
+        drop(bridge);
+        drop(daemon);
+
+        let mut row = Row::new("kube", Role::Ours);
+        row.p50_ms = Some(at(0.5));
+        row.p99_ms = Some(at(0.99));
+        row.ops = TIMED_BLOCKS as u64;
+        row.extra.insert("block_to_taint_max_ms".into(), at(1.0));
+        row.extra
+            .insert("reconcile_s".into(), reconcile.as_secs_f64());
+        row.extra
+            .insert("reconcile_writes".into(), reconcile_writes);
+        row.extra
+            .insert("membership_s".into(), membership.as_secs_f64());
+        row.extra.insert(
+            "steady_writes_per_min".into(),
+            steady_writes * 60.0 / STEADY.as_secs_f64(),
+        );
+        row.extra.insert("bridge_rss_mb".into(), rss_mb);
+        row.targets = vec![
+            Target {
+                what: "block → taint seen p99 ≤ 100 ms".into(),
+                met: Some(at(0.99) <= 100.0),
+            },
+            Target {
+                what: format!("reconcile ≤ 10 s with one write per differing Node ({BLOCKED})"),
+                #[expect(clippy::cast_precision_loss, reason = "a thousand")]
+                met: Some(
+                    reconcile <= Duration::from_secs(10) && reconcile_writes == BLOCKED as f64,
+                ),
+            },
+            Target {
+                what: "0 writes a minute in a steady state".into(),
+                met: Some(steady_writes == 0.0),
+            },
+            Target {
+                what: "bridge RSS ≤ 100 MB".into(),
+                met: Some(rss_mb <= 100.0),
+            },
+            Target {
+                what: format!("{PODS} task managers registered ≤ 10 s"),
+                met: Some(membership <= Duration::from_secs(10)),
+            },
+        ];
+        row.add_note(&format!(
+            "{NODES} Nodes, {BLOCKED} blocked, {PODS} pods; {TIMED_BLOCKS} blocks at {RATE}/s; \
+             reconcile {:.1} s with {reconcile_writes} Node patches, membership {:.1} s, \
+             {steady_writes} patches in {} s of steady state, bridge RSS {rss_mb:.0} MiB",
+            reconcile.as_secs_f64(),
+            membership.as_secs_f64(),
+            STEADY.as_secs()
+        ));
+        Ok(vec![row])
+    }
+}
