@@ -16,7 +16,8 @@ use utoipa::ToSchema;
 
 use crate::model::Kind;
 use crate::validate::{
-    batch_elements, element_errors, integer, required_id, type_name, unknown_fields, Invalid,
+    batch_elements, element_errors, element_object, integer, required_id, type_name,
+    unknown_fields, Invalid,
 };
 
 /// The longest enforcer name: a Kubernetes object name's limit, which a bridge's name
@@ -133,11 +134,7 @@ pub fn reports(body: &Value, max_batch: usize) -> Result<Vec<Reported>, Invalid>
     let mut out = Vec::with_capacity(elements.len());
     let mut errors = Vec::new();
     for (index, element) in elements.iter().enumerate() {
-        let Value::Object(map) = element else {
-            errors.push(format!(
-                "items[{index}]: must be an object, got {}",
-                type_name(element)
-            ));
+        let Some(map) = element_object(index, element, &mut errors) else {
             continue;
         };
         let mut errs = unknown_fields(map, REPORT_FIELDS);

@@ -294,11 +294,7 @@ pub fn registrations(body: &Value, max_batch: usize) -> Result<Vec<(String, Stri
     let mut pairs = Vec::with_capacity(elements.len());
     let mut errors = Vec::new();
     for (index, element) in elements.iter().enumerate() {
-        let Value::Object(map) = element else {
-            errors.push(format!(
-                "items[{index}]: must be an object, got {}",
-                type_name(element)
-            ));
+        let Some(map) = element_object(index, element, &mut errors) else {
             continue;
         };
         let mut errs = unknown_fields(map, &["id", "node"]);
@@ -382,6 +378,23 @@ pub fn check_request(body: &Value, max_ids: usize) -> Result<CheckRequest, Inval
         )));
     }
     Ok(request)
+}
+
+/// Batch element `index` as an object; another value is an error in `errors`, named by its
+/// index.
+pub(crate) fn element_object<'a>(
+    index: usize,
+    element: &'a Value,
+    errors: &mut Vec<String>,
+) -> Option<&'a Map<String, Value>> {
+    if let Value::Object(map) = element {
+        return Some(map);
+    }
+    errors.push(format!(
+        "items[{index}]: must be an object, got {}",
+        type_name(element)
+    ));
+    None
 }
 
 /// The errors `errs` (each `.field: why`) of batch element `index`, named by its index and,
