@@ -7,7 +7,9 @@
 //! It serves https with a certificate of a CA made for it ([`KubeApiServer::ca`]) and
 //! knows callers by bearer token (`--token-auth-file`): [`ADMIN_TOKEN`] is in
 //! `system:masters`; authorization is RBAC, so a caller with a token of its own has only
-//! the rights the test grants it.
+//! the rights the test grants it. [`KubeApiServer::kubeconfig_of`] gives administrators of
+//! their own names, so its audit log ([`KubeApiServer::audit`], every write and who made
+//! it) tells two bridges apart.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +23,14 @@ pub const ADMIN_TOKEN: &str = "blocklistd-test-admin";
 /// The bearer token of the bridge's service account, `blocklist:blocklist-kube`: it has the
 /// rights RBAC grants that account, and no others.
 pub const BRIDGE_TOKEN: &str = "blocklistd-test-bridge";
+
+/// Administrators of their own names (in `system:masters`), one bearer token each:
+/// `blocklistd-test-<name>`.
+pub const NAMED_ADMINS: [&str; 3] = ["bridge-a", "bridge-b", "bridge-c"];
+
+/// The audit policy: every write, at the level of its metadata (who, what, the answer),
+/// once it was answered.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n- level: None\n";
 
 /// A running API server and its etcd; killed on drop.
 pub struct KubeApiServer {
@@ -82,15 +92,21 @@ impl KubeApiServer {
         std::fs::write(&signing, key.serialize_pem()).expect("sa.key");
         std::fs::write(&public, key.public_key_pem()).expect("sa.pub");
         let tokens = dir.join("tokens.csv");
+        let named: String = NAMED_ADMINS
+            .iter()
+            .map(|name| format!("blocklistd-test-{name},{name},{name}-uid,\"system:masters\"\n"))
+            .collect();
         std::fs::write(
             &tokens,
             format!(
                 "{ADMIN_TOKEN},admin,admin-uid,\"system:masters\"\n\
                  {BRIDGE_TOKEN},system:serviceaccount:blocklist:blocklist-kube,bridge-uid,\
-                 \"system:serviceaccounts,system:serviceaccounts:blocklist\"\n"
+                 \"system:serviceaccounts,system:serviceaccounts:blocklist\"\n{named}"
             ),
         )
         .expect("token file");
+        let policy = dir.join("audit-policy.yaml");
+        std::fs::write(&policy, AUDIT_POLICY).expect("audit policy");
         let log = std::fs::File::create(dir.join("kube-apiserver.log")).expect("log");
         let path = |p: &Path| p.display().to_string();
         let child = Command::new(&self.bin)
@@ -106,6 +122,9 @@ impl KubeApiServer {
             .args(["--service-account-issuer", "https://kubernetes.default.svc"])
             .args(["--service-account-key-file", &path(&public)])
             .args(["--service-account-signing-key-file", &path(&signing)])
+            .args(["--audit-policy-file", &path(&policy)])
+            .args(["--audit-log-path", &path(&dir.join("audit.log"))])
+            .args(["--audit-log-mode", "blocking"])
             // No controller creates the `default` service account a pod would need.
             .args(["--disable-admission-plugins", "ServiceAccount"])
             .stdin(Stdio::null())
@@ -168,6 +187,25 @@ impl KubeApiServer {
         );
         std::fs::write(&file, text).expect("kubeconfig");
         file
+    }
+
+    /// A kubeconfig of the administrator `name`, one of [`NAMED_ADMINS`].
+    pub fn kubeconfig_of(&self, name: &str) -> PathBuf {
+        assert!(
+            NAMED_ADMINS.contains(&name),
+            "{name} is not a named administrator"
+        );
+        self.kubeconfig(name, &format!("blocklistd-test-{name}"))
+    }
+
+    /// Every write answered so far, in order: the audit log's events (`user.username`,
+    /// `verb`, `objectRef`, `responseStatus.code`, `requestReceivedTimestamp`, …).
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
     }
 
     /// SIGKILL, then the same server again on the same etcd (what it stored survives).

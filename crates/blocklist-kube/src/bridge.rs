@@ -1,5 +1,6 @@
 //! What every part of the bridge shares: the daemon, the Nodes' API, the bridge's names on
-//! a Node, what the blocklist wants, the ceiling, the statuses, the Events and the metrics.
+//! a Node, what the blocklist wants, the ceiling, the statuses, the Events, the metrics and
+//! whether this replica leads.
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
@@ -12,6 +13,7 @@ use crate::ceiling::Ceiling;
 use crate::daemon::{Daemon, Status};
 use crate::desired::Desired;
 use crate::events::Events;
+use crate::leader::Leadership;
 use crate::marking::{Block, Marking};
 use crate::metrics::Metrics;
 use crate::report::Reporter;
@@ -42,8 +44,15 @@ pub struct Bridge {
     pub metrics: Metrics,
     /// Set once the first full reconcile finished (`/readyz`).
     pub ready: AtomicBool,
+    /// Whether this replica may write ([`crate::leader`]).
+    pub leader: Leadership,
     /// Blocked ids that name no Node (`blocklist_kube_nodes_missing`).
     missing: Mutex<HashSet<String>>,
+    /// Blocked Nodes that carry their taint (with `--dry-run`: would), as last written or
+    /// read: the only Nodes an evacuation empties (one held back is not emptied).
+    marked: Mutex<HashSet<String>>,
+    /// Something an evacuation acts on changed.
+    evacuation: tokio::sync::Notify,
 }
 
 impl Bridge {
@@ -66,8 +75,33 @@ impl Bridge {
             reporter: Reporter::default(),
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
+            leader: Leadership::new(None),
             missing: Mutex::default(),
+            marked: Mutex::default(),
+            evacuation: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Something an evacuation acts on changed (a block, a Node marked, a pod): it looks
+    /// again now.
+    pub fn wake_evacuation(&self) {
+        self.evacuation.notify_one();
+    }
+
+    /// Until [`Bridge::wake_evacuation`].
+    pub async fn evacuation_woken(&self) {
+        self.evacuation.notified().await;
+    }
+
+    /// The bridge with `leader` deciding whether it may write.
+    #[must_use]
+    pub fn with_leadership(self, leader: Leadership) -> Bridge {
+        Bridge { leader, ..self }
+    }
+
+    /// Whether blocked Node `name` carries its taint (with `--dry-run`: would).
+    pub fn marked(&self, name: &str) -> bool {
+        self.marked.lock().expect("not poisoned").contains(name)
     }
 
     /// Records what was done about Node `name`, which should carry `block`: its status for
@@ -83,6 +117,17 @@ impl Bridge {
             .nodes_missing
             .set(i64::try_from(missing.len()).unwrap_or(i64::MAX));
         drop(missing);
+        let mut marked = self.marked.lock().expect("not poisoned");
+        let changed =
+            if block.is_some() && matches!(outcome, Ok(Outcome::Written | Outcome::Unchanged)) {
+                marked.insert(name.to_owned())
+            } else {
+                marked.remove(name)
+            };
+        drop(marked);
+        if changed || block.is_some_and(Block::evacuates) {
+            self.wake_evacuation();
+        }
         let Some(block) = block else {
             self.reporter.set(name, None);
             return;

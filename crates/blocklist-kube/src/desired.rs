@@ -56,6 +56,21 @@ impl Desired {
         }
     }
 
+    /// The blocked nodes whose action asks for evacuation, oldest change first; `None`
+    /// before the first reconcile.
+    pub fn evacuating(&self) -> Option<Vec<Block>> {
+        let blocks = self.blocks.lock().expect("not poisoned");
+        let mut evacuating: Vec<Block> = blocks
+            .as_ref()?
+            .values()
+            .filter(|b| b.evacuates())
+            .cloned()
+            .collect();
+        drop(blocks);
+        evacuating.sort_by(|a, b| (a.revision, &a.id).cmp(&(b.revision, &b.id)));
+        Some(evacuating)
+    }
+
     /// [`Desired::of`] for `node` as the watch saw it; when nothing is known yet, the Node
     /// is remembered for [`Desired::take_deferred`].
     pub fn of_seen(&self, node: &Node) -> Known {

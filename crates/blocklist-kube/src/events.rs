@@ -1,11 +1,12 @@
 //! Kubernetes Events on a Node the bridge marked, since a taint says neither who nor why:
 //! `Blocked` (who blocked it, why, how, until when), `Unblocked`, and the warning
 //! `TaintRestored` when the bridge put back a taint taken off by hand while the block
-//! stands (to unblock a node, remove it from the blocklist). `kubectl describe node`
-//! shows them. An Event that cannot be written is logged, never retried: it is a
-//! courtesy, the taint is the state.
+//! stands (to unblock a node, remove it from the blocklist). An evacuation adds `Evicted`
+//! and the warning `EvictionWaiting` (a PodDisruptionBudget says not now) on each pod, and
+//! `Evacuated` on the node. `kubectl describe` shows them. An Event that cannot be written
+//! is logged, never retried: it is a courtesy, the taint is the state.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
 
@@ -90,9 +91,12 @@ impl Events {
             },
             (None, false, _) => return,
         };
-        let reference = node.object_ref(&());
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, reason = %event.reason, "could not write the Node's Event");
+        self.publish(&event, &node.object_ref(&())).await;
+    }
+
+    async fn publish(&self, event: &Event, reference: &ObjectReference) {
+        if let Err(e) = self.recorder.publish(event, reference).await {
+            tracing::warn!(error = %e, reason = %event.reason, kind = ?reference.kind, name = ?reference.name, "could not write the Event");
         }
     }
 }
@@ -109,9 +113,51 @@ impl Events {
             action: "Taint".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &node.object_ref(&())).await {
-            tracing::warn!(error = %e, reason = %event.reason, "could not write the Node's Event");
-        }
+        self.publish(&event, &node.object_ref(&())).await;
+    }
+
+    /// Pod `pod` was evicted: its node (or task manager) is blocked with evacuation.
+    pub async fn evicted(&self, pod: &ObjectReference, block: &Block, what: &str) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "Evicted".into(),
+            note: Some(format!("evicted: {what} {}", note(block))),
+            action: "Evict".into(),
+            secondary: None,
+        };
+        self.publish(&event, pod).await;
+    }
+
+    /// A PodDisruptionBudget refused `pod`'s eviction (the API server's `message`).
+    pub async fn eviction_waiting(&self, pod: &ObjectReference, message: &str) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "EvictionWaiting".into(),
+            note: Some(format!(
+                "a PodDisruptionBudget refuses its eviction now; it is asked again later: {message}"
+            )),
+            action: "Evict".into(),
+            secondary: None,
+        };
+        self.publish(&event, pod).await;
+    }
+
+    /// Node `name` holds none of the work its evacuation evicts any more.
+    pub async fn evacuated(&self, name: &str, block: &Block) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "Evacuated".into(),
+            note: Some(format!("no work left to evict: {}", note(block))),
+            action: "Evict".into(),
+            secondary: None,
+        };
+        let node = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(name.to_owned()),
+            ..ObjectReference::default()
+        };
+        self.publish(&event, &node).await;
     }
 }
 

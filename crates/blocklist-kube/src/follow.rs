@@ -29,9 +29,12 @@ struct Kind {
     kind: Option<String>,
 }
 
-/// Follows the feed for as long as the bridge runs.
+/// Follows the feed for as long as the bridge runs. A replica that comes to lead
+/// reconciles at once (as a follower it wrote nothing).
 pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
+    let mut leading = bridge.leader.subscribe();
     loop {
+        leading.borrow_and_update();
         // The full pass gives the revision the feed resumes after.
         let mut revision = match reconcile(bridge).await {
             Ok(counts) => {
@@ -54,8 +57,20 @@ pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
             .set(i64::try_from(revision).unwrap_or(i64::MAX));
         let resync_at = Instant::now() + resync;
         while Instant::now() < resync_at {
-            match Box::pin(follow(bridge, labels, &mut revision, resync_at)).await {
-                Ok(()) => {}
+            match Box::pin(follow(
+                bridge,
+                labels,
+                &mut revision,
+                resync_at,
+                &mut leading,
+            ))
+            .await
+            {
+                Ok(Ended::Resync) => {}
+                Ok(Ended::Leading) => {
+                    tracing::info!("leading now: reconciling");
+                    break;
+                }
                 Err(FeedError::Gone) => {
                     tracing::warn!(
                         revision,
@@ -72,20 +87,38 @@ pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
     }
 }
 
-/// One stream from after `revision` until it ends, fails or `until`; `revision` follows
-/// every event applied.
+/// Why a stream was left without a failure.
+enum Ended {
+    /// Time for the resync.
+    Resync,
+    /// This replica came to lead.
+    Leading,
+}
+
+/// One stream from after `revision` until it ends, fails, `until`, or this replica comes
+/// to lead; `revision` follows every event applied.
 async fn follow(
     bridge: &Bridge,
     labels: &Labels,
     revision: &mut u64,
     until: Instant,
-) -> Result<(), FeedError> {
+    leading: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Ended, FeedError> {
     let mut response = bridge.daemon.feed(*revision).await?;
     let mut parser = SseParser::default();
     loop {
         let left = until.saturating_duration_since(Instant::now());
-        let chunk = match tokio::time::timeout(left, response.chunk()).await {
-            Err(_) => return Ok(()), // time for the resync
+        let next = tokio::select! {
+            next = tokio::time::timeout(left, response.chunk()) => next,
+            Ok(()) = leading.changed() => {
+                if *leading.borrow_and_update() {
+                    return Ok(Ended::Leading);
+                }
+                continue;
+            }
+        };
+        let chunk = match next {
+            Err(_) => return Ok(Ended::Resync),
             Ok(Ok(Some(chunk))) => chunk,
             Ok(Ok(None)) => {
                 bridge.daemon.feed_broke();
@@ -138,11 +171,13 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
             labels
                 .set(bridge, &block.id, blocks.then_some(&block))
                 .await;
+            bridge.wake_evacuation();
             return;
         }
         _ => return,
     }
     bridge.desired.set(&block.id, blocks.then(|| block.clone()));
+    bridge.wake_evacuation();
     let wanted = blocks.then_some(&block);
     let node = bridge.nodes.get_opt(&block.id).await;
     bridge.metrics.api("get", &node);

@@ -1,6 +1,7 @@
 //! `blocklist-kube`: the Kubernetes bridge of blocklistd. Every node the daemon blocks
 //! gets one `NoSchedule` taint of the bridge's own key and annotations that say why, by
-//! whom and until when; a Node the blocklist no longer names loses exactly those. It
+//! whom and until when; a Node the blocklist no longer names loses exactly those. A block
+//! that asks for evacuation also has the work evicted, paced, budgets honoured. It
 //! never touches another key's taint, never cordons, and changes nothing when it cannot
 //! read the daemon. It keeps the daemon's membership current from the task managers'
 //! pods, labels a blocked task manager's pod, and reports what it did to the daemon.
@@ -17,6 +18,9 @@
 //! - `node_watch`: a Node that drifts from it (created later, changed by hand) put right;
 //! - `membership`: the daemon's task managers kept current from the pods;
 //! - `pods`: a blocked task manager's pod labelled;
+//! - `evacuation`: the work moved off what is blocked with evacuation, paced, through
+//!   `eviction` (the Eviction API), of the pods `evictable` says are work;
+//! - `leader`: one replica acts, elected through a Lease;
 //! - `report`: the statuses sent to the daemon (`PUT /enforcement/{name}`);
 //! - `metrics`, `serve`: `/metrics`, `/healthz`, `/readyz`.
 
@@ -24,8 +28,12 @@ pub mod bridge;
 pub mod ceiling;
 pub mod daemon;
 pub mod desired;
+pub mod evacuation;
 pub mod events;
+pub mod evictable;
+pub mod eviction;
 pub mod follow;
+pub mod leader;
 pub mod marking;
 pub mod membership;
 pub mod metrics;

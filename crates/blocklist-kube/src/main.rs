@@ -11,6 +11,8 @@ use std::time::Duration;
 use blocklist::client::TlsFiles;
 use blocklist_kube::bridge::Bridge;
 use blocklist_kube::daemon::Daemon;
+use blocklist_kube::evacuation::{Evacuation, Settings};
+use blocklist_kube::leader::{default_identity, Election, Leadership};
 use blocklist_kube::marking::Marking;
 use blocklist_kube::pods::Labels;
 use blocklist_kube::reconcile::reconcile;
@@ -30,6 +32,10 @@ use tracing_subscriber::EnvFilter;
 #[expect(
     clippy::doc_markdown,
     reason = "the text of --help, where backticks would show"
+)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "a command line's switches, each its own flag"
 )]
 struct Args {
     #[command(subcommand)]
@@ -119,6 +125,76 @@ struct Args {
     /// is checked), logged, and not stored; no Event is written; the statuses say `dryRun`.
     #[arg(long, env = "BLOCKLIST_KUBE_DRY_RUN")]
     dry_run: bool,
+
+    /// The pods an evacuated node's work is (`MARK_BLOCKED_AND_EVACUATE_TASKS`): a label
+    /// selector; the task managers' (--taskmanager-selector) without it.
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_EVICT_SELECTOR",
+        conflicts_with = "evict_all"
+    )]
+    evict_selector: Option<String>,
+
+    /// An evacuated node's work is every pod on it (in --namespace, if given), but for
+    /// DaemonSets' pods, mirror pods and pods that tolerate the bridge's taint.
+    #[arg(long, env = "BLOCKLIST_KUBE_EVICT_ALL")]
+    evict_all: bool,
+
+    /// At most this many evictions a minute across the cluster, evenly spaced.
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_EVICTIONS_PER_MINUTE",
+        default_value_t = 60,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    evictions_per_minute: u32,
+
+    /// At most this many nodes being emptied at once; the others wait their turn (oldest
+    /// block first).
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_MAX_EVACUATING_NODES",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    max_evacuating_nodes: u32,
+
+    /// Elect one leader among the bridge's replicas through a Lease: only the leader
+    /// writes (`false`: this bridge always writes; run one replica only).
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_LEADER_ELECT",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    leader_elect: bool,
+
+    /// The Lease the replicas elect their leader with.
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_LEASE_NAME",
+        default_value = "blocklist-kube"
+    )]
+    lease_name: String,
+
+    /// The Lease's namespace: the bridge's own (in a pod) or the kubeconfig's without it.
+    #[arg(long, env = "BLOCKLIST_KUBE_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+
+    /// Seconds a leader that stops renewing keeps the Lease: another replica takes over
+    /// after it (the leader stops writing after two thirds of it by its own clock).
+    #[arg(
+        long,
+        env = "BLOCKLIST_KUBE_LEASE_DURATION",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(2..)
+    )]
+    lease_duration: u64,
+
+    /// This replica's identity in the Lease (default: the host's name, the process id and
+    /// its start).
+    #[arg(long, env = "BLOCKLIST_KUBE_IDENTITY")]
+    identity: Option<String>,
 
     /// Reconcile once and exit, without following the feed.
     #[arg(long)]
@@ -216,6 +292,10 @@ async fn run(args: Args) -> Result<(), String> {
         }
         None => kube::Config::infer().await.map_err(|e| e.to_string())?,
     };
+    // The bridge paces and retries its own requests: the client's retries of 429s would
+    // send evictions outside the pace, and ask a budget again without backoff of its own.
+    let mut config = config;
+    config.default_retry = false;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
     let tls = TlsFiles {
         cacert: args.cacert.clone(),
@@ -228,13 +308,27 @@ async fn run(args: Args) -> Result<(), String> {
         annotation_prefix: args.annotation_prefix.clone(),
         dry_run: args.dry_run,
     };
-    let bridge = Arc::new(Bridge::new(
-        args.name.clone(),
-        daemon,
-        &client,
-        marking,
-        args.max_tainted_nodes_percent,
-    ));
+    let election = (args.leader_elect && !args.once).then(|| Election {
+        api: Api::namespaced(
+            client.clone(),
+            args.lease_namespace
+                .as_deref()
+                .unwrap_or(client.default_namespace()),
+        ),
+        name: args.lease_name.clone(),
+        identity: args.identity.clone().unwrap_or_else(default_identity),
+        duration: Duration::from_secs(args.lease_duration),
+    });
+    let bridge = Arc::new(
+        Bridge::new(
+            args.name.clone(),
+            daemon,
+            &client,
+            marking,
+            args.max_tainted_nodes_percent,
+        )
+        .with_leadership(Leadership::new(election)),
+    );
     if args.once {
         let counts = reconcile(&bridge).await?;
         tracing::info!(?counts, "reconciled");
@@ -249,14 +343,60 @@ async fn run(args: Args) -> Result<(), String> {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     };
+    let evacuation = Evacuation::new(
+        client.clone(),
+        Settings {
+            per_minute: args.evictions_per_minute,
+            max_nodes: args.max_evacuating_nodes as usize,
+            selector: if args.evict_all {
+                None
+            } else {
+                Some(
+                    args.evict_selector
+                        .clone()
+                        .unwrap_or_else(|| args.taskmanager_selector.clone()),
+                )
+            },
+            namespace: args.namespace.clone(),
+        },
+    );
     let labels = Labels::new(client, args.namespace.clone());
     let resync = Duration::from_secs(args.resync.max(1));
-    tokio::join!(
-        serve::run(listener, bridge.clone()),
-        follow::run(&bridge, &labels, resync),
-        node_watch::run(&bridge),
-        membership::run(&bridge, &labels, pods, &args.taskmanager_selector),
-        bridge.reporter.run(&bridge.daemon, &bridge.name),
-    );
+    let running = async {
+        tokio::join!(
+            serve::run(listener, bridge.clone()),
+            bridge.leader.run(),
+            follow::run(&bridge, &labels, resync),
+            node_watch::run(&bridge),
+            membership::run(&bridge, &labels, pods, &args.taskmanager_selector),
+            bridge
+                .reporter
+                .run(&bridge.daemon, &bridge.name, &bridge.leader),
+            evacuation.watch(&bridge),
+            evacuation.run(&bridge, &labels),
+        );
+    };
+    tokio::select! {
+        () = running => {}
+        signal = stopped() => {
+            tracing::info!(%signal, "stopping");
+            bridge.leader.release().await;
+        }
+    }
     Ok(())
+}
+
+/// Until SIGTERM (Kubernetes stopping the pod) or SIGINT: the signal's name.
+async fn stopped() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
 }

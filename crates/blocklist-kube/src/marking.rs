@@ -40,6 +40,11 @@ impl Marking {
         format!("{}={}:NoSchedule", self.taint_key, block.action)
     }
 
+    /// The annotation of an evacuation's progress.
+    pub fn progress_annotation(&self) -> String {
+        format!("{}{PROGRESS}", self.annotation_prefix)
+    }
+
     /// Whether `node` carries any of the bridge's annotations.
     pub fn annotated(&self, node: &Node) -> bool {
         node.metadata.annotations.as_ref().is_some_and(|all| {
@@ -52,6 +57,11 @@ impl Marking {
 
 /// The annotations the bridge writes, after its prefix.
 const ANNOTATIONS: [&str; 4] = ["cause", "source", "end", "revision"];
+
+/// The annotation of an evacuation's progress, after the prefix: written by the evacuation
+/// ([`crate::evacuation`]) while the block asks for one, taken off with the rest of the
+/// bridge's marks by an unblock.
+const PROGRESS: &str = "evacuation";
 
 /// The `endTimestamp` of a permanent item (Java's `Long.MAX_VALUE`).
 const PERMANENT: i64 = i64::MAX;
@@ -76,7 +86,15 @@ pub struct Block {
     pub last_report_timestamp: i64,
 }
 
+/// The action that asks for the running work to leave too.
+pub const EVACUATE: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
+
 impl Block {
+    /// Whether the block asks for evacuation.
+    pub fn evacuates(&self) -> bool {
+        self.action == EVACUATE
+    }
+
     /// The annotations' values, by name after the prefix.
     fn annotations(&self) -> BTreeMap<&'static str, String> {
         let end = if self.end_timestamp == PERMANENT {
@@ -94,7 +112,7 @@ impl Block {
 }
 
 /// Unix milliseconds as RFC 3339 in UTC, to the second (`2026-01-01T00:00:00Z`).
-fn rfc3339(ms: i64) -> String {
+pub fn rfc3339(ms: i64) -> String {
     let since_epoch = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + since_epoch).to_string()
 }
@@ -142,6 +160,10 @@ pub fn patch(node: &Node, marking: &Marking, block: Option<&Block>) -> Option<Va
                 annotations.insert(key, Value::Null);
             }
         }
+    }
+    let progress = marking.progress_annotation();
+    if block.is_none() && present.contains_key(&progress) {
+        annotations.insert(progress, Value::Null);
     }
     if !taints_differ && annotations.is_empty() {
         return None;
@@ -242,6 +264,14 @@ mod tests {
         marked.metadata.annotations =
             serde_json::from_value(patch["metadata"]["annotations"].clone()).unwrap();
         assert_eq!(super::patch(&marked, &marking, Some(&block)), None);
+        // An evacuation's progress is the evacuation's to write, not the marking's.
+        marked
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(marking.progress_annotation(), "evacuating: …".into());
+        assert_eq!(super::patch(&marked, &marking, Some(&block)), None);
     }
 
     #[test]
@@ -256,6 +286,10 @@ mod tests {
         let mut node = node(vec![foreign(), ours]);
         node.metadata.annotations = Some(BTreeMap::from([
             ("blocklistd.io/cause".to_owned(), "x".to_owned()),
+            (
+                "blocklistd.io/evacuation".to_owned(),
+                "evacuated at …".to_owned(),
+            ),
             ("example.com/keep".to_owned(), "y".to_owned()),
         ]));
         let patch = patch(&node, &marking, None).expect("a change");
@@ -265,7 +299,7 @@ mod tests {
         );
         assert_eq!(
             patch["metadata"]["annotations"],
-            json!({"blocklistd.io/cause": null})
+            json!({"blocklistd.io/cause": null, "blocklistd.io/evacuation": null})
         );
     }
 

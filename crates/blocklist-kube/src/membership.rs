@@ -39,8 +39,20 @@ pub async fn run(bridge: &Bridge, labels: &Labels, pods: Api<Pod>, selector: &st
     let mut listing: Option<HashMap<String, String>> = None;
     let mut pending = Pending::new();
     let mut resync = false;
+    let mut leading = bridge.leader.subscribe();
     loop {
-        let next = if pending.is_empty() && !resync {
+        if !bridge.leader.acting() && (resync || !pending.is_empty()) {
+            // Only the leader tells the daemon; one that comes to lead matches the daemon's
+            // membership to the pods first.
+            pending.clear();
+            resync = true;
+        }
+        let next = if !bridge.leader.acting() {
+            tokio::select! {
+                event = stream.next() => event.map(Some),
+                _ = leading.changed() => Some(None),
+            }
+        } else if pending.is_empty() && !resync {
             stream.next().await.map(Some)
         } else {
             match tokio::time::timeout(GATHER, stream.next()).await {
@@ -80,6 +92,7 @@ pub async fn run(bridge: &Bridge, labels: &Labels, pods: Api<Pod>, selector: &st
                 }
             },
             Some(Some(Err(e))) => tracing::warn!(error = %e, "the pods' watch failed; it resumes"),
+            Some(None) if !bridge.leader.acting() => {}
             // The burst is over: tell the daemon.
             Some(None) => {
                 let sent = if resync {
@@ -139,6 +152,9 @@ async fn send(
     registrations: &[Registration],
     gone: &[String],
 ) -> Result<(), String> {
+    if !bridge.leader.acting() {
+        return Err("this replica no longer leads; the leader keeps the membership".into());
+    }
     bridge.daemon.register(registrations).await?;
     bridge
         .metrics

@@ -30,6 +30,12 @@ pub struct Metrics {
     pub registrations: Counter,
     pub unregistrations: Counter,
     pub pods_labelled: Counter,
+    /// Evictions asked for, by outcome (`evicted`, `budget-refused`, `gone`, `error`).
+    pub evictions: Family<Vec<(String, String)>, Counter>,
+    pub pods_waiting: Gauge,
+    pub nodes_evacuating: Gauge,
+    pub block_to_empty_seconds: Histogram,
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -53,6 +59,12 @@ impl Default for Metrics {
             registrations: Counter::default(),
             unregistrations: Counter::default(),
             pods_labelled: Counter::default(),
+            evictions: Family::default(),
+            pods_waiting: Gauge::default(),
+            nodes_evacuating: Gauge::default(),
+            // 0.1 s to about 55 min.
+            block_to_empty_seconds: Histogram::new(exponential_buckets(0.1, 2.0, 16)),
+            leader: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -126,6 +138,31 @@ impl Default for Metrics {
             "Label changes on task managers' pods (blocked or no longer)",
             metrics.pods_labelled.clone(),
         );
+        r.register(
+            "evictions",
+            "Evictions the bridge asked the API server for, by outcome: evicted, budget-refused (a PodDisruptionBudget said not now), gone, error",
+            metrics.evictions.clone(),
+        );
+        r.register(
+            "pods_waiting",
+            "Pods to evict that a PodDisruptionBudget holds back now",
+            metrics.pods_waiting.clone(),
+        );
+        r.register(
+            "nodes_evacuating",
+            "Nodes being emptied now (at most --max-evacuating-nodes)",
+            metrics.nodes_evacuating.clone(),
+        );
+        r.register(
+            "block_to_empty_seconds",
+            "From a node's block (its last report in the daemon) to the node empty of the work it evacuates",
+            metrics.block_to_empty_seconds.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica leads (it acts), 0 while it follows",
+            metrics.leader.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -143,6 +180,13 @@ impl Metrics {
         };
         self.api_requests
             .get_or_create(&vec![("verb".into(), verb.into()), ("code".into(), code)])
+            .inc();
+    }
+
+    /// Counts one eviction by its outcome.
+    pub fn eviction(&self, outcome: &str) {
+        self.evictions
+            .get_or_create(&vec![("outcome".into(), outcome.into())])
             .inc();
     }
 

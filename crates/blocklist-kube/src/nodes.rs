@@ -21,6 +21,10 @@ pub use crate::bridge::Outcome;
 /// Event for the reason `why` after a change, and records the outcome (the statuses, the
 /// metrics).
 pub async fn apply(bridge: &Bridge, node: Node, block: Option<&Block>, why: Why) -> Outcome {
+    if !bridge.leader.acting() {
+        // Only the leader writes; a replica that takes over reconciles first.
+        return Outcome::Unchanged;
+    }
     let name = node.metadata.name.clone().unwrap_or_default();
     let outcome = write(bridge, node, block, why).await;
     if let Err(e) = &outcome {
@@ -72,6 +76,12 @@ async fn write(
         } else {
             PatchParams::default()
         };
+        if !bridge.leader.acting() {
+            if adds {
+                bridge.ceiling.release(&name);
+            }
+            return Err("this replica no longer leads; the leader marks the Node".into());
+        }
         let result = api.patch(&name, &params, &Patch::Merge(&patch)).await;
         metrics.api("patch", &result);
         match result {

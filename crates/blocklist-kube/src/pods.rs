@@ -1,6 +1,7 @@
 //! A blocked task manager's pod carries the bridge's label (its key is the taint's,
 //! `--taint-key`; its value the action), so `kubectl get pods -l blocklistd.io/blocked`
-//! lists them; an unblock takes exactly that label off. Its eviction is not done here.
+//! lists them; an unblock takes exactly that label off. Its eviction, when the action asks
+//! for one, is [`crate::evacuation`]'s.
 //!
 //! The task manager's id is its pod's name (Flink's native Kubernetes mode); which
 //! namespace it is in, the pods' watch ([`crate::membership`]) tells.
@@ -26,8 +27,8 @@ pub struct Labels {
 struct State {
     /// Pod (task manager) name → its namespace, from the pods' watch.
     pods: HashMap<String, String>,
-    /// Blocked task managers → the action; `None` until the first listing.
-    blocked: Option<HashMap<String, String>>,
+    /// Blocked task managers → the block; `None` until the first listing.
+    blocked: Option<HashMap<String, Block>>,
 }
 
 impl Labels {
@@ -49,7 +50,7 @@ impl Labels {
             let mut state = self.state();
             if let Some(blocked) = state.blocked.as_mut() {
                 match block {
-                    Some(block) => blocked.insert(tm.to_owned(), block.action.clone()),
+                    Some(block) => blocked.insert(tm.to_owned(), block.clone()),
                     None => blocked.remove(tm),
                 };
             }
@@ -70,7 +71,7 @@ impl Labels {
             state.pods.insert(name.clone(), namespace.clone());
             match &state.blocked {
                 None => return, // nothing known yet: nothing acted on
-                Some(blocked) => blocked.get(name).cloned(),
+                Some(blocked) => blocked.get(name).map(|b| b.action.clone()),
             }
         };
         let has = pod
@@ -84,6 +85,23 @@ impl Labels {
         }
     }
 
+    /// The blocks of task managers whose action asks for evacuation, oldest change first,
+    /// each with its pod's namespace when a pod of that name was seen; empty before the
+    /// first listing.
+    pub fn evacuating(&self) -> Vec<(Block, Option<String>)> {
+        let state = self.state();
+        let Some(blocked) = &state.blocked else {
+            return Vec::new();
+        };
+        let mut evacuating: Vec<_> = blocked
+            .values()
+            .filter(|block| block.evacuates())
+            .map(|block| (block.clone(), state.pods.get(&block.id).cloned()))
+            .collect();
+        evacuating.sort_by(|a, b| (a.0.revision, &a.0.id).cmp(&(b.0.revision, &b.0.id)));
+        evacuating
+    }
+
     /// A task manager's pod is gone.
     pub fn pod_gone(&self, name: &str) {
         self.state().pods.remove(name);
@@ -92,8 +110,8 @@ impl Labels {
     /// Every blocked task manager read from the daemon, and the labelled pods made to match.
     pub async fn reconcile(&self, bridge: &Bridge) -> Result<(), String> {
         let (blocks, _) = bridge.daemon.blocked("taskmanagers").await?;
-        let blocked: HashMap<String, String> =
-            blocks.into_iter().map(|b| (b.id, b.action)).collect();
+        let blocked: HashMap<String, Block> =
+            blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
         let key = &bridge.marking.taint_key;
         let api: Api<Pod> = match &self.namespace {
             Some(namespace) => Api::namespaced(self.client.clone(), namespace),
@@ -108,7 +126,7 @@ impl Labels {
                 continue;
             };
             let has = pod.metadata.labels.and_then(|mut l| l.remove(key));
-            let wanted = blocked.get(&name).cloned();
+            let wanted = blocked.get(&name).map(|b| b.action.clone());
             if has != wanted {
                 self.label(bridge, &namespace, &name, wanted.as_deref())
                     .await;
@@ -120,8 +138,12 @@ impl Labels {
             let missing = blocked
                 .iter()
                 .filter(|(tm, _)| !done.contains(*tm))
-                .filter_map(|(tm, action)| {
-                    Some((state.pods.get(tm)?.clone(), tm.clone(), action.clone()))
+                .filter_map(|(tm, block)| {
+                    Some((
+                        state.pods.get(tm)?.clone(),
+                        tm.clone(),
+                        block.action.clone(),
+                    ))
                 })
                 .collect();
             state.blocked = Some(blocked);
@@ -135,6 +157,9 @@ impl Labels {
 
     /// Sets (or with `None` removes) the bridge's label on pod `namespace/name`.
     async fn label(&self, bridge: &Bridge, namespace: &str, name: &str, value: Option<&str>) {
+        if !bridge.leader.acting() {
+            return; // the leader labels; this replica catches up when it leads
+        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"metadata": {"labels": {bridge.marking.taint_key.clone(): value}}});
         let params = if bridge.marking.dry_run {

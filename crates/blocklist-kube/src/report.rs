@@ -3,7 +3,9 @@
 //! blocklist shows whether the cluster obeyed. Changes are gathered for a moment and sent
 //! in one request; after every full reconcile the whole view is sent again (the daemon
 //! writes only what differs), which puts right a daemon that lost track (a failover, a
-//! restore). A block's end drops its statuses in the daemon itself.
+//! restore). A block's end drops its statuses in the daemon itself. An evacuation's
+//! progress ([`crate::evacuation`]) is added to the detail of its node's status. Only the
+//! leader reports; a replica that takes over sends its whole view after its first reconcile.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::daemon::{Daemon, Status};
+use crate::leader::Leadership;
 
 /// How long changes are gathered before they are sent.
 const GATHER: Duration = Duration::from_millis(50);
@@ -25,6 +28,8 @@ pub struct Reporter {
     current: Mutex<HashMap<String, Status>>,
     /// Node → its status not yet sent.
     pending: Mutex<HashMap<String, Status>>,
+    /// Node → its evacuation's progress, added to its status's detail.
+    progress: Mutex<HashMap<String, String>>,
     wake: Notify,
 }
 
@@ -38,6 +43,7 @@ impl Reporter {
                     return;
                 }
                 current.insert(node.to_owned(), status.clone());
+                let status = self.with_progress(status);
                 self.pending
                     .lock()
                     .expect("not poisoned")
@@ -51,6 +57,42 @@ impl Reporter {
         }
     }
 
+    /// Node `node`'s evacuation progress now (`None`: no evacuation); its status is sent
+    /// again with it.
+    pub fn set_progress(&self, node: &str, progress: Option<String>) {
+        let current = self.current.lock().expect("not poisoned");
+        {
+            let mut all = self.progress.lock().expect("not poisoned");
+            let changed = match progress {
+                Some(text) => all.insert(node.to_owned(), text.clone()) != Some(text),
+                None => all.remove(node).is_some(),
+            };
+            if !changed {
+                return;
+            }
+        }
+        if let Some(status) = current.get(node) {
+            let status = self.with_progress(status.clone());
+            self.pending
+                .lock()
+                .expect("not poisoned")
+                .insert(node.to_owned(), status);
+            self.wake.notify_one();
+        }
+    }
+
+    /// `status` with its node's evacuation progress in its detail, while it is enforced.
+    fn with_progress(&self, mut status: Status) -> Status {
+        let all = self.progress.lock().expect("not poisoned");
+        if let (Some(progress), "enforced" | "dryRun") = (all.get(&status.id), status.state) {
+            status.detail = Some(match status.detail {
+                Some(detail) => format!("{detail}; {progress}"),
+                None => progress.clone(),
+            });
+        }
+        status
+    }
+
     /// Sends every status again, after a full reconcile, keeping only the nodes `blocked`
     /// says are still blocked.
     pub fn resend_all(&self, blocked: impl Fn(&str) -> bool) {
@@ -58,16 +100,19 @@ impl Reporter {
         current.retain(|node, _| blocked(node));
         let mut pending = self.pending.lock().expect("not poisoned");
         for (node, status) in current.iter() {
-            pending.insert(node.clone(), status.clone());
+            pending.insert(node.clone(), self.with_progress(status.clone()));
         }
         self.wake.notify_one();
     }
 
-    /// Keeps the daemon told, for as long as the bridge runs.
-    pub async fn run(&self, daemon: &Daemon, name: &str) {
+    /// Keeps the daemon told, for as long as the bridge runs (while `leader` says it acts).
+    pub async fn run(&self, daemon: &Daemon, name: &str, leader: &Leadership) {
         loop {
             self.wake.notified().await;
             tokio::time::sleep(GATHER).await;
+            if !leader.acting() {
+                continue; // kept pending; the leader's reports are the daemon's
+            }
             while let Err(e) = self.flush(daemon, name).await {
                 tracing::warn!(error = %e, "could not report the statuses; trying again");
                 tokio::time::sleep(PAUSE).await;

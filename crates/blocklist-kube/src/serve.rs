@@ -34,6 +34,7 @@ async fn readyz(State(bridge): State<Arc<Bridge>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(bridge): State<Arc<Bridge>>) -> impl IntoResponse {
+    bridge.metrics.leader.set(i64::from(bridge.leader.acting()));
     (
         [(
             header::CONTENT_TYPE,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test file uses its own part.
 
+pub mod workload;
+
 use std::process::Command;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
