@@ -38,6 +38,11 @@ impl Desired {
         *self.blocks.lock().expect("not poisoned") = Some(all);
     }
 
+    /// Whether a first listing was taken.
+    pub fn known(&self) -> bool {
+        self.blocks.lock().expect("not poisoned").is_some()
+    }
+
     /// Node `id`'s item after a feed event (`None`: unblocked).
     pub fn set(&self, id: &str, block: Option<Block>) {
         if let Some(blocks) = self.blocks.lock().expect("not poisoned").as_mut() {

@@ -256,3 +256,40 @@ pub fn default_identity() -> String {
         .map_or(0, |d| d.subsec_nanos());
     format!("{host}_{}_{nanos:08x}", std::process::id())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An election on a cluster nobody answers for (nothing here is sent).
+    fn election() -> Election {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("a URI"));
+        let client = kube::Client::try_from(config).expect("a client");
+        Election {
+            api: Api::namespaced(client, "default"),
+            name: "blocklist-kube".into(),
+            identity: "me".into(),
+            duration: Duration::from_secs(3),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_leader_stops_acting_at_its_deadline_before_it_learns_it_lost_the_lease() {
+        let leadership = Leadership::new(Some(election()));
+        assert!(!leadership.acting(), "no lease yet");
+        leadership.set(Some(Instant::now() + Duration::from_millis(100)));
+        assert!(leadership.acting());
+        // Paused past its deadline: it still believes it leads (no round has told it
+        // otherwise), and it does not act.
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(*leadership.subscribe().borrow());
+        assert!(!leadership.acting());
+    }
+
+    #[test]
+    fn without_an_election_a_bridge_always_acts() {
+        let leadership = Leadership::new(None);
+        assert!(leadership.acting());
+        assert!(*leadership.subscribe().borrow());
+    }
+}

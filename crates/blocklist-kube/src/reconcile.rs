@@ -2,7 +2,8 @@
 //! be read changes nothing in the cluster), then every Node made to carry its block, or
 //! nothing of the bridge's: Nodes to untaint first (so they make room under the ceiling),
 //! then the blocked ones oldest change first (so the ceiling keeps the earliest blocks).
-//! What the blocklist wants ([`crate::desired`]) is replaced once every Node is marked.
+//! What the blocklist wants ([`crate::desired`]) is replaced as soon as it is read, but on
+//! the first pass: then once every Node is marked.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -34,6 +35,12 @@ pub async fn reconcile(bridge: &Bridge) -> Result<Counts, String> {
     let started = Instant::now();
     let (blocks, revision) = bridge.daemon.blocked("nodes").await?;
     let blocks: HashMap<String, Block> = blocks.into_iter().map(|b| (b.id.clone(), b)).collect();
+    // Once the bridge knows the blocklist, the Nodes' watch acts on it while this pass runs:
+    // it must act on this listing, not an older one (a replica that comes to lead
+    // reconciles with what it knew as a follower, which may predate the last events).
+    if bridge.desired.known() {
+        bridge.desired.replace(blocks.clone());
+    }
     let list = bridge.nodes.list(&ListParams::default()).await;
     bridge.metrics.api("list", &list);
     let list = list.map_err(|e| format!("listing Nodes: {e}"))?;

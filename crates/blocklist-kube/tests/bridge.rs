@@ -513,6 +513,11 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
 /// Creates the objects of `file` whose kind `endpoints` lists, each at its endpoint; the
 /// others are left out.
 fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
+    create(
+        kube,
+        "/api/v1/namespaces",
+        r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"blocklist"}}"#,
+    );
     let text = std::fs::read_to_string(file).expect("the manifest");
     for document in text.split("\n---\n") {
         let kind = document
@@ -529,15 +534,16 @@ fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
             "Content-Type: application/yaml",
             "--data-binary",
             document,
-            &format!("{}{path}", kube.url),
+            &format!("{}{}", kube.url, path.replace("{ns}", "blocklist")),
         ])
         .unwrap_or_else(|| panic!("creating the {kind}"));
     }
 }
 
 /// The bridge with exactly the rights of its RBAC (`docs/deploy/blocklist-kube.yaml`) does
-/// its whole job — taints, Events, membership, the label on a blocked task manager's pod —
-/// and cannot do more (create or delete a Node).
+/// its whole job — its Lease, taints, Events, membership, the label on a blocked task
+/// manager's pod, evictions — and cannot do more (create or delete a Node, delete a pod,
+/// write a Lease outside its namespace).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     let Some(kube) = KubeApiServer::start("blocklist-kube rbac") else {
@@ -558,6 +564,14 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
                 "ClusterRoleBinding",
                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
             ),
+            (
+                "Role",
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+            ),
+            (
+                "RoleBinding",
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+            ),
         ],
     );
     create_node(&kube, "n1", &json!([]));
@@ -576,12 +590,17 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     let mut ws = Workspace::new();
     let daemon = ws.start(&[]);
     let log = ws.tmp.path().join("bridge.log");
-    let (bridge, _) = spawn_bridge_as(
+    let flags = [FEED_ONLY, &["--lease-namespace", "blocklist"]].concat();
+    let (bridge, probes) = spawn_bridge_as(
         &kube.kubeconfig("bridge", BRIDGE_TOKEN),
         &daemon.url(""),
-        FEED_ONLY,
+        &flags,
         &log,
     );
+    eventually("the bridge leads", || async {
+        support::workload::bridge_metric(&probes, "blocklist_kube_leader").await == 1.0
+    })
+    .await;
     let (status, body) = daemon
         .post(
             "/blocklist/nodes",
@@ -608,6 +627,19 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
         pod.metadata.labels.is_some_and(|l| l.contains_key(KEY))
     })
     .await;
+    let (status, body) = daemon
+        .call(
+            reqwest::Method::PATCH,
+            "/blocklist/nodes/n1",
+            Some(json!({"action": "MARK_BLOCKED_AND_EVACUATE_TASKS"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually("the task manager's pod evicted", || async {
+        let pod = pods.get_opt("job-taskmanager-1-1").await.expect("the pod");
+        pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+    })
+    .await;
     drop(bridge);
 
     // And no more: the same token cannot delete or create a Node.
@@ -626,4 +658,21 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
     assert_eq!(as_bridge("DELETE", "/api/v1/nodes/n1", ""), "403");
     let node = r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n2"}}"#;
     assert_eq!(as_bridge("POST", "/api/v1/nodes", node), "403");
+    assert_eq!(
+        as_bridge(
+            "DELETE",
+            "/api/v1/namespaces/default/pods/job-taskmanager-1-1",
+            ""
+        ),
+        "403"
+    );
+    let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"x"}}"#;
+    assert_eq!(
+        as_bridge(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+            lease
+        ),
+        "403"
+    );
 }

@@ -31,6 +31,14 @@ const ENDPOINTS: &[(&str, &str)] = &[
         "ClusterRoleBinding",
         "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     ),
+    (
+        "Role",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    ),
+    (
+        "RoleBinding",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    ),
 ];
 
 /// The namespace the deployment's objects go to (the bridge's `ClusterRoleBinding` names it).

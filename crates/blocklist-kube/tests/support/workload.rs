@@ -206,17 +206,34 @@ pub fn seconds(rfc3339: &str) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Asserts no two evictions of `all` came closer than `spacing` (less a tenth for the
-/// way from the bridge to the API server).
+/// Asserts `all` kept a pace of one eviction per `spacing` seconds, as the API server
+/// received them (the way from the bridge adds its jitter, up to [`JITTER`]): no two
+/// closer than `spacing` less the jitter, and no window of ten paces holds more than ten
+/// (and one for the jitter).
 pub fn assert_paced(all: &[Eviction], spacing: f64) {
     for pair in all.windows(2) {
         let gap = pair[1].at - pair[0].at;
         assert!(
-            gap >= spacing * 0.9,
+            gap >= spacing - JITTER,
             "two evictions {gap:.3} s apart, the pace is {spacing:.3} s: {pair:?}"
         );
     }
+    for (i, first) in all.iter().enumerate() {
+        let within = all[i..]
+            .iter()
+            .take_while(|e| e.at < first.at + 10.0 * spacing)
+            .count();
+        assert!(
+            within <= 11,
+            "{within} evictions within ten paces ({:.3} s) from {first:?}",
+            10.0 * spacing
+        );
+    }
 }
+
+/// How much later than the one before an eviction may reach the API server on a loaded
+/// test machine.
+pub const JITTER: f64 = 0.04;
 
 /// A PodDisruptionBudget `name` over the pods labelled `app=<app>` in `namespace`, with
 /// its status written as the disruption controller would: `allowed` disruptions now.
