@@ -11,6 +11,7 @@
 //! their own names, so its audit log ([`KubeApiServer::audit`], every write and who made
 //! it) tells two bridges apart.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,10 +93,10 @@ impl KubeApiServer {
         std::fs::write(&signing, key.serialize_pem()).expect("sa.key");
         std::fs::write(&public, key.public_key_pem()).expect("sa.pub");
         let tokens = dir.join("tokens.csv");
-        let named: String = NAMED_ADMINS
-            .iter()
-            .map(|name| format!("blocklistd-test-{name},{name},{name}-uid,\"system:masters\"\n"))
-            .collect();
+        let named = NAMED_ADMINS.iter().fold(String::new(), |mut all, n| {
+            let _ = writeln!(all, "blocklistd-test-{n},{n},{n}-uid,\"system:masters\"");
+            all
+        });
         std::fs::write(
             &tokens,
             format!(

@@ -9,9 +9,9 @@
 //!   [`crate::evictable`] keeps; a blocked task manager's own pod. A node held back by the
 //!   ceiling is not emptied, and nothing is evicted for a block that does not ask for it.
 //! - **Pacing**: one eviction at a time, at most `--evictions-per-minute` across the
-//!   cluster, evenly spaced (every window of the pace's length holds at most one), and at
-//!   most `--max-evacuating-nodes` nodes being emptied at once (oldest block first; the
-//!   others wait their turn).
+//!   cluster, each sent a whole pace after the one before (so every window of ten paces
+//!   holds at most ten), and at most `--max-evacuating-nodes` nodes being emptied at once
+//!   (oldest block first; the others wait their turn).
 //! - **Budgets**: a 429 leaves the pod to a later try with backoff; it is evicted when
 //!   the budget allows, never deleted around it. A 404 is a pod gone: success.
 //! - **Stopping**: the target is chosen again after each wait for the pace, from what the
@@ -164,8 +164,8 @@ impl Evacuation {
             return;
         }
         let spacing = Duration::from_secs_f64(60.0 / f64::from(self.settings.per_minute.max(1)));
-        let mut pace = tokio::time::interval(spacing);
-        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // When the last eviction was sent: the next is sent a whole pace later, or more.
+        let mut last: Option<tokio::time::Instant> = None;
         loop {
             let plan = self.plan(bridge, labels);
             let has_next = plan.next.is_some();
@@ -174,7 +174,9 @@ impl Evacuation {
                 let _ = tokio::time::timeout(TICK, bridge.evacuation_woken()).await;
                 continue;
             }
-            pace.tick().await;
+            if let Some(last) = last {
+                tokio::time::sleep_until(last + spacing).await;
+            }
             // The blocklist may have changed while waiting for the pace: what is evicted
             // is what it says now.
             let mut plan = self.plan(bridge, labels);
@@ -186,6 +188,7 @@ impl Evacuation {
             if !bridge.leader.acting() {
                 continue;
             }
+            last = Some(tokio::time::Instant::now());
             let (answer, result) = eviction::evict(
                 &self.client,
                 &target.namespace,

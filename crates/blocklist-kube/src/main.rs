@@ -140,7 +140,8 @@ struct Args {
     #[arg(long, env = "BLOCKLIST_KUBE_EVICT_ALL")]
     evict_all: bool,
 
-    /// At most this many evictions a minute across the cluster, evenly spaced.
+    /// At most this many evictions a minute across the cluster, each a whole pace (60 s /
+    /// the rate) after the one before.
     #[arg(
         long,
         env = "BLOCKLIST_KUBE_EVICTIONS_PER_MINUTE",

@@ -20,8 +20,9 @@
 //! - `reference`: the ceilings and the Redis peer, measured once per run, and `ratio`;
 //! - `etcd`: etcd's rows for `add` and `check`, measured once per run;
 //! - `feed`: `feed`, the change feed's delivery to W subscribers, ours and etcd's watches;
-//! - `failover`, `kube` (not part of `all`): the writer's failover on etcd; the Kubernetes
-//!   bridge against a real kube-apiserver.
+//! - `failover`, `kube`, `kube-evacuation` (not part of `all`): the writer's failover on
+//!   etcd; the Kubernetes bridge against a real kube-apiserver, its taints and membership,
+//!   and its evacuation.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -137,6 +138,7 @@ impl Bench {
             "footprint" => self.footprint().await,
             "failover" => self.failover().await,
             "kube" => self.kube().await,
+            "kube-evacuation" => self.kube_evacuation().await,
             other => Err(format!("unknown scenario {other:?}")),
         }
     }

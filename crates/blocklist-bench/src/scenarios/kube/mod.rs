@@ -1,0 +1,280 @@
+//! `kube` (not part of `all`): the Kubernetes bridge (`blocklist-kube`, the binary next to
+//! this one) at the scale of a large cluster, against a real kube-apiserver (1.37, built
+//! from `tests/servers/kube-1.37` by `tests/servers/build`) on an etcd 3.6 member of its
+//! own, and a fresh daemon. 5,000 Nodes with 1,000 blocked and 10,000 task manager pods;
+//! the bridge starts; then 200 blocks at 20 a second while a watcher of the Nodes (as
+//! kube-scheduler is one) notes when each taint shows. Figures: block → taint seen, the
+//! first full reconcile's time and writes, the membership's time, the steady state's
+//! writes and the bridge's RSS. The writes are the API server's own count
+//! (`apiserver_request_total`, PATCH on nodes).
+
+mod cluster;
+mod evacuation;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use crate::procstat;
+use crate::report::{Role, Row, Target};
+
+use super::Bench;
+use cluster::{ms, spawn_bridge, wait_ready, Cluster};
+
+const NODES: usize = 5_000;
+const BLOCKED: usize = 1_000;
+const PODS: usize = 10_000;
+/// Blocks a second while block → taint is measured, and how many.
+const RATE: u64 = 20;
+const TIMED_BLOCKS: usize = 200;
+/// The bridge's taint key (its default).
+const TAINT: &str = "blocklistd.io/blocked";
+/// How long the steady state is watched for writes.
+const STEADY: Duration = Duration::from_secs(30);
+
+impl Bench {
+    pub(super) async fn kube(&mut self) -> Result<Vec<Row>, String> {
+        let dir = self.fresh_dir("kube");
+        let cluster = Cluster::start(&dir).await?;
+        let made = Instant::now();
+        let nodes = (0..NODES)
+            .map(|i| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{i:04}")}}))
+            .collect();
+        cluster.create_all("/api/v1/nodes", nodes).await?;
+        let flink = json!({"type": "flink-native-kubernetes", "component": "taskmanager"});
+        let pods = (0..PODS)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": format!("tm-{i:05}"), "labels": flink},
+                       "spec": {"nodeName": format!("n{:04}", i % NODES),
+                                "containers": [{"name": "tm", "image": "flink"}]}})
+            })
+            .collect();
+        cluster
+            .create_all("/api/v1/namespaces/default/pods", pods)
+            .await?;
+        eprintln!(
+            "blocklist-bench: kube: {NODES} Nodes and {PODS} pods made in {:?}",
+            made.elapsed()
+        );
+
+        let (daemon, _) = self.fresh_daemon("kube-daemon").await?;
+        let base = format!("http://{}", daemon.addr);
+        let http = reqwest::Client::new();
+        let block = |ids: Vec<String>, cause: &'static str| {
+            let (http, url) = (http.clone(), format!("{base}/blocklist/nodes?force=true"));
+            async move {
+                let items: Vec<Value> = ids
+                    .iter()
+                    .map(|id| json!({"id": id, "action": "MARK_BLOCKED", "cause": cause}))
+                    .collect();
+                let r = http
+                    .post(url)
+                    .json(&items)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if r.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("blocking: {}", r.status()))
+                }
+            }
+        };
+        let step = NODES / BLOCKED;
+        block(
+            (0..BLOCKED).map(|i| format!("n{:04}", i * step)).collect(),
+            "bench",
+        )
+        .await?;
+
+        let patches = cluster.node_patches().await?;
+        let started = Instant::now();
+        let (bridge, probes) = spawn_bridge(
+            &cluster.kubeconfig,
+            &base,
+            &["--resync", "3600", "--max-tainted-nodes-percent", "100"],
+            &dir,
+            "blocklist-kube.log",
+        )?;
+        wait_ready(&http, &probes).await?;
+        let reconcile = started.elapsed();
+        let reconcile_writes = cluster.node_patches().await? - patches;
+        loop {
+            let registered = http
+                .get(format!("{base}/taskmanagers"))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .json::<Vec<Value>>()
+                .await
+                .map_err(|e| e.to_string())?
+                .len();
+            if registered == PODS {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err(format!(
+                    "{registered} of {PODS} task managers registered in 2 minutes"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let membership = started.elapsed();
+        let quiet = cluster.node_patches().await?;
+        tokio::time::sleep(STEADY).await;
+        let steady_writes = cluster.node_patches().await? - quiet;
+
+        // The watcher: from a listing's resourceVersion, each Node first seen tainted.
+        let listing: Value = cluster
+            .http
+            .get(format!("{}/api/v1/nodes?limit=1", cluster.url))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        let version = listing["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("0")
+            .to_owned();
+        let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let mut watch = cluster
+            .http
+            .get(format!(
+                "{}/api/v1/nodes?watch=1&resourceVersion={version}&allowWatchBookmarks=false",
+                cluster.url
+            ))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let watcher = {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                while let Ok(Some(chunk)) = watch.chunk().await {
+                    let at = Instant::now();
+                    buffer.extend_from_slice(&chunk);
+                    while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..=end).collect();
+                        let Ok(event) = serde_json::from_slice::<Value>(&line) else {
+                            continue;
+                        };
+                        let node = &event["object"];
+                        let tainted = node["spec"]["taints"]
+                            .as_array()
+                            .is_some_and(|t| t.iter().any(|t| t["key"] == TAINT));
+                        if tainted {
+                            if let Some(name) = node["metadata"]["name"].as_str() {
+                                seen.lock().await.entry(name.to_owned()).or_insert(at);
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        let mut sent = Vec::with_capacity(TIMED_BLOCKS);
+        let mut tick = tokio::time::interval(Duration::from_millis(1000 / RATE));
+        for i in 0..TIMED_BLOCKS {
+            tick.tick().await;
+            let id = format!("n{:04}", i * step + 1);
+            let at = Instant::now();
+            block(vec![id.clone()], "latency").await?;
+            sent.push((id, at));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let all = {
+                let seen = seen.lock().await;
+                sent.iter().all(|(id, _)| seen.contains_key(id))
+            };
+            if all {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("not every timed block reached its Node in 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        watcher.abort();
+        let mut latencies: Vec<Duration> = {
+            let seen = seen.lock().await;
+            sent.iter()
+                .map(|(id, at)| seen[id].saturating_duration_since(*at))
+                .collect()
+        };
+        latencies.sort();
+        let at = |p: f64| {
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss,
+                reason = "an index into 200"
+            )]
+            let i = ((latencies.len() - 1) as f64 * p).round() as usize;
+            ms(latencies[i])
+        };
+        let rss_mb = procstat::rss_bytes(bridge.0.id()).map_or(0.0, |b| {
+            #[expect(clippy::cast_precision_loss, reason = "megabytes")]
+            let mb = b as f64 / 1_048_576.0;
+            mb
+        });
+        drop(bridge);
+        drop(daemon);
+
+        let mut row = Row::new("kube", Role::Ours);
+        row.p50_ms = Some(at(0.5));
+        row.p99_ms = Some(at(0.99));
+        row.ops = TIMED_BLOCKS as u64;
+        row.extra.insert("block_to_taint_max_ms".into(), at(1.0));
+        row.extra
+            .insert("reconcile_s".into(), reconcile.as_secs_f64());
+        row.extra
+            .insert("reconcile_writes".into(), reconcile_writes);
+        row.extra
+            .insert("membership_s".into(), membership.as_secs_f64());
+        row.extra.insert(
+            "steady_writes_per_min".into(),
+            steady_writes * 60.0 / STEADY.as_secs_f64(),
+        );
+        row.extra.insert("bridge_rss_mb".into(), rss_mb);
+        row.targets = vec![
+            Target {
+                what: "block → taint seen p99 ≤ 100 ms".into(),
+                met: Some(at(0.99) <= 100.0),
+            },
+            Target {
+                what: format!("reconcile ≤ 10 s with one write per differing Node ({BLOCKED})"),
+                #[expect(clippy::cast_precision_loss, reason = "a thousand")]
+                met: Some(
+                    reconcile <= Duration::from_secs(10) && reconcile_writes == BLOCKED as f64,
+                ),
+            },
+            Target {
+                what: "0 writes a minute in a steady state".into(),
+                met: Some(steady_writes == 0.0),
+            },
+            Target {
+                what: "bridge RSS ≤ 100 MB".into(),
+                met: Some(rss_mb <= 100.0),
+            },
+            Target {
+                what: format!("{PODS} task managers registered ≤ 10 s"),
+                met: Some(membership <= Duration::from_secs(10)),
+            },
+        ];
+        row.add_note(&format!(
+            "{NODES} Nodes, {BLOCKED} blocked, {PODS} pods; {TIMED_BLOCKS} blocks at {RATE}/s; \
+             reconcile {:.1} s with {reconcile_writes} Node patches, membership {:.1} s, \
+             {steady_writes} patches in {} s of steady state, bridge RSS {rss_mb:.0} MiB",
+            reconcile.as_secs_f64(),
+            membership.as_secs_f64(),
+            STEADY.as_secs()
+        ));
+        Ok(vec![row])
+    }
+}
