@@ -125,7 +125,9 @@ impl Bridge {
                 marked.remove(name)
             };
         drop(marked);
-        if changed || block.is_some_and(Block::evacuates) {
+        // An evacuation starts once its Node carries the taint (a stop needs no wake: the
+        // next pod to evict is chosen from what the bridge knows then).
+        if changed && block.is_some_and(Block::evacuates) {
             self.wake_evacuation();
         }
         let Some(block) = block else {

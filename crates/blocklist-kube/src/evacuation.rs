@@ -22,24 +22,19 @@
 //!   "evacuated at …"), written at most once a second per node and once at the end.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
-use kube::Resource;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::bridge::Bridge;
-use crate::evictable::{evictable, terminating};
 use crate::eviction::{self, Answer};
-use crate::marking::{rfc3339, Block, EVACUATE};
+use crate::marking::{rfc3339, Block};
 use crate::metrics::now_ms;
 use crate::pods::Labels;
+use crate::workload::{Member, Workload};
 
 /// How the evacuation is paced and what it evicts.
 #[derive(Debug, Clone)]
@@ -68,8 +63,7 @@ const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 pub struct Evacuation {
     client: kube::Client,
     settings: Settings,
-    pods: Store<Pod>,
-    writer: Mutex<Option<reflector::store::Writer<Pod>>>,
+    pods: Workload,
     state: Mutex<State>,
 }
 
@@ -88,6 +82,17 @@ struct State {
     published: HashMap<String, (String, Instant)>,
     /// Where the next round-robin over the active nodes starts.
     cursor: usize,
+}
+
+impl State {
+    /// Nothing under way, nothing shown.
+    fn idle(&self) -> bool {
+        self.evicted.is_empty()
+            && self.waiting.is_empty()
+            && self.active.is_empty()
+            && self.done.is_empty()
+            && self.published.is_empty()
+    }
 }
 
 /// A pod to evict.
@@ -115,54 +120,29 @@ struct Plan {
 }
 
 impl Evacuation {
-    pub fn new(client: kube::Client, settings: Settings) -> Evacuation {
-        let (pods, writer) = reflector::store();
+    pub fn new(client: kube::Client, settings: Settings, taint_key: &str) -> Evacuation {
         Evacuation {
+            pods: Workload::new(
+                client.clone(),
+                settings.selector.clone(),
+                settings.namespace.clone(),
+                taint_key.to_owned(),
+            ),
             client,
             settings,
-            pods,
-            writer: Mutex::new(Some(writer)),
             state: Mutex::new(State::default()),
         }
     }
 
-    /// Watches the pods that can be work (bound to a node, matched by the selector), with
-    /// only the fields the evacuation reads kept, for as long as the bridge runs.
-    pub async fn watch(&self, bridge: &Bridge) {
-        let Some(writer) = self.writer.lock().expect("not poisoned").take() else {
-            return;
-        };
-        let api: Api<Pod> = match &self.settings.namespace {
-            Some(namespace) => Api::namespaced(self.client.clone(), namespace),
-            None => Api::all(self.client.clone()),
-        };
-        let mut config = watcher::Config::default().fields("spec.nodeName!=");
-        if let Some(selector) = &self.settings.selector {
-            config = config.labels(selector);
-        }
-        let stream = watcher::watcher(api, config)
-            .default_backoff()
-            .modify(slim)
-            .reflect(writer);
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) => {
-                    bridge.wake_evacuation();
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "the evacuation's pod watch failed; it resumes")
-                }
-            }
-        }
+    /// The cache of the pods that can be work (its own watch, [`Workload::watch`], or
+    /// fed by the membership's, [`Workload::apply`]).
+    pub fn workload(&self) -> &Workload {
+        &self.pods
     }
 
     /// Empties the nodes and pods to evacuate, for as long as the bridge runs.
     pub async fn run(&self, bridge: &Bridge, labels: &Labels) {
-        if self.pods.wait_until_ready().await.is_err() {
-            return;
-        }
+        self.pods.listed().await;
         let spacing = Duration::from_secs_f64(60.0 / f64::from(self.settings.per_minute.max(1)));
         // When the last eviction was sent: the next is sent a whole pace later, or more.
         let mut last: Option<tokio::time::Instant> = None;
@@ -273,32 +253,37 @@ impl Evacuation {
             .into_iter()
             .filter(|b| bridge.marked(&b.id))
             .collect();
+        let tms = labels.evacuating();
+        let mut state = self.state.lock().expect("not poisoned");
+        if nodes.is_empty() && tms.is_empty() && state.idle() {
+            return plan; // the common case: no evacuation, no pod looked at
+        }
         let wanted: HashSet<&str> = nodes.iter().map(|b| b.id.as_str()).collect();
-        let taint_key = bridge.marking.taint_key.as_str();
-        let all = self.pods.state();
-        let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
-        let mut by_name: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
-        for pod in &all {
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            if let Some(node) = node.filter(|n| wanted.contains(n)) {
-                if evictable(pod, taint_key, EVACUATE).is_ok() {
-                    by_node.entry(node).or_default().push(pod);
-                }
+        let tm_names: HashSet<&str> = tms.iter().map(|(b, _)| b.id.as_str()).collect();
+        let tm_keys: HashSet<String> = tms
+            .iter()
+            .filter_map(|(block, ns)| Some(format!("{}/{}", ns.as_ref()?, block.id)))
+            .collect();
+        let mut by_node: HashMap<&str, Vec<Member>> = HashMap::new();
+        let mut by_name: HashMap<String, Vec<Member>> = HashMap::new();
+        let mut present: HashSet<String> = HashSet::new();
+        for pod in self.pods.all() {
+            if let Some(node) = wanted.get(pod.node.as_str()).filter(|_| pod.work) {
+                by_node.entry(node).or_default().push(pod.clone());
             }
-            if let Some(name) = pod.metadata.name.as_deref() {
-                by_name.entry(name).or_default().push(pod);
+            if tm_names.contains(pod.name.as_str()) {
+                by_name
+                    .entry(pod.name.clone())
+                    .or_default()
+                    .push(pod.clone());
+            }
+            if state.evicted.contains(&pod.uid) || state.waiting.contains_key(&pod.uid) {
+                present.insert(pod.uid);
             }
         }
         let now = Instant::now();
         let dry_run = bridge.marking.dry_run;
         let max_nodes = self.settings.max_nodes.max(1);
-        let mut state = self.state.lock().expect("not poisoned");
-        let present: HashSet<String> = all.iter().map(|p| key_of(p)).collect();
-        let tms = labels.evacuating();
-        let tm_keys: HashSet<String> = tms
-            .iter()
-            .filter_map(|(block, ns)| Some(format!("{}/{}", ns.as_ref()?, block.id)))
-            .collect();
         state
             .evicted
             .retain(|k| present.contains(k) || tm_keys.contains(k));
@@ -320,27 +305,27 @@ impl Evacuation {
 
         // A blocked task manager's pod first: one pod each, quickly done.
         for (block, namespace) in tms {
-            let tm = &block.id;
-            let pod = by_name.get(tm.as_str()).and_then(|pods| {
+            let tm = block.id.clone();
+            let pod = by_name.get(&tm).and_then(|pods| {
                 pods.iter()
-                    .find(|p| namespace.is_none() || p.metadata.namespace == namespace)
+                    .find(|p| namespace.is_none() || Some(&p.namespace) == namespace.as_ref())
             });
-            let target = match (pod, namespace) {
-                (Some(pod), _) if terminating(pod) => continue,
+            let target = match (pod, &namespace) {
+                (Some(pod), _) if pod.terminating => continue,
                 (Some(pod), _) => Target {
-                    key: key_of(pod),
-                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                    name: tm.clone(),
-                    uid: pod.metadata.uid.clone(),
-                    block: block.clone(),
+                    key: pod.uid.clone(),
+                    namespace: pod.namespace.clone(),
+                    name: tm,
+                    uid: Some(pod.uid.clone()),
+                    block,
                     node: None,
                 },
                 (None, Some(namespace)) => Target {
                     key: format!("{namespace}/{tm}"),
                     namespace: namespace.clone(),
-                    name: tm.clone(),
+                    name: tm,
                     uid: None,
-                    block: block.clone(),
+                    block,
                     node: None,
                 },
                 (None, None) => continue,
@@ -355,7 +340,7 @@ impl Evacuation {
             let pods = by_node.get(id).map_or(&[][..], Vec::as_slice);
             let pending = pods
                 .iter()
-                .filter(|p| !(dry_run && state.evicted.contains(&key_of(p))))
+                .filter(|p| !(dry_run && state.evicted.contains(&p.uid)))
                 .count();
             if pending == 0 {
                 state.active.retain(|n| n != id);
@@ -377,7 +362,7 @@ impl Evacuation {
             }
             let waiting = pods
                 .iter()
-                .filter(|p| state.waiting.contains_key(&key_of(p)))
+                .filter(|p| state.waiting.contains_key(&p.uid))
                 .count();
             let text = if !state.active.iter().any(|n| n == id) {
                 format!(
@@ -400,16 +385,15 @@ impl Evacuation {
                 let Some(block) = nodes.iter().find(|b| b.id == id) else {
                     continue;
                 };
-                let pod = by_node.get(id.as_str()).and_then(|pods| {
-                    pods.iter()
-                        .find(|p| !terminating(p) && due(&state, &key_of(p)))
-                });
+                let pod = by_node
+                    .get(id.as_str())
+                    .and_then(|pods| pods.iter().find(|p| !p.terminating && due(&state, &p.uid)));
                 if let Some(pod) = pod {
                     plan.next = Some(Target {
-                        key: key_of(pod),
-                        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                        name: pod.metadata.name.clone().unwrap_or_default(),
-                        uid: pod.metadata.uid.clone(),
+                        key: pod.uid.clone(),
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        uid: Some(pod.uid.clone()),
                         block: block.clone(),
                         node: Some(id),
                     });
@@ -497,41 +481,8 @@ impl Evacuation {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.is_not_found() => {}
             Err(e) => {
-                tracing::warn!(%node, error = %e, "could not write the evacuation's progress on the Node")
+                tracing::warn!(%node, error = %e, "could not write the evacuation's progress on the Node");
             }
         }
-    }
-}
-
-/// A pod's key in the evacuation's state: its uid.
-fn key_of(pod: &Pod) -> String {
-    pod.metadata
-        .uid
-        .clone()
-        .unwrap_or_else(|| pod.object_ref(&()).name.unwrap_or_default())
-}
-
-/// The fields of a pod the evacuation reads, and nothing else (the cache of every pod of a
-/// large cluster stays small).
-fn slim(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    pod.metadata.labels = None;
-    if let Some(annotations) = &mut pod.metadata.annotations {
-        annotations.retain(|k, _| k == "kubernetes.io/config.mirror");
-    }
-    if let Some(spec) = &mut pod.spec {
-        let keep = k8s_openapi::api::core::v1::PodSpec {
-            node_name: spec.node_name.take(),
-            tolerations: spec.tolerations.take(),
-            ..k8s_openapi::api::core::v1::PodSpec::default()
-        };
-        *spec = keep;
-    }
-    if let Some(status) = &mut pod.status {
-        let keep = k8s_openapi::api::core::v1::PodStatus {
-            phase: status.phase.take(),
-            ..k8s_openapi::api::core::v1::PodStatus::default()
-        };
-        *status = keep;
     }
 }

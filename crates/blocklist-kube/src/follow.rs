@@ -33,6 +33,7 @@ struct Kind {
 /// reconciles at once (as a follower it wrote nothing).
 pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
     let mut leading = bridge.leader.subscribe();
+    bridge.leader.decided().await;
     loop {
         leading.borrow_and_update();
         // The full pass gives the revision the feed resumes after.
@@ -171,13 +172,17 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
             labels
                 .set(bridge, &block.id, blocks.then_some(&block))
                 .await;
-            bridge.wake_evacuation();
+            if blocks && block.evacuates() {
+                bridge.wake_evacuation();
+            }
             return;
         }
         _ => return,
     }
     bridge.desired.set(&block.id, blocks.then(|| block.clone()));
-    bridge.wake_evacuation();
+    if blocks && block.evacuates() {
+        bridge.wake_evacuation(); // an upgrade of a Node tainted already
+    }
     let wanted = blocks.then_some(&block);
     let node = bridge.nodes.get_opt(&block.id).await;
     bridge.metrics.api("get", &node);

@@ -43,6 +43,8 @@ pub struct Leadership {
     acting_until: Mutex<Option<Instant>>,
     /// `true` while this replica leads; the parts that act subscribe to changes.
     leading: watch::Sender<bool>,
+    /// Set once the first round of the election is over (won, lost or failed).
+    decided: watch::Sender<bool>,
 }
 
 /// The record of the Lease a follower watches for change (its expiry is counted from the
@@ -62,7 +64,14 @@ impl Leadership {
             election,
             acting_until: Mutex::new(None),
             leading: watch::Sender::new(alone),
+            decided: watch::Sender::new(alone),
         }
+    }
+
+    /// Until the first round of the election is over: a replica that can lead at start
+    /// makes its first reconcile as the leader.
+    pub async fn decided(&self) {
+        let _ = self.decided.subscribe().wait_for(|decided| *decided).await;
     }
 
     /// Whether this replica may write now: it leads, and its deadline has not passed.
@@ -120,6 +129,7 @@ impl Leadership {
                     tracing::warn!(error = %e, lease = %election.name, "could not read or renew the lease");
                 }
             }
+            self.decided.send_replace(true);
             if !self.acting() && *self.leading.borrow() {
                 tracing::warn!(identity = %election.identity, "the lease was not renewed in time: this replica stops acting");
                 self.set(None);
@@ -140,7 +150,7 @@ impl Leadership {
             match election.release().await {
                 Ok(()) => tracing::info!(lease = %election.name, "the lease was released"),
                 Err(e) => {
-                    tracing::warn!(error = %e, lease = %election.name, "could not release the lease; it expires by itself")
+                    tracing::warn!(error = %e, lease = %election.name, "could not release the lease; it expires by itself");
                 }
             }
         }

@@ -19,7 +19,8 @@
 //! - `membership`: the daemon's task managers kept current from the pods;
 //! - `pods`: a blocked task manager's pod labelled;
 //! - `evacuation`: the work moved off what is blocked with evacuation, paced, through
-//!   `eviction` (the Eviction API), of the pods `evictable` says are work;
+//!   `eviction` (the Eviction API), of the pods `evictable` says are work, from the cache
+//!   `workload` keeps;
 //! - `leader`: one replica acts, elected through a Lease;
 //! - `report`: the statuses sent to the daemon (`PUT /enforcement/{name}`);
 //! - `metrics`, `serve`: `/metrics`, `/healthz`, `/readyz`.
@@ -43,3 +44,4 @@ pub mod pods;
 pub mod reconcile;
 pub mod report;
 pub mod serve;
+pub mod workload;

@@ -344,23 +344,29 @@ async fn run(args: Args) -> Result<(), String> {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     };
+    let evict_selector = if args.evict_all {
+        None
+    } else {
+        Some(
+            args.evict_selector
+                .clone()
+                .unwrap_or_else(|| args.taskmanager_selector.clone()),
+        )
+    };
+    // The task managers are the work (the default): the membership's watch feeds the
+    // evacuation's cache, one watch of those pods instead of two.
+    let shared_watch = evict_selector.as_deref() == Some(args.taskmanager_selector.as_str());
     let evacuation = Evacuation::new(
         client.clone(),
         Settings {
             per_minute: args.evictions_per_minute,
             max_nodes: args.max_evacuating_nodes as usize,
-            selector: if args.evict_all {
-                None
-            } else {
-                Some(
-                    args.evict_selector
-                        .clone()
-                        .unwrap_or_else(|| args.taskmanager_selector.clone()),
-                )
-            },
+            selector: evict_selector,
             namespace: args.namespace.clone(),
         },
+        &args.taint_key,
     );
+    let workload = evacuation.workload();
     let labels = Labels::new(client, args.namespace.clone());
     let resync = Duration::from_secs(args.resync.max(1));
     let running = async {
@@ -369,11 +375,21 @@ async fn run(args: Args) -> Result<(), String> {
             bridge.leader.run(),
             follow::run(&bridge, &labels, resync),
             node_watch::run(&bridge),
-            membership::run(&bridge, &labels, pods, &args.taskmanager_selector),
+            membership::run(
+                &bridge,
+                &labels,
+                pods,
+                &args.taskmanager_selector,
+                shared_watch.then_some(workload),
+            ),
             bridge
                 .reporter
                 .run(&bridge.daemon, &bridge.name, &bridge.leader),
-            evacuation.watch(&bridge),
+            async {
+                if !shared_watch {
+                    workload.watch(&bridge).await;
+                }
+            },
             evacuation.run(&bridge, &labels),
         );
     };

@@ -18,6 +18,7 @@ use kube::runtime::WatchStreamExt;
 use crate::bridge::Bridge;
 use crate::daemon::{Daemon, Registration};
 use crate::pods::Labels;
+use crate::workload::Workload;
 
 /// How long a burst of pod changes is gathered into one batch.
 const GATHER: Duration = Duration::from_millis(20);
@@ -29,8 +30,15 @@ const PAUSE: Duration = Duration::from_secs(1);
 type Pending = HashMap<String, Option<String>>;
 
 /// Follows the pods `selector` matches for as long as the bridge runs; each is also
-/// labelled as its task manager's block says ([`Labels`]).
-pub async fn run(bridge: &Bridge, labels: &Labels, pods: Api<Pod>, selector: &str) {
+/// labelled as its task manager's block says ([`Labels`]), and given to `workload` when
+/// the evacuation's cache is of the same pods.
+pub async fn run(
+    bridge: &Bridge,
+    labels: &Labels,
+    pods: Api<Pod>,
+    selector: &str,
+    workload: Option<&Workload>,
+) {
     let stream =
         watcher::watcher(pods, watcher::Config::default().labels(selector)).default_backoff();
     futures::pin_mut!(stream);
@@ -60,6 +68,9 @@ pub async fn run(bridge: &Bridge, labels: &Labels, pods: Api<Pod>, selector: &st
                 Err(_) => Some(None),
             }
         };
+        if let (Some(workload), Some(Some(Ok(event)))) = (workload, &next) {
+            workload.apply(bridge, event);
+        }
         match next {
             None => return,
             Some(Some(Ok(event))) => match event {

@@ -528,7 +528,8 @@ async fn a_storm_of_evacuations_keeps_the_pace_and_the_bound_on_nodes() {
     let all = evictions(&kube);
     assert_paced(&all, 60.0 / 1200.0);
     // Each node's span, from its first eviction to its last: at most 3 overlap.
-    let mut spans: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    let mut spans: std::collections::BTreeMap<String, (f64, f64)> =
+        std::collections::BTreeMap::new();
     for e in all.iter().filter(|e| e.code == 201) {
         let node = e.pod.split("-tm-").next().unwrap_or_default().to_owned();
         let span = spans.entry(node).or_insert((e.at, e.at));

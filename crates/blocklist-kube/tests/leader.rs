@@ -121,12 +121,7 @@ async fn a_killed_leader_is_replaced_within_the_lease_and_a_paused_one_writes_no
     let (mut a, a_probes) = start(&kube, &daemon, "bridge-a", LEASE, &ws);
     eventually("bridge-a leads", || async { leads(&a_probes).await }).await;
     let (b, b_probes) = start(&kube, &daemon, "bridge-b", LEASE, &ws);
-    eventually("bridge-b is ready, as a follower", || async {
-        reqwest::get(format!("{b_probes}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-    })
-    .await;
+    eventually("bridge-b is ready, as a follower", || ready(&b_probes)).await;
     assert!(!leads(&b_probes).await, "one leader");
 
     let (status, body) = daemon
@@ -180,12 +175,7 @@ async fn a_killed_leader_is_replaced_within_the_lease_and_a_paused_one_writes_no
     // SIGSTOP the leader past its lease; another takes over; the paused one, resumed,
     // writes nothing.
     let (_c, c_probes) = start(&kube, &daemon, "bridge-c", LEASE, &ws);
-    eventually("bridge-c ready", || async {
-        reqwest::get(format!("{c_probes}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-    })
-    .await;
+    eventually("bridge-c ready", || ready(&c_probes)).await;
     signal(&b, "-STOP");
     let stopped = now();
     eventually("bridge-c leads", || async { leads(&c_probes).await }).await;
@@ -250,12 +240,7 @@ async fn a_leader_stopped_cleanly_hands_the_lease_over_at_once() {
     let (a, a_probes) = start(&kube, &daemon, "bridge-a", 60, &ws);
     eventually("bridge-a leads", || async { leads(&a_probes).await }).await;
     let (_b, b_probes) = start(&kube, &daemon, "bridge-b", 60, &ws);
-    eventually("bridge-b is ready, as a follower", || async {
-        reqwest::get(format!("{b_probes}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-    })
-    .await;
+    eventually("bridge-b is ready, as a follower", || ready(&b_probes)).await;
     signal(&a, "-TERM");
     let stopped = std::time::Instant::now();
     eventually("bridge-b leads", || async { leads(&b_probes).await }).await;

@@ -190,3 +190,22 @@ pub fn create(kube: &KubeApiServer, path: &str, body: &str) {
     ])
     .unwrap_or_else(|| panic!("creating {body} at {path}"));
 }
+
+/// The bridge's metric `name` (a sample's value, labels included in `name`), 0 when absent.
+pub async fn bridge_metric(probes: &str, name: &str) -> f64 {
+    let Ok(response) = reqwest::get(format!("{probes}/metrics")).await else {
+        return 0.0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Whether the bridge at `probes` answers `/readyz` with 200 (its first reconcile done).
+pub async fn ready(probes: &str) -> bool {
+    reqwest::get(format!("{probes}/readyz"))
+        .await
+        .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+}

@@ -288,17 +288,3 @@ pub fn allow_disruptions(
         "writing the budget's status: {answer}"
     );
 }
-
-/// The bridge's metric `name` (a sample's value, labels included in `name`), 0 when absent.
-pub async fn bridge_metric(probes: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{probes}/metrics"))
-        .await
-        .ok()
-        .map(|r| r.text());
-    let Some(text) = text else { return 0.0 };
-    let text = text.await.unwrap_or_default();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}

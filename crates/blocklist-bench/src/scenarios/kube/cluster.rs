@@ -46,7 +46,9 @@ pub(super) struct Cluster {
 }
 
 impl Cluster {
-    pub(super) async fn start(dir: &Path) -> Result<Cluster, String> {
+    /// Starts one in `dir`; with `audit`, the API server logs every write (a cost on each
+    /// of its requests: only the scenarios that read the log ask for it).
+    pub(super) async fn start(dir: &Path, audit: bool) -> Result<Cluster, String> {
         let built = |name: &str| -> Result<PathBuf, String> {
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/build");
             let out = Command::new(&script)
@@ -125,10 +127,21 @@ impl Cluster {
             &format!("{TOKEN},admin,admin-uid,\"system:masters\"\n{named}"),
         )?;
         let policy = write("audit-policy.yaml", AUDIT_POLICY)?;
-        let audit = dir.join("audit.log").display().to_string();
+        let audit_log = dir.join("audit.log").display().to_string();
         let port = free_port()?;
         let url = format!("https://127.0.0.1:{port}");
-        let apiserver = Command::new(kube_dir.join("kube-apiserver"))
+        let mut apiserver = Command::new(kube_dir.join("kube-apiserver"));
+        if audit {
+            apiserver
+                .args([
+                    "--audit-policy-file",
+                    &policy,
+                    "--audit-log-path",
+                    &audit_log,
+                ])
+                .args(["--audit-log-mode", "blocking"]);
+        }
+        let apiserver = apiserver
             .args(["--etcd-servers", &etcd_url, "--bind-address", "127.0.0.1"])
             .args(["--secure-port", &port.to_string()])
             .args(["--tls-cert-file", &cert, "--tls-private-key-file", &key])
@@ -140,8 +153,6 @@ impl Cluster {
             .args(["--service-account-signing-key-file", &sa_key])
             // No controller creates the `default` service account a pod would need.
             .args(["--disable-admission-plugins", "ServiceAccount"])
-            .args(["--audit-policy-file", &policy, "--audit-log-path", &audit])
-            .args(["--audit-log-mode", "blocking"])
             .stdout(Stdio::null())
             .stderr(log(dir, "kube-apiserver.log")?)
             .spawn()

@@ -66,7 +66,7 @@ where
 impl Bench {
     pub(in crate::scenarios) async fn kube_evacuation(&mut self) -> Result<Vec<Row>, String> {
         let dir = self.fresh_dir("kube-evacuation");
-        let cluster = Cluster::start(&dir).await?;
+        let cluster = Cluster::start(&dir, true).await?;
         let kubelets = cluster.kubelets();
         let flink = json!({"type": "flink-native-kubernetes", "component": "taskmanager"});
         let mut nodes: Vec<(String, usize)> = vec![("e0".into(), ONE_NODE_PODS)];

@@ -38,7 +38,7 @@ const STEADY: Duration = Duration::from_secs(30);
 impl Bench {
     pub(super) async fn kube(&mut self) -> Result<Vec<Row>, String> {
         let dir = self.fresh_dir("kube");
-        let cluster = Cluster::start(&dir).await?;
+        let cluster = Cluster::start(&dir, false).await?;
         let made = Instant::now();
         let nodes = (0..NODES)
             .map(|i| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{i:04}")}}))
