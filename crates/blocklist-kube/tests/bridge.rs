@@ -105,16 +105,7 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
     let api: Api<Node> = Api::all(client(&kube).await);
     let read = api.get("n1").await.expect("the Node");
     let other = json!({"spec": {"taints": [{"key": "example.com/other", "effect": "NoSchedule"}]}});
-    kube.curl(&[
-        "-sf",
-        "-XPATCH",
-        "-H",
-        "Content-Type: application/merge-patch+json",
-        "-d",
-        &other.to_string(),
-        &format!("{}/api/v1/nodes/n1", kube.url),
-    ])
-    .expect("the other client's patch");
+    merge_patch(&kube, "/api/v1/nodes/n1", &other).expect("the other client's patch");
     let conflicts = node_patches_answered(&kube, "409");
     let marking = Marking {
         taint_key: KEY.into(),
@@ -227,16 +218,8 @@ async fn a_running_bridge_follows_the_feed() {
     assert!(event_reasons(&kube, "n2").contains(&"Unblocked".to_owned()));
 
     // Taken off by hand while the block stands: put back.
-    kube.curl(&[
-        "-sf",
-        "-XPATCH",
-        "-H",
-        "Content-Type: application/merge-patch+json",
-        "-d",
-        r#"{"spec":{"taints":[]}}"#,
-        &format!("{}/api/v1/nodes/n1", kube.url),
-    ])
-    .expect("the hand's patch");
+    merge_patch(&kube, "/api/v1/nodes/n1", &json!({"spec": {"taints": []}}))
+        .expect("the hand's patch");
     eventually("the taint is back on n1", || async {
         taints(&kube, "n1").1.as_deref() == Some("MARK_BLOCKED")
     })

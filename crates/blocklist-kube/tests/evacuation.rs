@@ -25,28 +25,44 @@ use support::*;
 
 const EVACUATE: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
 
-/// The daemon's share caps opened (its guardrails are tested on their own; here the bridge's
-/// second line is).
-const CAPS_OPEN: &[&str] = &[
-    "--max-blocked-nodes-percent",
-    "100",
-    "--max-blocked-taskmanagers-percent",
-    "100",
-    "--max-evacuating-nodes-percent",
-    "100",
-];
+/// The bridge of one test, running: its daemon, the process (bind `_bridge` where it is
+/// taken apart: dropped, it kills the bridge), its probes and its log.
+struct Started {
+    daemon: Daemon,
+    _bridge: Running,
+    probes: String,
+    log: std::path::PathBuf,
+}
 
-/// A task manager's pod `flink/name` on `node`.
-fn taskmanager(kube: &KubeApiServer, name: &str, node: &str) {
-    create_pod(
-        kube,
-        "flink",
-        name,
-        node,
-        &taskmanager_labels(),
-        &json!({}),
-        &json!({}),
-    );
+/// A daemon started with `daemon_args`, and the bridge (as `user`, one of the named
+/// administrators, or the administrator) with `flags` after [`FEED_ONLY`], once it has
+/// registered `taskmanagers` task managers.
+async fn start(
+    kube: &KubeApiServer,
+    ws: &mut Workspace,
+    daemon_args: &[&str],
+    flags: &[&str],
+    user: Option<&str>,
+    taskmanagers: usize,
+) -> Started {
+    let daemon = ws.start(daemon_args);
+    let log = ws.tmp.path().join("bridge.log");
+    let flags = [FEED_ONLY, flags].concat();
+    let kubeconfig = match user {
+        Some(user) => kube.kubeconfig_of(user),
+        None => kube.kubeconfig("admin", ADMIN_TOKEN),
+    };
+    let (bridge, probes) = spawn_bridge_as(&kubeconfig, &daemon.url(""), &flags, &log);
+    eventually("the bridge registered the task managers", || {
+        registered(&daemon, taskmanagers)
+    })
+    .await;
+    Started {
+        daemon,
+        _bridge: bridge,
+        probes,
+        log,
+    }
 }
 
 /// The bridge's status of node `id` in the daemon: its detail.
@@ -120,24 +136,14 @@ async fn a_node_blocked_with_evacuation_loses_exactly_its_work_at_the_pace() {
     let _kubelets = Kubelets::start(&kube);
 
     let mut ws = Workspace::new();
-    let daemon = ws.start(&[]);
-    let log = ws.tmp.path().join("bridge.log");
-    let flags = [
-        FEED_ONLY,
-        &["--namespace", "flink", "--evictions-per-minute", "120"],
-    ]
-    .concat();
-    let (_bridge, probes) = spawn_bridge(&kube, &daemon.url(""), &flags, &log);
-    // Every pod of flink the task managers' selector matches.
-    eventually("the bridge registered the task managers", || async {
-        daemon
-            .get("/taskmanagers")
-            .await
-            .1
-            .as_array()
-            .is_some_and(|a| a.len() == 7)
-    })
-    .await;
+    // Every pod of flink the task managers' selector matches is registered.
+    let flags = ["--namespace", "flink", "--evictions-per-minute", "120"];
+    let Started {
+        daemon,
+        probes,
+        log,
+        _bridge,
+    } = start(&kube, &mut ws, &[], &flags, None, 7).await;
 
     block(&daemon, "nodes", "n1", EVACUATE).await;
     eventually("n1's work evicted and gone", || async {
@@ -177,7 +183,7 @@ async fn a_node_blocked_with_evacuation_loses_exactly_its_work_at_the_pace() {
     );
     assert!(event_reasons(&kube, "n1").contains(&"Evacuated".to_owned()));
     eventually("an Evicted Event on each evicted pod", || async {
-        pod_event_reasons(&kube, "flink")
+        events_about(&kube, "flink", "Pod")
             .iter()
             .filter(|(_, r)| r == "Evicted")
             .count()
@@ -192,35 +198,6 @@ async fn a_node_blocked_with_evacuation_loses_exactly_its_work_at_the_pace() {
         .await,
         3.0
     );
-}
-
-/// The reasons of the Events about pods of `namespace`: `(pod, reason)`.
-fn pod_event_reasons(kube: &KubeApiServer, namespace: &str) -> Vec<(String, String)> {
-    let text = kube
-        .curl(&[
-            "-sf",
-            &format!(
-                "{}/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-                kube.url
-            ),
-        ])
-        .expect("the Events");
-    let list: Value = serde_json::from_str(&text).expect("JSON");
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["regarding"]["kind"] == "Pod")
-        .map(|e| {
-            (
-                e["regarding"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                e["reason"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
 }
 
 /// A budget that allows one disruption at a time: the bridge's evictions wait on its 429s
@@ -239,28 +216,13 @@ async fn a_budget_allowing_one_disruption_is_never_violated() {
     create_budget(&kube, "flink", "job", "job");
     allow_disruptions(&kube, "flink", "job", 1, 4);
     let mut ws = Workspace::new();
-    let daemon = ws.start(&[]);
-    let log = ws.tmp.path().join("bridge.log");
-    let flags = [
-        FEED_ONLY,
-        &["--namespace", "flink", "--evictions-per-minute", "6000"],
-    ]
-    .concat();
-    let (_bridge, probes) = spawn_bridge_as(
-        &kube.kubeconfig_of("bridge-a"),
-        &daemon.url(""),
-        &flags,
-        &log,
-    );
-    eventually("the bridge registered the task managers", || async {
-        daemon
-            .get("/taskmanagers")
-            .await
-            .1
-            .as_array()
-            .is_some_and(|a| a.len() == 4)
-    })
-    .await;
+    let flags = ["--namespace", "flink", "--evictions-per-minute", "6000"];
+    let Started {
+        daemon,
+        probes,
+        log,
+        _bridge,
+    } = start(&kube, &mut ws, &[], &flags, Some("bridge-a"), 4).await;
     block(&daemon, "nodes", "n1", EVACUATE).await;
 
     let mut saw_waiting = false;
@@ -307,7 +269,7 @@ async fn a_budget_allowing_one_disruption_is_never_violated() {
         .await
             >= 3.0
     );
-    assert!(pod_event_reasons(&kube, "flink")
+    assert!(events_about(&kube, "flink", "Pod")
         .iter()
         .any(|(_, r)| r == "EvictionWaiting"));
     let by_bridge = |verb: &str| {
@@ -338,28 +300,18 @@ async fn unblocking_or_downgrading_stops_the_evacuation() {
     }
     let _kubelets = Kubelets::start(&kube);
     let mut ws = Workspace::new();
-    let daemon = ws.start(CAPS_OPEN);
-    let log = ws.tmp.path().join("bridge.log");
     let flags = [
-        FEED_ONLY,
-        &[
-            "--evictions-per-minute",
-            "60",
-            "--max-evacuating-nodes",
-            "2",
-        ],
-    ]
-    .concat();
-    let (_bridge, probes) = spawn_bridge(&kube, &daemon.url(""), &flags, &log);
-    eventually("the bridge registered the task managers", || async {
-        daemon
-            .get("/taskmanagers")
-            .await
-            .1
-            .as_array()
-            .is_some_and(|a| a.len() == 12)
-    })
-    .await;
+        "--evictions-per-minute",
+        "60",
+        "--max-evacuating-nodes",
+        "2",
+    ];
+    let Started {
+        daemon,
+        probes,
+        _bridge,
+        ..
+    } = start(&kube, &mut ws, CAPS_OPEN, &flags, None, 12).await;
     block(&daemon, "nodes", "n1", EVACUATE).await;
     block(&daemon, "nodes", "n2", EVACUATE).await;
     let of = |node: &str| {
@@ -422,18 +374,9 @@ async fn a_task_manager_blocked_with_evacuation_loses_its_pod_and_only_then() {
     taskmanager(&kube, "job-taskmanager-1-2", "n1");
     let _kubelets = Kubelets::start(&kube);
     let mut ws = Workspace::new();
-    let daemon = ws.start(&[]);
-    let log = ws.tmp.path().join("bridge.log");
-    let (_bridge, _) = spawn_bridge(&kube, &daemon.url(""), FEED_ONLY, &log);
-    eventually("the bridge registered the task managers", || async {
-        daemon
-            .get("/taskmanagers")
-            .await
-            .1
-            .as_array()
-            .is_some_and(|a| a.len() == 2)
-    })
-    .await;
+    let Started {
+        daemon, _bridge, ..
+    } = start(&kube, &mut ws, &[], &[], None, 2).await;
     block(
         &daemon,
         "taskmanagers",
@@ -487,28 +430,15 @@ async fn a_storm_of_evacuations_keeps_the_pace_and_the_bound_on_nodes() {
     }
     let _kubelets = Kubelets::start(&kube);
     let mut ws = Workspace::new();
-    let daemon = ws.start(CAPS_OPEN);
-    let log = ws.tmp.path().join("bridge.log");
     let flags = [
-        FEED_ONLY,
-        &[
-            "--evictions-per-minute",
-            "1200",
-            "--max-evacuating-nodes",
-            "3",
-        ],
-    ]
-    .concat();
-    let (_bridge, _) = spawn_bridge(&kube, &daemon.url(""), &flags, &log);
-    eventually("the bridge registered the task managers", || async {
-        daemon
-            .get("/taskmanagers")
-            .await
-            .1
-            .as_array()
-            .is_some_and(|a| a.len() == 2 * NODES)
-    })
-    .await;
+        "--evictions-per-minute",
+        "1200",
+        "--max-evacuating-nodes",
+        "3",
+    ];
+    let Started {
+        daemon, _bridge, ..
+    } = start(&kube, &mut ws, CAPS_OPEN, &flags, None, 2 * NODES).await;
     let items: Vec<Value> = (0..NODES)
         .map(|n| item(&format!("s{n:03}"), EVACUATE, "storm"))
         .collect();

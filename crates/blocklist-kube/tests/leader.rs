@@ -97,27 +97,12 @@ async fn a_killed_leader_is_replaced_within_the_lease_and_a_paused_one_writes_no
     for (node, pods) in [("n1", 8), ("n2", 3)] {
         create_node(&kube, node, &json!([]));
         for i in 1..=pods {
-            create_pod(
-                &kube,
-                "flink",
-                &format!("{node}-tm-{i}"),
-                node,
-                &taskmanager_labels(),
-                &json!({}),
-                &json!({}),
-            );
+            taskmanager(&kube, &format!("{node}-tm-{i}"), node);
         }
     }
     let _kubelets = Kubelets::start(&kube);
     let mut ws = Workspace::new();
-    let daemon = ws.start(&[
-        "--max-blocked-nodes-percent",
-        "100",
-        "--max-blocked-taskmanagers-percent",
-        "100",
-        "--max-evacuating-nodes-percent",
-        "100",
-    ]);
+    let daemon = ws.start(CAPS_OPEN);
     let (mut a, a_probes) = start(&kube, &daemon, "bridge-a", LEASE, &ws);
     eventually("bridge-a leads", || async { leads(&a_probes).await }).await;
     let (b, b_probes) = start(&kube, &daemon, "bridge-b", LEASE, &ws);

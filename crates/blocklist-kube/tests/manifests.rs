@@ -8,38 +8,7 @@ mod common;
 mod support;
 
 use common::*;
-use support::create;
-
-/// The collection of each kind the manifests hold (`{ns}`: the namespace), so a manifest
-/// of a new kind fails until it is listed here.
-const ENDPOINTS: &[(&str, &str)] = &[
-    ("Secret", "/api/v1/namespaces/{ns}/secrets"),
-    ("ConfigMap", "/api/v1/namespaces/{ns}/configmaps"),
-    ("ServiceAccount", "/api/v1/namespaces/{ns}/serviceaccounts"),
-    ("Service", "/api/v1/namespaces/{ns}/services"),
-    ("Deployment", "/apis/apps/v1/namespaces/{ns}/deployments"),
-    ("StatefulSet", "/apis/apps/v1/namespaces/{ns}/statefulsets"),
-    (
-        "PodDisruptionBudget",
-        "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
-    ),
-    (
-        "ClusterRole",
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    ),
-    (
-        "ClusterRoleBinding",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    ),
-    (
-        "Role",
-        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-    ),
-    (
-        "RoleBinding",
-        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    ),
-];
+use support::{create, ENDPOINTS};
 
 /// The namespace the deployment's objects go to (the bridge's `ClusterRoleBinding` names it).
 const NAMESPACE: &str = "blocklist";

@@ -13,9 +13,9 @@ use reqwest::StatusCode;
 use serde_json::json;
 use support::*;
 
-/// Creates the objects of `file` whose kind `endpoints` lists, each at its endpoint; the
-/// others are left out.
-fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
+/// Creates the objects of `file` of the kinds `kinds`, each at its endpoint
+/// ([`ENDPOINTS`]), in the namespace `blocklist`; the others are left out.
+fn apply_yaml(kube: &KubeApiServer, file: &str, kinds: &[&str]) {
     create(
         kube,
         "/api/v1/namespaces",
@@ -27,9 +27,13 @@ fn apply_yaml(kube: &KubeApiServer, file: &str, endpoints: &[(&str, &str)]) {
             .lines()
             .find_map(|l| l.strip_prefix("kind: "))
             .expect("a kind");
-        let Some((_, path)) = endpoints.iter().find(|(k, _)| *k == kind) else {
+        if !kinds.contains(&kind) {
             continue;
-        };
+        }
+        let (_, path) = ENDPOINTS
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .expect("an endpoint for each kind");
         kube.curl(&[
             "-sf",
             "-XPOST",
@@ -58,24 +62,7 @@ async fn the_bridge_does_its_job_with_only_the_rights_its_rbac_grants() {
             env!("CARGO_MANIFEST_DIR"),
             "/../../docs/deploy/blocklist-kube.yaml"
         ),
-        &[
-            (
-                "ClusterRole",
-                "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            ),
-            (
-                "ClusterRoleBinding",
-                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            ),
-            (
-                "Role",
-                "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-            ),
-            (
-                "RoleBinding",
-                "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-            ),
-        ],
+        &["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"],
     );
     create_node(&kube, "n1", &json!([]));
     let pods: Api<k8s_openapi::api::core::v1::Pod> =

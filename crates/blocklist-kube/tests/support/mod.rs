@@ -83,11 +83,20 @@ pub fn taints(kube: &KubeApiServer, name: &str) -> (Vec<Value>, Option<String>) 
 
 /// The reasons of the Events about Node `name` (a Node's Events are in `default`).
 pub fn event_reasons(kube: &KubeApiServer, name: &str) -> Vec<String> {
+    events_about(kube, "default", "Node")
+        .into_iter()
+        .filter(|(about, _)| about == name)
+        .map(|(_, reason)| reason)
+        .collect()
+}
+
+/// The Events in `namespace` about objects of `kind`: `(name, reason)` each.
+pub fn events_about(kube: &KubeApiServer, namespace: &str, kind: &str) -> Vec<(String, String)> {
     let text = kube
         .curl(&[
             "-sf",
             &format!(
-                "{}/apis/events.k8s.io/v1/namespaces/default/events",
+                "{}/apis/events.k8s.io/v1/namespaces/{namespace}/events",
                 kube.url
             ),
         ])
@@ -97,9 +106,40 @@ pub fn event_reasons(kube: &KubeApiServer, name: &str) -> Vec<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| e["regarding"]["kind"] == "Node" && e["regarding"]["name"] == name)
-        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+        .filter(|e| e["regarding"]["kind"] == kind)
+        .map(|e| {
+            (
+                e["regarding"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
         .collect()
+}
+
+/// A JSON merge patch of the object at the API server's `path`, as the administrator.
+pub fn merge_patch(kube: &KubeApiServer, path: &str, patch: &Value) -> Option<String> {
+    kube.curl(&[
+        "-sf",
+        "-XPATCH",
+        "-H",
+        "Content-Type: application/merge-patch+json",
+        "-d",
+        &patch.to_string(),
+        &format!("{}{path}", kube.url),
+    ])
+}
+
+/// Whether `daemon` holds `count` registered task managers.
+pub async fn registered(daemon: &Daemon, count: usize) -> bool {
+    daemon
+        .get("/taskmanagers")
+        .await
+        .1
+        .as_array()
+        .is_some_and(|all| all.len() == count)
 }
 
 /// The PATCH requests on Nodes the API server has answered so far.
@@ -209,3 +249,34 @@ pub async fn ready(probes: &str) -> bool {
         .await
         .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
 }
+
+/// The collection of each kind the manifests hold (`{ns}`: the namespace), so a manifest
+/// of a new kind fails until it is listed here.
+pub const ENDPOINTS: &[(&str, &str)] = &[
+    ("Secret", "/api/v1/namespaces/{ns}/secrets"),
+    ("ConfigMap", "/api/v1/namespaces/{ns}/configmaps"),
+    ("ServiceAccount", "/api/v1/namespaces/{ns}/serviceaccounts"),
+    ("Service", "/api/v1/namespaces/{ns}/services"),
+    ("Deployment", "/apis/apps/v1/namespaces/{ns}/deployments"),
+    ("StatefulSet", "/apis/apps/v1/namespaces/{ns}/statefulsets"),
+    (
+        "PodDisruptionBudget",
+        "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    ),
+    (
+        "ClusterRole",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    ),
+    (
+        "ClusterRoleBinding",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    ),
+    (
+        "Role",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    ),
+    (
+        "RoleBinding",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    ),
+];

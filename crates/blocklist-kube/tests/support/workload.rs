@@ -9,12 +9,25 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::create;
+use super::{create, merge_patch};
 use crate::common::*;
 
 /// The labels of a Flink task manager's pod (the bridge's default selectors).
 pub fn taskmanager_labels() -> Value {
     json!({"type": "flink-native-kubernetes", "component": "taskmanager", "app": "job"})
+}
+
+/// A task manager's pod `flink/name` on `node`.
+pub fn taskmanager(kube: &KubeApiServer, name: &str, node: &str) {
+    create_pod(
+        kube,
+        "flink",
+        name,
+        node,
+        &taskmanager_labels(),
+        &json!({}),
+        &json!({}),
+    );
 }
 
 pub fn create_namespace(kube: &KubeApiServer, name: &str) {
@@ -47,18 +60,11 @@ pub fn create_pod(
     );
     let status = json!({"status": {"phase": "Running", "conditions": [
         {"type": "Ready", "status": "True"}]}});
-    kube.curl(&[
-        "-sf",
-        "-XPATCH",
-        "-H",
-        "Content-Type: application/merge-patch+json",
-        "-d",
-        &status.to_string(),
-        &format!(
-            "{}/api/v1/namespaces/{namespace}/pods/{name}/status",
-            kube.url
-        ),
-    ])
+    merge_patch(
+        kube,
+        &format!("/api/v1/namespaces/{namespace}/pods/{name}/status"),
+        &status,
+    )
     .unwrap_or_else(|| panic!("marking {namespace}/{name} running"));
 }
 
@@ -288,3 +294,14 @@ pub fn allow_disruptions(
         "writing the budget's status: {answer}"
     );
 }
+
+/// The daemon's share caps opened (its guardrails are tested on their own; here the bridge's
+/// second line is).
+pub const CAPS_OPEN: &[&str] = &[
+    "--max-blocked-nodes-percent",
+    "100",
+    "--max-blocked-taskmanagers-percent",
+    "100",
+    "--max-evacuating-nodes-percent",
+    "100",
+];

@@ -294,18 +294,11 @@ impl Cluster {
 
     /// The pods bound to Node `node` now.
     pub(super) async fn pods_on(&self, node: &str) -> Result<usize, String> {
-        let list: Value = self
-            .http
-            .get(format!(
-                "{}/api/v1/pods?fieldSelector=spec.nodeName%3D{node}",
-                self.url
-            ))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
+        let url = format!(
+            "{}/api/v1/pods?fieldSelector=spec.nodeName%3D{node}",
+            self.url
+        );
+        let list: Value = get_json(&self.http, &url).await?;
         Ok(list["items"].as_array().map_or(0, Vec::len))
     }
 
@@ -420,4 +413,53 @@ pub(super) async fn wait_ready(http: &reqwest::Client, probes: &str) -> Result<(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// A GET of `url`, its body read as JSON.
+pub(super) async fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<T, String> {
+    http.get(url)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Blocks the nodes `ids` with `action` on the daemon at `base`, past its caps
+/// (`?force=true`: these scenarios measure the bridge, not the daemon's guardrails).
+pub(super) async fn block_nodes(
+    http: &reqwest::Client,
+    base: &str,
+    ids: &[String],
+    action: &str,
+    cause: &str,
+) -> Result<(), String> {
+    let items: Vec<Value> = ids
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "action": action, "cause": cause}))
+        .collect();
+    let r = http
+        .post(format!("{base}/blocklist/nodes?force=true"))
+        .json(&items)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if r.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("blocking: {}", r.status()))
+    }
+}
+
+/// How many task managers the daemon at `base` holds.
+pub(super) async fn registered(http: &reqwest::Client, base: &str) -> Result<usize, String> {
+    Ok(
+        get_json::<Vec<Value>>(http, &format!("{base}/taskmanagers"))
+            .await?
+            .len(),
+    )
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::report::{Role, Row, Target};
 
 use super::super::Bench;
-use super::cluster::{ms, spawn_bridge, wait_ready, Cluster};
+use super::cluster::{block_nodes, ms, registered, spawn_bridge, wait_ready, Cluster};
 
 const ONE_NODE_PODS: usize = 30;
 const STORM_NODES: usize = 100;
@@ -27,6 +27,7 @@ const STORM_PER_MINUTE: u32 = 600;
 const STORM_MAX_NODES: u32 = 10;
 const FAILOVER_PODS: usize = 20;
 const LEASE_S: u64 = 5;
+const EVACUATE: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
 
 fn epoch_s() -> f64 {
     SystemTime::now()
@@ -98,24 +99,8 @@ impl Bench {
         let base = format!("http://{}", daemon.addr);
         let http = reqwest::Client::new();
         let evacuate = |ids: Vec<String>| {
-            let (http, url) = (http.clone(), format!("{base}/blocklist/nodes?force=true"));
-            async move {
-                let items: Vec<Value> = ids
-                    .iter()
-                    .map(|id| json!({"id": id, "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "cause": "bench"}))
-                    .collect();
-                let r = http
-                    .post(url)
-                    .json(&items)
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if r.status().is_success() {
-                    Ok(())
-                } else {
-                    Err(format!("blocking: {}", r.status()))
-                }
-            }
+            let (http, base) = (http.clone(), base.clone());
+            async move { block_nodes(&http, &base, &ids, EVACUATE, "bench").await }
         };
         let common = ["--resync", "3600", "--max-tainted-nodes-percent", "100"];
 
@@ -129,15 +114,7 @@ impl Bench {
             spawn_bridge(&cluster.kubeconfig, &base, &args, &dir, "one-node.log")?;
         wait_ready(&http, &probes).await?;
         until("every pod registered", Duration::from_secs(60), || async {
-            let registered: Vec<Value> = http
-                .get(format!("{base}/taskmanagers"))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?
-                .json()
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(registered.len() == total_pods)
+            Ok(registered(&http, &base).await? == total_pods)
         })
         .await?;
         evacuate(vec!["e0".into()]).await?;

@@ -22,7 +22,7 @@ use crate::procstat;
 use crate::report::{Role, Row, Target};
 
 use super::Bench;
-use cluster::{ms, spawn_bridge, wait_ready, Cluster};
+use cluster::{block_nodes, ms, registered, spawn_bridge, wait_ready, Cluster};
 
 const NODES: usize = 5_000;
 const BLOCKED: usize = 1_000;
@@ -64,32 +64,9 @@ impl Bench {
         let (daemon, _) = self.fresh_daemon("kube-daemon").await?;
         let base = format!("http://{}", daemon.addr);
         let http = reqwest::Client::new();
-        let block = |ids: Vec<String>, cause: &'static str| {
-            let (http, url) = (http.clone(), format!("{base}/blocklist/nodes?force=true"));
-            async move {
-                let items: Vec<Value> = ids
-                    .iter()
-                    .map(|id| json!({"id": id, "action": "MARK_BLOCKED", "cause": cause}))
-                    .collect();
-                let r = http
-                    .post(url)
-                    .json(&items)
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if r.status().is_success() {
-                    Ok(())
-                } else {
-                    Err(format!("blocking: {}", r.status()))
-                }
-            }
-        };
         let step = NODES / BLOCKED;
-        block(
-            (0..BLOCKED).map(|i| format!("n{:04}", i * step)).collect(),
-            "bench",
-        )
-        .await?;
+        let blocked: Vec<String> = (0..BLOCKED).map(|i| format!("n{:04}", i * step)).collect();
+        block_nodes(&http, &base, &blocked, "MARK_BLOCKED", "bench").await?;
 
         let patches = cluster.node_patches().await?;
         let started = Instant::now();
@@ -104,15 +81,7 @@ impl Bench {
         let reconcile = started.elapsed();
         let reconcile_writes = cluster.node_patches().await? - patches;
         loop {
-            let registered = http
-                .get(format!("{base}/taskmanagers"))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?
-                .json::<Vec<Value>>()
-                .await
-                .map_err(|e| e.to_string())?
-                .len();
+            let registered = registered(&http, &base).await?;
             if registered == PODS {
                 break;
             }
@@ -183,7 +152,14 @@ impl Bench {
             tick.tick().await;
             let id = format!("n{:04}", i * step + 1);
             let at = Instant::now();
-            block(vec![id.clone()], "latency").await?;
+            block_nodes(
+                &http,
+                &base,
+                std::slice::from_ref(&id),
+                "MARK_BLOCKED",
+                "latency",
+            )
+            .await?;
             sent.push((id, at));
         }
         let deadline = Instant::now() + Duration::from_secs(30);
