@@ -267,7 +267,7 @@ impl Evacuation {
         let mut by_node: HashMap<&str, Vec<Member>> = HashMap::new();
         let mut by_name: HashMap<String, Vec<Member>> = HashMap::new();
         let mut present: HashSet<String> = HashSet::new();
-        for pod in self.pods.all() {
+        self.pods.each(|pod| {
             if let Some(node) = wanted.get(pod.node.as_str()).filter(|_| pod.work) {
                 by_node.entry(node).or_default().push(pod.clone());
             }
@@ -278,9 +278,9 @@ impl Evacuation {
                     .push(pod.clone());
             }
             if state.evicted.contains(&pod.uid) || state.waiting.contains_key(&pod.uid) {
-                present.insert(pod.uid);
+                present.insert(pod.uid.clone());
             }
-        }
+        });
         let now = Instant::now();
         let dry_run = bridge.marking.dry_run;
         let max_nodes = self.settings.max_nodes.max(1);

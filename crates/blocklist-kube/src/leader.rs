@@ -247,7 +247,7 @@ impl Election {
 fn held(result: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
     match result {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.is_conflict() || status.code == 409 => Ok(false),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -1,7 +1,7 @@
 //! The pods an evacuation may evict, cached as the few facts it reads: bound to which
 //! node, whether they are work to evict ([`crate::evictable`], judged once as each pod is
-//! seen), whether they are being deleted. A large cluster's 10,000 pods cost about a
-//! megabyte here; a cache of whole `Pod` objects, dozens.
+//! seen), whether they are being deleted: a few hundred bytes a pod, where a cache of
+//! whole `Pod` objects costs kilobytes.
 //!
 //! A watch of the pods the eviction selector matches (bound to a node, in `--namespace`
 //! if one is given) keeps it; each relist replaces it whole once listed, so a look never
@@ -150,13 +150,11 @@ impl Workload {
         let _ = listed.wait_for(|listed| *listed).await;
     }
 
-    /// Every pod cached now.
-    pub fn all(&self) -> Vec<Member> {
-        self.pods
-            .lock()
-            .expect("not poisoned")
-            .as_ref()
-            .map(|pods| pods.values().cloned().collect())
-            .unwrap_or_default()
+    /// Visits every pod cached now (under the cache's lock: `visit` only looks, and
+    /// copies what it keeps).
+    pub fn each(&self, mut visit: impl FnMut(&Member)) {
+        if let Some(pods) = self.pods.lock().expect("not poisoned").as_ref() {
+            pods.values().for_each(&mut visit);
+        }
     }
 }

@@ -327,15 +327,7 @@ impl Cluster {
 
     /// The PATCH requests on Nodes the API server has answered so far.
     pub(super) async fn node_patches(&self) -> Result<f64, String> {
-        let text = self
-            .http
-            .get(format!("{}/metrics", self.url))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .text()
-            .await
-            .map_err(|e| e.to_string())?;
+        let text = get_text(&self.http, &format!("{}/metrics", self.url)).await?;
         Ok(text
             .lines()
             .filter(|l| {
@@ -413,6 +405,17 @@ pub(super) async fn wait_ready(http: &reqwest::Client, probes: &str) -> Result<(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// A GET of `url`, its body as text.
+pub(super) async fn get_text(http: &reqwest::Client, url: &str) -> Result<String, String> {
+    http.get(url)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A GET of `url`, its body read as JSON.

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::report::{Role, Row, Target};
 
 use super::super::Bench;
-use super::cluster::{block_nodes, ms, registered, spawn_bridge, wait_ready, Cluster};
+use super::cluster::{block_nodes, get_text, ms, registered, spawn_bridge, wait_ready, Cluster};
 
 const ONE_NODE_PODS: usize = 30;
 const STORM_NODES: usize = 100;
@@ -268,13 +268,6 @@ async fn cluster_empty(cluster: &Cluster, node: &str) -> Result<bool, String> {
 }
 
 async fn leads(http: &reqwest::Client, probes: &str) -> Result<bool, String> {
-    let text = http
-        .get(format!("{probes}/metrics"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
+    let text = get_text(http, &format!("{probes}/metrics")).await?;
     Ok(text.lines().any(|l| l == "blocklist_kube_leader 1"))
 }
