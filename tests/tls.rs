@@ -403,6 +403,27 @@ async fn sighup_without_tls_does_not_stop_the_daemon() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// `--tls-peer-ca` verifies the other daemons of an etcd prefix; a daemon on sled has none,
+/// so the flag is said to be unused rather than silently ignored.
+#[tokio::test]
+async fn the_peer_ca_on_the_sled_store_is_said_to_be_unused() {
+    if skip() {
+        return;
+    }
+    let ca = Ca::new("blocklistd test CA");
+    let mut ws = Workspace::new();
+    let ca_file = ca.write(ws.tmp.path(), "peer-ca");
+    let d = start(
+        &mut ws,
+        &ca.server(&["127.0.0.1"]),
+        &["--tls-peer-ca", ca_file.to_str().unwrap()],
+    );
+    eventually("the warning is logged", || async {
+        d.log_text().contains("--tls-peer-ca is unused on the sled store")
+    })
+    .await;
+}
+
 /// What testssl.sh must find: these protocols not offered, these cipher categories not
 /// offered (NULL, anonymous, export, 64-bit and DES/RC2/RC4, 3DES and IDEA, CBC).
 const NOT_OFFERED: [&str; 10] = [

@@ -204,7 +204,14 @@ pub enum Opener {
 impl StoreFlags {
     /// Puts `store` where the flags say: left in its data dir for sled, or connected to
     /// the etcd cluster (nothing sent yet) under the name `name` for operators.
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    #[cfg_attr(
+        not(feature = "etcd"),
+        allow(unused_variables),
+        expect(
+            clippy::needless_pass_by_value,
+            reason = "the etcd store takes the name; without it the name is unused"
+        )
+    )]
     pub fn place(
         &self,
         store: &mut crate::store::StoreConfig,

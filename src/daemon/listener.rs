@@ -44,6 +44,13 @@ pub(super) fn listener_tls(
                 .to_owned(),
         ));
     }
+    if !config.store.on_etcd() && files.peer_ca.is_some() {
+        // Not an error: one environment file may serve daemons on either store.
+        tracing::warn!(
+            "--tls-peer-ca is unused on the sled store: it verifies the other daemons of an \
+             etcd prefix, and a daemon on sled sends no request on to another"
+        );
+    }
     let tls = ServerTls::load(files, metrics.clone()).map_err(Error::Config)?;
     tls.watch().map_err(Error::Serve)?;
     Ok(Some(tls))

@@ -12,7 +12,7 @@ pub struct Election {
     #[cfg(feature = "etcd")]
     pub(super) etcd: Arc<super::etcd::Etcd>,
     #[cfg(not(feature = "etcd"))]
-    _never: Arc<std::convert::Infallible>,
+    never: Arc<std::convert::Infallible>,
 }
 
 impl Election {
@@ -21,7 +21,7 @@ impl Election {
         #[cfg(feature = "etcd")]
         return self.etcd.is_writer();
         #[cfg(not(feature = "etcd"))]
-        match *self._never {}
+        match *self.never {}
     }
 
     /// What the current writer wrote in the writer key when it won it (its announcement:
@@ -30,7 +30,7 @@ impl Election {
         #[cfg(feature = "etcd")]
         return self.etcd.writer();
         #[cfg(not(feature = "etcd"))]
-        match *self._never {}
+        match *self.never {}
     }
 
     /// Whether another daemon holds the writer key now (a linearizable read).
@@ -38,7 +38,7 @@ impl Election {
         #[cfg(feature = "etcd")]
         return self.etcd.held_by_another();
         #[cfg(not(feature = "etcd"))]
-        match *self._never {}
+        match *self.never {}
     }
 
     /// Tries once to become the writer, without waiting for another daemon's lease to end:
@@ -51,7 +51,7 @@ impl Election {
             Err(e) => Err(e),
         };
         #[cfg(not(feature = "etcd"))]
-        match *self._never {}
+        match *self.never {}
     }
 
     /// Gives the writer key up (revokes this daemon's lease) after an open as the writer
@@ -60,7 +60,7 @@ impl Election {
         #[cfg(feature = "etcd")]
         self.etcd.resign();
         #[cfg(not(feature = "etcd"))]
-        match *self._never {}
+        match *self.never {}
     }
 
     /// Ends a wait to become the writer (a replica's open that is still waiting returns
@@ -69,7 +69,7 @@ impl Election {
         #[cfg(feature = "etcd")]
         self.etcd.stop_waiting();
         #[cfg(not(feature = "etcd"))]
-        match *self._never {}
+        match *self.never {}
     }
 }
 

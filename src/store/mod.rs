@@ -402,6 +402,10 @@ impl Store {
     /// has applied the prefix's log as far as a read of etcd begun after the call finds it.
     /// 503 ([`StoreError::Behind`]) when etcd cannot be read or the replica does not catch
     /// up within a bound.
+    #[cfg_attr(
+        not(feature = "etcd"),
+        expect(clippy::unused_async, reason = "a replica's catch-up awaits etcd")
+    )]
     pub async fn catch_up(&self) -> Result<()> {
         #[cfg(feature = "etcd")]
         return self.catch_up_replica().await;
