@@ -604,6 +604,7 @@ async fn etcd_out_of_space_is_a_503_that_says_so() {
     assert_eq!(status, StatusCode::OK, "{body}");
     let etcd = body["etcd"].as_str().unwrap_or_default();
     assert!(etcd.contains("NOSPACE alarm"), "{body}");
+    assert_eq!(writer.metric("blocklist_etcd_nospace").await, 1.0);
 
     // Under the raised alarm: a refused write, and `short` falling due (the sweeper tries
     // to announce it every second), while every read is answered.
@@ -644,6 +645,14 @@ async fn etcd_out_of_space_is_a_503_that_says_so() {
         (status, &body["etcd"]),
         (StatusCode::OK, &json!("writer")),
         "{body}"
+    );
+    assert_eq!(writer.metric("blocklist_etcd_nospace").await, 0.0);
+    assert!(
+        writer
+            .metric(r#"blocklist_commit_failures_total{stage="transaction"}"#)
+            .await
+            >= 1.0,
+        "the refused write is a failed commit"
     );
 }
 

@@ -113,6 +113,14 @@ async fn a_full_disk_gets_503_keeps_reads_and_recovers_when_space_returns() {
         "{status}: {verdict}"
     );
     assert_eq!(d.get("/healthz").await.0, StatusCode::OK);
+    // Each refused batch is a failed group commit, which an alert watches (the stage
+    // depends on where the disk ran out: sled's transaction or its flush).
+    let failures = d
+        .metric(r#"blocklist_commit_failures_total{stage="transaction"}"#)
+        .await
+        + d.metric(r#"blocklist_commit_failures_total{stage="sync"}"#)
+            .await;
+    assert!(failures >= 3.0, "{failures} failed commits counted");
 
     // Space comes back: writes work again without a restart.
     disk.resize("64m");

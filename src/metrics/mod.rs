@@ -128,6 +128,17 @@ pub struct WriterLabels {
     pub name: String,
 }
 
+/// Where a group commit failed: `transaction` (nothing of it was applied: the storage, or
+/// etcd's refusal, stopped it) or `sync` (applied, but its flush, fsync or etcd write
+/// failed: whether it is durable is unknown until the store reopens and reads it back).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommitStageLabels {
+    pub stage: &'static str,
+}
+
+/// The stages [`CommitStageLabels`] names, each a series from the start.
+const COMMIT_STAGES: [&str; 2] = ["transaction", "sync"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub status: u16,
@@ -169,6 +180,8 @@ pub struct StoreGauges {
     /// On etcd, each member's endpoint, the version it reported, and whether that release
     /// has the fixes; members that have not answered are left out.
     pub etcd_member_versions: Vec<(String, String, bool)>,
+    /// On etcd, whether its last refusal of a write was its NOSPACE alarm, still raised.
+    pub etcd_nospace: bool,
 }
 
 /// The roles [`RoleLabels`] names.
@@ -203,6 +216,9 @@ pub struct Metrics {
     pub commit_batch_requests: Histogram,
     /// Transaction + flush + fsync of one group commit.
     pub commit_seconds: Histogram,
+    /// Group commits that failed, by stage.
+    commit_failures: Family<CommitStageLabels, Counter>,
+    etcd_nospace: Gauge,
     items: Family<ItemLabels, Gauge>,
     revision: Gauge,
     disk_bytes: Gauge,
@@ -324,6 +340,23 @@ impl Metrics {
             "Transaction, flush and fsync of one group commit",
             commit_seconds.clone(),
         );
+        let commit_failures = Family::<CommitStageLabels, Counter>::default();
+        registry.register(
+            "commit_failures",
+            "Group commits that failed, by stage: transaction (nothing of it was applied) or \
+             sync (its flush, fsync or etcd write failed: durable or not, the reopen finds out)",
+            commit_failures.clone(),
+        );
+        for stage in COMMIT_STAGES {
+            commit_failures.get_or_create(&CommitStageLabels { stage });
+        }
+        let etcd_nospace = Gauge::default();
+        registry.register(
+            "etcd_nospace",
+            "On etcd, 1 while etcd refuses writes with its NOSPACE alarm (the daemon serves \
+             reads and refuses writes until an operator frees space and disarms it), else 0",
+            etcd_nospace.clone(),
+        );
         let items = Family::<ItemLabels, Gauge>::default();
         registry.register(
             "items",
@@ -435,6 +468,8 @@ impl Metrics {
             sweeper_next_deadline,
             commit_batch_requests,
             commit_seconds,
+            commit_failures,
+            etcd_nospace,
             items,
             revision,
             disk_bytes,
@@ -466,6 +501,14 @@ impl Metrics {
                     .inc();
             }
         }
+    }
+
+    /// Counts one group commit that failed at `stage` (a [`CommitStageLabels`] stage).
+    pub fn commit_failed(&self, stage: &'static str) {
+        debug_assert!(COMMIT_STAGES.contains(&stage), "{stage}");
+        self.commit_failures
+            .get_or_create(&CommitStageLabels { stage })
+            .inc();
     }
 
     pub fn change(&self, event: EventType) {
@@ -563,6 +606,7 @@ impl Metrics {
             };
             self.etcd_member_version.get_or_create(&labels).set(1);
         }
+        self.etcd_nospace.set(i64::from(store.etcd_nospace));
         let (entries, seconds) = store.replica_lag.unwrap_or_default();
         self.replica_lag_entries.set(entries as i64);
         self.replica_lag_seconds.set(seconds);
@@ -617,7 +661,9 @@ mod tests {
                     ("http://10.0.0.2:2379".into(), "3.6.17".into(), true),
                     ("http://10.0.0.3:2379".into(), "3.4.23".into(), false),
                 ],
+                etcd_nospace: true,
             };
+            metrics.commit_failed("sync");
             let text = metrics.render(&gauges, format);
             assert!(
                 !text.contains(r#"blocklist_guard_limit{kind="node",guard="evacuating-share"}"#),
@@ -640,6 +686,9 @@ mod tests {
                 "blocklist_unreclaimed_items 7",
                 "blocklist_sweeper_next_deadline_timestamp_seconds 1.5",
                 "blocklist_database_size_bytes 4096",
+                "blocklist_etcd_nospace 1",
+                r#"blocklist_commit_failures_total{stage="sync"} 1"#,
+                r#"blocklist_commit_failures_total{stage="transaction"} 0"#,
             ] {
                 assert!(
                     text.lines().any(|l| l == line),

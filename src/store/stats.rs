@@ -80,6 +80,7 @@ impl Store {
                 )
             }),
             etcd_writer: etcd.as_ref().and_then(|etcd| etcd.writer_name.clone()),
+            etcd_nospace: etcd.as_ref().is_some_and(|etcd| etcd.refusal.is_some()),
             etcd_member_versions: etcd
                 .as_ref()
                 .map(|etcd| {

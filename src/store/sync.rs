@@ -127,6 +127,7 @@ impl Syncer {
             }
             Err(e) => {
                 tracing::error!(error = %e, groups = groups.len(), "group commit failed");
+                self.metrics.commit_failed("sync");
                 self.failed.store(true, Ordering::SeqCst);
                 (self.wake)();
                 for group in groups.drain(..) {

@@ -79,10 +79,12 @@ impl Committer {
     fn commit(&mut self, batch: &mut Vec<Op>) {
         if let Err(e) = self.reopen_if_broken() {
             tracing::warn!(error = %e, "the storage still fails; refusing writes");
+            self.metrics.commit_failed("transaction");
             fail_all(batch, &e);
             return;
         }
         if let Err(e) = self.replica_refuses(batch) {
+            self.metrics.commit_failed("transaction");
             fail_all(batch, &e);
             return;
         }
@@ -105,6 +107,7 @@ impl Committer {
             Err(e) => {
                 tracing::error!(error = %e, "reading the expiry index failed");
                 self.broken = true;
+                self.metrics.commit_failed("transaction");
                 let error = CommitError::TransactionFailed(Arc::new(e));
                 fail_all(batch, &error);
                 fail_all(&mut dry_runs, &error);
@@ -148,6 +151,7 @@ impl Committer {
                 // sled 0.34 keeps failing every write after an I/O error; the next batch
                 // reopens the database once the storage works again.
                 self.broken = true;
+                self.metrics.commit_failed("transaction");
                 let error = CommitError::TransactionFailed(Arc::new(e));
                 fail_all(batch, &error);
                 fail_all(&mut dry_runs, &error);
