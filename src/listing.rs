@@ -63,6 +63,26 @@ pub struct Listing {
     /// The last id the scan at the front of `parts` wrote: where its next chunk resumes,
     /// and whether it needs a separator before its next element.
     after: Option<String>,
+    /// How many scans [`Listing::resume_at`] left out: the index of the first scan left.
+    skipped: usize,
+}
+
+/// Where a page of a listing ends and the next begins: its `scan`-th scan (counted from 0
+/// in the order the listing appends them), after the element at `after` (from its first
+/// when `None`). Positions are ids (or, for past blocks, their keys in hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    pub scan: usize,
+    pub after: Option<String>,
+}
+
+/// What a scan tells whoever drives it, element by element.
+enum Step<'a> {
+    /// An element comes next, with the separator its listing puts between two: whether to
+    /// write it (false stops the scan before it, unwritten).
+    Before(&'a [u8]),
+    /// An element was written, at this position: whether to go on.
+    After(String),
 }
 
 impl Listing {
@@ -72,6 +92,7 @@ impl Listing {
             parts: VecDeque::new(),
             now,
             after: None,
+            skipped: 0,
         }
     }
 
@@ -120,54 +141,24 @@ impl Listing {
                 return Ok(false);
             }
             let resume = self.after.take();
+            let resumed = resume.is_some();
             let mut last: Option<String> = None;
-            // Before an element: the separator, unless it is the scan's first.
-            let separate = |out: &mut Vec<u8>, last: &Option<String>, separator: &[u8]| {
-                if resume.is_some() || last.is_some() {
-                    out.extend_from_slice(separator);
-                }
-            };
-            // After an element: whether the chunk has room for another.
-            let room = |out: &Vec<u8>, elements: usize| {
-                out.len() - start < CHUNK_BYTES && elements < CHUNK_ELEMENTS
-            };
-            let finished = match part {
-                Part::Text(text) => {
-                    out.extend_from_slice(text);
-                    true
-                }
-                &Part::Items {
-                    kind,
-                    render,
-                    separator,
-                } => store.scan_items(kind, resume.as_deref(), now, |item| {
-                    separate(out, &last, separator);
-                    let id = item.id.clone();
-                    render(store, kind, item, out)?;
-                    last = Some(id);
-                    elements += 1;
-                    Ok(room(out, elements))
-                })?,
-                &Part::Past { render } => {
-                    // The resume point is a `history` key, kept as hex in `after`.
-                    let after = resume.as_deref().and_then(hex_decode);
-                    store.scan_past(after.as_deref(), |key, kind, past| {
-                        render(kind, past, out);
-                        last = Some(hex_encode(key));
+            let finished =
+                part.scan(store, resume.as_deref(), now, out, |step, out| match step {
+                    // Before an element: the separator, unless it is the scan's first.
+                    Step::Before(separator) => {
+                        if resumed || last.is_some() {
+                            out.extend_from_slice(separator);
+                        }
+                        true
+                    }
+                    // After an element: whether the chunk has room for another.
+                    Step::After(position) => {
+                        last = Some(position);
                         elements += 1;
-                        Ok(room(out, elements))
-                    })?
-                }
-                &Part::Registrations { render, separator } => {
-                    store.scan_registrations(resume.as_deref(), |tm, node| {
-                        separate(out, &last, separator);
-                        render(&tm, &node, out);
-                        last = Some(tm);
-                        elements += 1;
-                        Ok(room(out, elements))
-                    })?
-                }
-            };
+                        out.len() - start < CHUNK_BYTES && elements < CHUNK_ELEMENTS
+                    }
+                })?;
             if finished {
                 self.parts.pop_front();
             } else {
@@ -178,11 +169,139 @@ impl Listing {
         Ok(true)
     }
 
+    /// How many scans the listing has (its text parts aside).
+    pub fn scans(&self) -> usize {
+        self.skipped
+            + self
+                .parts
+                .iter()
+                .filter(|part| !matches!(part, Part::Text(_)))
+                .count()
+    }
+
+    /// Starts the listing at `resume` (a [`Resume`] an earlier [`Listing::page`] of the same
+    /// listing returned): the scans before its scan are left out (their text around them
+    /// stays, so the body keeps its shape), and its scan starts after its position.
+    #[must_use]
+    pub fn resume_at(mut self, resume: &Resume) -> Listing {
+        let mut scans = 0;
+        self.parts.retain(|part| {
+            if matches!(part, Part::Text(_)) {
+                return true;
+            }
+            scans += 1;
+            scans > resume.scan
+        });
+        self.after.clone_from(&resume.after);
+        self.skipped = resume.scan;
+        self
+    }
+
+    /// One page of the listing: the body with at most `limit` elements (its text whole, its
+    /// scans cut where the page is full), and where the next page resumes — `None` when this
+    /// page holds the last element. Built whole in memory: a page is bounded by `limit`.
+    /// Retry-safe: it may be called again (the store's [`Store::consistent_read`] does).
+    pub fn page(&self, store: &Store, limit: usize) -> store::Result<(Vec<u8>, Option<Resume>)> {
+        let mut out = Vec::new();
+        let mut count = 0;
+        let mut next = None;
+        let mut resume = self.after.clone();
+        let mut scan = self.skipped;
+        for part in &self.parts {
+            if matches!(part, Part::Text(_)) || next.is_none() {
+                let mut last: Option<String> = None;
+                let finished =
+                    part.scan(store, resume.as_deref(), self.now, &mut out, |step, out| {
+                        match step {
+                            // A full page stops before an element, which proves there is
+                            // more: a page that ends on the list's last element says so.
+                            Step::Before(_) if count == limit => false,
+                            Step::Before(separator) => {
+                                if last.is_some() {
+                                    out.extend_from_slice(separator);
+                                }
+                                true
+                            }
+                            Step::After(position) => {
+                                last = Some(position);
+                                count += 1;
+                                true
+                            }
+                        }
+                    })?;
+                if !finished {
+                    next = Some(Resume {
+                        scan,
+                        after: last.or_else(|| resume.clone()),
+                    });
+                }
+            }
+            if !matches!(part, Part::Text(_)) {
+                scan += 1;
+                resume = None;
+            }
+        }
+        Ok((out, next))
+    }
+
     /// The whole body at once (the offline export, tests).
     pub fn collect(mut self, store: &Store) -> store::Result<Vec<u8>> {
         let mut out = Vec::new();
         while !self.next_chunk(store, &mut out)? {}
         Ok(out)
+    }
+}
+
+impl Part {
+    /// Writes the part into `out`: its text, or its elements from the first after
+    /// `resume`, each preceded and followed by a `step` (see [`Step`]). True when the part
+    /// is written to its end; false when a step stopped it.
+    fn scan(
+        &self,
+        store: &Store,
+        resume: Option<&str>,
+        now: i64,
+        out: &mut Vec<u8>,
+        mut step: impl FnMut(Step<'_>, &mut Vec<u8>) -> bool,
+    ) -> store::Result<bool> {
+        match self {
+            Part::Text(text) => {
+                out.extend_from_slice(text);
+                Ok(true)
+            }
+            &Part::Items {
+                kind,
+                render,
+                separator,
+            } => store.scan_items(kind, resume, now, |item| {
+                if !step(Step::Before(separator), out) {
+                    return Ok(false);
+                }
+                let id = item.id.clone();
+                render(store, kind, item, out)?;
+                Ok(step(Step::After(id), out))
+            }),
+            &Part::Past { render } => {
+                // The resume point is a `history` key, kept as hex.
+                let after = resume.and_then(hex_decode);
+                store.scan_past(after.as_deref(), |key, kind, past| {
+                    if !step(Step::Before(b""), out) {
+                        return Ok(false);
+                    }
+                    render(kind, past, out);
+                    Ok(step(Step::After(hex_encode(key)), out))
+                })
+            }
+            &Part::Registrations { render, separator } => {
+                store.scan_registrations(resume, |tm, node| {
+                    if !step(Step::Before(separator), out) {
+                        return Ok(false);
+                    }
+                    render(&tm, &node, out);
+                    Ok(step(Step::After(tm), out))
+                })
+            }
+        }
     }
 }
 

@@ -419,7 +419,8 @@ async fn the_peer_ca_on_the_sled_store_is_said_to_be_unused() {
         &["--tls-peer-ca", ca_file.to_str().unwrap()],
     );
     eventually("the warning is logged", || async {
-        d.log_text().contains("--tls-peer-ca is unused on the sled store")
+        d.log_text()
+            .contains("--tls-peer-ca is unused on the sled store")
     })
     .await;
 }

@@ -33,12 +33,22 @@ positive_data_acceptance finding or a stateful check puzzled by a replayed DELET
 both are the contract. A malformed key is left as generated, for the negative checks (a
 400). Replays and reuse are tested in tests/idempotency.rs.
 
+And a listing's `continue` token for the same reason as the key: a token is opaque, any
+string is schema-valid, and only one the daemon made is served (any other is rightly
+refused with 400). A generated `continue` is replaced by a token of the operation's own
+listing that resumes at its first page (the format is the daemon's, src/http/paging.rs), so
+the page it asks for is served. Tokens of other listings, malformed ones and ones past the
+event log are tested in tests/paging.rs.
+
 Schemathesis revalidates a case after `before_call`, so its checks judge the request as
 sent: a value this hook changes is judged again, never assumed to keep its verdict.
 """
 
+import base64
+import json
 import re
 import time
+import urllib.parse
 import uuid
 
 import schemathesis
@@ -163,6 +173,19 @@ def _select(case):
         case.query = query
 
 
+def _token(case):
+    """A generated `continue` replaced by a token of the operation's listing from its start."""
+    query = case.query or {}
+    if not isinstance(query.get("continue"), str):
+        return
+    listing = case.operation.path
+    # The daemon names a listing by its decoded id; Schemathesis holds it percent-encoded.
+    for name, value in (case.path_parameters or {}).items():
+        listing = listing.replace("{" + name + "}", urllib.parse.unquote(str(value)))
+    token = json.dumps({"v": 1, "p": listing, "r": 0, "s": 0, "a": None}, separators=(",", ":"))
+    query["continue"] = base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs):
     _fresh_key(case)
@@ -179,3 +202,5 @@ def before_call(context, case, kwargs):
         case.path_parameters["id"] = _fit(case.path_parameters["id"], ID_BYTES)
     if isinstance(case.body, (dict, list)):
         _adjust(case.body, int(time.time() * 1000))
+    if case.operation.method.upper() == "GET":
+        _token(case)

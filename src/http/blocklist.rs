@@ -16,6 +16,7 @@ use super::error::{
 };
 use super::extract::{DryRun, ForceParam, HoldOffParam, IdPath};
 use super::idempotency::{Key, KeyedBody};
+use super::paging::{BadPage, ExpiredPage, PageParams, Paging};
 use super::provenance::{ReasonParam, RequestSource, SourceHeader};
 use super::state::AppState;
 use crate::allowlist::Entry;
@@ -131,36 +132,49 @@ pub(super) struct Blocklist {
 /// The whole blocklist
 ///
 /// Streamed; its end is sent only once everything it shows is durable (a cut-off body
-/// means the daemon failed). Watch the feed from its revision.
+/// means the daemon failed). Watch the feed from its revision. With `limit`, in pages: the
+/// task managers first, then the nodes, each page of the same shape.
 #[utoipa::path(
     get,
     path = "/blocklist",
     tag = "blocklist",
+    params(PageParams),
     responses(
-        (status = 200, description = "Every active item", body = Blocklist,
-            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+        (status = 200, description = "Every active item (or, with `limit`, a page of them)", body = Blocklist,
+            headers(
+                ("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"),
+                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
+                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
+            )),
+        (status = 400, response = BadPage),
         (status = 401, response = Unauthorized),
+        (status = 410, response = ExpiredPage),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
     security((), ("bearerAuth" = [])),
 )]
-pub(super) async fn list_all(State(state): State<AppState>) -> Result<Response> {
-    state
-        .streamed("/blocklist", JSON, |revision| {
-            blocklist_listing(revision, state.store.now())
-        })
-        .await
+pub(super) async fn list_all(
+    State(state): State<AppState>,
+    Paging(page): Paging,
+) -> Result<Response> {
+    let build = |revision| blocklist_listing(revision, state.store.now());
+    match page {
+        Some(page) => state.paged(&page, build).await,
+        None => state.streamed("/blocklist", JSON, build).await,
+    }
 }
 
-async fn list(State(state): State<AppState>, kind: Kind) -> Result<Response> {
+async fn list(State(state): State<AppState>, kind: Kind, page: Paging) -> Result<Response> {
     let route = match kind {
         Kind::TaskManager => "/blocklist/taskmanagers",
         Kind::Node => "/blocklist/nodes",
     };
-    state
-        .streamed(route, JSON, |_| kind_listing(kind, state.store.now()))
-        .await
+    let build = |_| kind_listing(kind, state.store.now());
+    match page.0 {
+        Some(page) => state.paged(&page, build).await,
+        None => state.streamed(route, JSON, build).await,
+    }
 }
 
 /// Every active item and registration as JSON lines
@@ -465,17 +479,24 @@ macro_rules! kind_handlers {
             get,
             path = $path,
             tag = "blocklist",
+            params(PageParams),
             responses(
                 (status = 200, description = $list_desc, body = [$entry],
-                    headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+                    headers(
+                        ("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"),
+                        ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
+                        ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
+                    )),
+                (status = 400, response = BadPage),
                 (status = 401, response = Unauthorized),
+                (status = 410, response = ExpiredPage),
                 (status = 500, response = Internal),
                 (status = 503, response = Unavailable),
             ),
             security((), ("bearerAuth" = [])),
         )]
-        pub(super) async fn $list(state: State<AppState>) -> Result<Response> {
-            list(state, $kind).await
+        pub(super) async fn $list(state: State<AppState>, page: Paging) -> Result<Response> {
+            list(state, $kind, page).await
         }
 
         #[doc = $add_doc]

@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use axum::http::header::{
-    AUTHORIZATION, CONTENT_TYPE, ETAG, IF_MATCH, RETRY_AFTER, WWW_AUTHENTICATE,
+    AUTHORIZATION, CONTENT_TYPE, ETAG, IF_MATCH, LINK, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use axum::http::{HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::idempotency::KEY_HEADER;
+use super::paging::CONTINUE_HEADER;
 use super::provenance::SOURCE_HEADER;
 use super::reply::{DRY_RUN_HEADER, REPLAYED_HEADER, REVISION_HEADER};
 
@@ -48,6 +49,8 @@ pub fn layer(origins: &[String]) -> Option<CorsLayer> {
                 RETRY_AFTER,
                 WWW_AUTHENTICATE,
                 header(REVISION_HEADER),
+                header(CONTINUE_HEADER),
+                LINK,
                 header(DRY_RUN_HEADER),
                 header(REPLAYED_HEADER),
             ])

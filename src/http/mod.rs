@@ -32,6 +32,7 @@ mod limits;
 mod observe;
 mod openapi;
 mod ops;
+mod paging;
 mod policy;
 mod provenance;
 mod reply;

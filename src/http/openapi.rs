@@ -23,6 +23,7 @@ use super::error::{
     UnsupportedMediaType,
 };
 use super::idempotency::IdempotencyDoc;
+use super::paging::{BadPage, ExpiredPage};
 use super::update::UpdateRules;
 use super::{
     allowlist, blocklist, check, enforcement, events, ops, policy, provenance, selector,
@@ -103,6 +104,8 @@ const BEARER: &str = "bearerAuth";
         UnsupportedMediaType,
         Internal,
         Unavailable,
+        BadPage,
+        ExpiredPage,
     )),
     modifiers(&BearerScheme, &OpenItem, &AtMostOne, &UpdateRules, &IdempotencyDoc),
     tags(

@@ -9,9 +9,11 @@ use axum::{Json, Router};
 use utoipa::IntoParams;
 
 use super::caller::{Caller, TokenCheck};
-use super::error::{ApiError, BadId, Internal, Result, Unauthorized, Unavailable};
+use super::error::{ApiError, ErrorBody, Internal, Result, Unauthorized, Unavailable};
 use super::extract::{query_param, IdPath};
+use super::paging::{ExpiredPage, PageParams, Paging};
 use super::state::AppState;
+use crate::listing::Resume;
 use crate::model::{validate_source, Kind, UNKNOWN_SOURCE};
 use crate::provenance::{validate_reason, PastBlock};
 
@@ -103,13 +105,41 @@ pub fn router() -> Router<AppState> {
         .route("/blocklist/nodes/{id}/history", get(node_history))
 }
 
-async fn history(state: &AppState, kind: Kind, id: &str) -> Result<Response> {
+async fn history(state: &AppState, kind: Kind, id: &str, page: Paging) -> Result<Response> {
     let (store, id) = (state.store.clone(), id.to_owned());
-    let past = state
+    let Some(page) = page.0 else {
+        let past = state
+            .store
+            .read_durably(move |seen| store.past_blocks(kind, &id, seen))
+            .await?;
+        return Ok(Json(past).into_response());
+    };
+    // A page resumes below the number of the last past block the page before listed.
+    let start = page.start(&state.store)?;
+    let before = match start.resume {
+        None
+        | Some(Resume {
+            scan: 0,
+            after: None,
+        }) => None,
+        Some(Resume {
+            scan: 0,
+            after: Some(n),
+        }) => Some(n.parse::<u64>().map_err(|_| page.malformed())?),
+        Some(_) => return Err(page.malformed()),
+    };
+    let limit = page.limit;
+    let (past, more) = state
         .store
-        .read_durably(move |seen| store.past_blocks(kind, &id, seen))
+        .read_durably(move |seen| store.past_blocks_page(kind, &id, before, limit, seen))
         .await?;
-    Ok(Json(past).into_response())
+    let next = more.then(|| Resume {
+        scan: 0,
+        after: past.last().map(|(n, _)| n.to_string()),
+    });
+    let past: Vec<&PastBlock> = past.iter().map(|(_, past)| past).collect();
+    let body = serde_json::to_vec(&past).expect("past blocks serialize");
+    Ok(page.answer(body, start.revision, next))
 }
 
 /// A task manager's past blocks
@@ -121,11 +151,17 @@ async fn history(state: &AppState, kind: Kind, id: &str) -> Result<Response> {
     get,
     path = "/blocklist/taskmanagers/{id}/history",
     tag = "blocklist",
-    params(IdPath),
+    params(IdPath, PageParams),
     responses(
-        (status = 200, description = "Past blocks, newest first", body = [PastBlock]),
-        (status = 400, response = BadId),
+        (status = 200, description = "Past blocks, newest first (or, with `limit`, a page of them)", body = [PastBlock],
+            headers(
+                ("X-Blocklist-Revision" = u64, description = "With `limit`: the walk's revision, read before its first page"),
+                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
+                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
+            )),
+        (status = 400, description = "Bad id, limit or continue", body = ErrorBody),
         (status = 401, response = Unauthorized),
+        (status = 410, response = ExpiredPage),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
@@ -134,8 +170,9 @@ async fn history(state: &AppState, kind: Kind, id: &str) -> Result<Response> {
 pub(super) async fn task_manager_history(
     State(state): State<AppState>,
     IdPath(id): IdPath,
+    page: Paging,
 ) -> Result<Response> {
-    history(&state, Kind::TaskManager, &id).await
+    history(&state, Kind::TaskManager, &id, page).await
 }
 
 /// A node's past blocks
@@ -145,11 +182,17 @@ pub(super) async fn task_manager_history(
     get,
     path = "/blocklist/nodes/{id}/history",
     tag = "blocklist",
-    params(IdPath),
+    params(IdPath, PageParams),
     responses(
-        (status = 200, description = "Past blocks, newest first", body = [PastBlock]),
-        (status = 400, response = BadId),
+        (status = 200, description = "Past blocks, newest first (or, with `limit`, a page of them)", body = [PastBlock],
+            headers(
+                ("X-Blocklist-Revision" = u64, description = "With `limit`: the walk's revision, read before its first page"),
+                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
+                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
+            )),
+        (status = 400, description = "Bad id, limit or continue", body = ErrorBody),
         (status = 401, response = Unauthorized),
+        (status = 410, response = ExpiredPage),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
@@ -158,6 +201,7 @@ pub(super) async fn task_manager_history(
 pub(super) async fn node_history(
     State(state): State<AppState>,
     IdPath(id): IdPath,
+    page: Paging,
 ) -> Result<Response> {
-    history(&state, Kind::Node, &id).await
+    history(&state, Kind::Node, &id, page).await
 }

@@ -16,9 +16,11 @@ use super::error::{
 };
 use super::extract::{DryRun, IdPath};
 use super::idempotency::{Key, KeyedBody};
+use super::paging::{BadPage, ExpiredPage, PageParams, Paging};
 use super::reply::{with_revision, Empty};
 use super::schema;
 use super::state::AppState;
+use crate::listing::Listing;
 use crate::model::Id;
 use crate::store::Registered;
 use crate::validate;
@@ -47,21 +49,41 @@ pub(super) struct Registration {
 }
 
 /// Every registration
+///
+/// With `limit`, in pages (see `GET /blocklist`).
 #[utoipa::path(
     get,
     path = "/taskmanagers",
     tag = "membership",
     operation_id = "list_registrations",
+    params(PageParams),
     responses(
-        (status = 200, description = "Every registration, sorted by id", body = [Registration],
-            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects"))),
+        (status = 200, description = "Every registration (or, with `limit`, a page of them), sorted by id", body = [Registration],
+            headers(
+                ("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"),
+                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
+                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
+            )),
+        (status = 400, response = BadPage),
         (status = 401, response = Unauthorized),
+        (status = 410, response = ExpiredPage),
         (status = 500, response = Internal),
         (status = 503, response = Unavailable),
     ),
     security((), ("bearerAuth" = [])),
 )]
-pub(super) async fn list(State(state): State<AppState>) -> Result<Response> {
+pub(super) async fn list(State(state): State<AppState>, Paging(page): Paging) -> Result<Response> {
+    if let Some(page) = page {
+        let now = state.store.now();
+        return state
+            .paged(&page, |_| {
+                Listing::new(now)
+                    .text("[")
+                    .registrations(registration_json, b",")
+                    .text("]")
+            })
+            .await;
+    }
     let (all, revision) = state
         .listing(super::super::store::Store::registrations)
         .await?;
@@ -70,6 +92,15 @@ pub(super) async fn list(State(state): State<AppState>) -> Result<Response> {
         .map(|(id, node)| Registration { id, node })
         .collect();
     Ok(with_revision(revision, Json(all)))
+}
+
+/// Writes a registration as a JSON array element, as [`Registration`] serializes.
+fn registration_json(id: &str, node: &str, out: &mut Vec<u8>) {
+    let registration = Registration {
+        id: id.to_owned(),
+        node: node.to_owned(),
+    };
+    serde_json::to_writer(out, &registration).expect("registrations serialize");
 }
 
 /// The node a task manager runs on

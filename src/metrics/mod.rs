@@ -347,8 +347,12 @@ impl Metrics {
              sync (its flush, fsync or etcd write failed: durable or not, the reopen finds out)",
             commit_failures.clone(),
         );
+        // Each stage's series from the start, at 0: an alert's rate needs a series to
+        // rise from.
         for stage in COMMIT_STAGES {
-            commit_failures.get_or_create(&CommitStageLabels { stage });
+            commit_failures
+                .get_or_create(&CommitStageLabels { stage })
+                .inc_by(0);
         }
         let etcd_nospace = Gauge::default();
         registry.register(

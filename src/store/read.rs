@@ -99,26 +99,77 @@ impl Store {
 
     /// The past blocks of `(kind, id)`, newest first; `seen` as for [`Store::reports`].
     pub fn past_blocks(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<PastBlock>> {
-        let prefix = keys::numbered_prefix(kind, id);
         let mut out = Vec::new();
-        for entry in self.handles()?.trees.history.scan_prefix(&prefix).rev() {
+        self.visit_past_blocks(kind, id, None, seen, |_, past| {
+            out.push(past);
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// At most `limit` past blocks of `(kind, id)`, newest first, from the first older than
+    /// past block number `before` (from the newest when `None`), each with its number, and
+    /// whether older ones follow; `seen` as for [`Store::reports`]. Numbers only grow, so a
+    /// page resumed from one never lists a block twice.
+    pub fn past_blocks_page(
+        &self,
+        kind: Kind,
+        id: &str,
+        before: Option<u64>,
+        limit: usize,
+        seen: &mut Seen,
+    ) -> Result<(Vec<(u64, PastBlock)>, bool)> {
+        let mut out = Vec::new();
+        let mut more = false;
+        self.visit_past_blocks(kind, id, before, seen, |n, past| {
+            if out.len() == limit {
+                more = true;
+                return false;
+            }
+            out.push((n, past));
+            true
+        })?;
+        Ok((out, more))
+    }
+
+    /// Visits the past blocks of `(kind, id)` numbered below `before` (all when `None`),
+    /// newest first, each with its number, for as long as `visit` returns true.
+    fn visit_past_blocks(
+        &self,
+        kind: Kind,
+        id: &str,
+        before: Option<u64>,
+        seen: &mut Seen,
+        mut visit: impl FnMut(u64, PastBlock) -> bool,
+    ) -> Result<()> {
+        let prefix = keys::numbered_prefix(kind, id);
+        let end = match before {
+            Some(n) => Bound::Excluded(keys::past_key(kind, id, n)),
+            None => Bound::Included(keys::past_key(kind, id, u64::MAX)),
+        };
+        let range = self
+            .handles()?
+            .trees
+            .history
+            .range::<Vec<u8>, _>((Bound::Included(prefix), end));
+        for entry in range.rev() {
             let (key, bytes) = entry?;
+            let n = keys::parse_number(&key).unwrap_or(0);
             let (block, ended) =
                 codec::decode_past(&bytes).map_err(|source| StoreError::Corrupt {
-                    key: format!(
-                        "history/{}/{id}/{}",
-                        kind.plural(),
-                        keys::parse_number(&key).unwrap_or(0)
-                    ),
+                    key: format!("history/{}/{id}/{n}", kind.plural()),
                     source,
                 })?;
-            out.push(PastBlock {
+            let past = PastBlock {
                 item: Item::new(id.to_owned(), block),
                 ended,
-            });
+            };
+            if !visit(n, past) {
+                break;
+            }
         }
         self.saw(seen, Watched::Item(kind, id));
-        Ok(out)
+        Ok(())
     }
 
     /// Visits every past block in `history` key order (kind, id, oldest first), from the
