@@ -37,6 +37,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// cannot be connected to at all is not retried: nothing was sent.
 const WRITE_RETRIES: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
 
+/// Entries a page when a listing is read in pages ([`Client::pages`]).
+pub const PAGE: usize = 1_000;
+
+/// The header that carries the next page's `continue` token.
+const CONTINUE_HEADER: &str = "x-blocklist-continue";
+
 /// Why a command failed; [`Failure::exit_code`] maps it to the process's exit code.
 #[derive(Debug)]
 pub enum Failure {
@@ -73,6 +79,9 @@ impl Failure {
 pub struct Reply {
     pub status: StatusCode,
     pub body: Vec<u8>,
+    /// The next page's `continue` token (`X-Blocklist-Continue`), when the answer is a
+    /// page of a listing with more after it.
+    pub next: Option<String>,
 }
 
 impl Reply {
@@ -173,16 +182,16 @@ impl Client {
                 .await;
             let again = key.is_some()
                 && match &answer {
-                    Ok((status, _)) => *status == StatusCode::SERVICE_UNAVAILABLE,
+                    Ok((status, _, _)) => *status == StatusCode::SERVICE_UNAVAILABLE,
                     Err(e) => !e.is_connect() && !e.is_builder(),
                 };
             if let (true, Some(wait)) = (again, retries.next()) {
                 tokio::time::sleep(*wait).await;
                 continue;
             }
-            let (status, body) = answer.map_err(|e| self.unreachable(&e))?;
+            let (status, body, next) = answer.map_err(|e| self.unreachable(&e))?;
             return if status.is_success() {
-                Ok(Reply { status, body })
+                Ok(Reply { status, body, next })
             } else {
                 Err(refusal(status, &body))
             };
@@ -198,7 +207,7 @@ impl Client {
         body: Option<&serde_json::Value>,
         headers: &[(&'static str, HeaderValue)],
         key: Option<&str>,
-    ) -> Result<(StatusCode, Vec<u8>), reqwest::Error> {
+    ) -> Result<(StatusCode, Vec<u8>, Option<String>), reqwest::Error> {
         // What the spinner names while a request is slow.
         let label = || format!("{method} {}{path}", self.base);
         let mut req = self.request(method.clone(), path);
@@ -216,10 +225,30 @@ impl Client {
         crate::status::while_slow(label, async {
             let resp = req.send().await?;
             let status = resp.status();
+            let next = resp
+                .headers()
+                .get(CONTINUE_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let body = resp.bytes().await?;
-            Ok((status, body.to_vec()))
+            Ok((status, body.to_vec(), next))
         })
         .await
+    }
+
+    /// Every page of the listing at `path` (which has no query), [`PAGE`] entries a page:
+    /// each request is bounded however big the list, and each page is answered as of one
+    /// revision; the walk's revision is the first page's.
+    pub async fn pages(&self, path: &str) -> Result<Vec<Reply>, Failure> {
+        let mut pages = vec![
+            self.send(Method::GET, &format!("{path}?limit={PAGE}"), None)
+                .await?,
+        ];
+        while let Some(token) = pages.last().and_then(|page| page.next.clone()) {
+            let next = format!("{path}?limit={PAGE}&continue={token}");
+            pages.push(self.send(Method::GET, &next, None).await?);
+        }
+        Ok(pages)
     }
 
     /// Describes a transport error. The token is never part of it: reqwest's messages

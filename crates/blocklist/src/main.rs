@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{AddArgs, AllowCommand, Api, Cli, Command, DryRunArg, PolicyCommand};
 use crate::client::{check_id, segment, Client, Failure, TlsFiles};
-use crate::output::{emit, noun, now, print_json};
+use crate::output::{emit, noun, now, print_json, print_value};
 use crate::render::{ItemView, Listing};
 
 fn main() -> ExitCode {
@@ -162,14 +162,22 @@ async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Fai
         None => "/blocklist".to_owned(),
         Some(kind) => format!("/blocklist/{}", kind.plural()),
     };
-    let reply = client.send(Method::GET, &path, None).await?;
+    // In pages: a list of a million items is never one answer; the pages join into the
+    // listing as one answer would have it, at the walk's revision.
+    let pages = client.pages(&path).await?;
+    let mut pages = pages.iter().map(client::Reply::json::<Value>);
+    let mut joined = pages.next().unwrap_or(Ok(Value::Null))?;
+    for page in pages {
+        join_page(&mut joined, page?);
+    }
     if json {
-        print_json(&reply);
+        print_value(&joined);
         return Ok(());
     }
+    let parsed = |e: serde_json::Error| Failure::refused(format!("the server's listing: {e}"));
     let items: Vec<(&str, ItemView)> = match kind {
         None => {
-            let listing: Listing = reply.json()?;
+            let listing: Listing = serde_json::from_value(joined).map_err(parsed)?;
             let tms = listing.blocked_task_managers.into_iter();
             let nodes = listing.blocked_nodes.into_iter();
             tms.map(|i| (Kind::TaskManager.singular(), i))
@@ -177,7 +185,7 @@ async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Fai
                 .collect()
         }
         Some(kind) => {
-            let items: Vec<ItemView> = reply.json()?;
+            let items: Vec<ItemView> = serde_json::from_value(joined).map_err(parsed)?;
             items.into_iter().map(|i| (kind.singular(), i)).collect()
         }
     };
@@ -198,6 +206,23 @@ async fn list(client: &Client, kind: Option<Kind>, json: bool) -> Result<(), Fai
         &chrono::Local,
     ));
     Ok(())
+}
+
+/// Appends a page's entries to the listing joined so far: an array's elements, or each list
+/// of `GET /blocklist`'s object (whose revision, the walk's, is the same on every page).
+fn join_page(joined: &mut Value, page: Value) {
+    match (joined, page) {
+        (Value::Array(all), Value::Array(more)) => all.extend(more),
+        (Value::Object(all), Value::Object(more)) => {
+            for (field, value) in more {
+                if let (Some(Value::Array(all)), Value::Array(more)) = (all.get_mut(&field), value)
+                {
+                    all.extend(more);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// What enforcers report about the blocked items (`GET /enforcement`), for `list`'s last

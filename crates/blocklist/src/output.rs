@@ -25,6 +25,12 @@ pub fn print_json(reply: &Reply) {
     }
 }
 
+/// `--json` of an answer the command put together (a listing joined from its pages), in the
+/// server's compact form.
+pub fn print_value(value: &serde_json::Value) {
+    emit(&format!("{value}\n"));
+}
+
 /// The kind in sentences ("blocked task manager tm-1").
 pub fn noun(kind: Kind) -> &'static str {
     match kind {

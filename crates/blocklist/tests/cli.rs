@@ -4,7 +4,8 @@
 //! guardrail commands (policy, allowlist, hold-off, force) are in `cli/guardrails.rs`; who
 //! reported what and the unblock by selector (`get`'s reports and past blocks, `history`,
 //! `update`, `remove --by-source`) in `cli/provenance.rs`; a write sent again after a lost
-//! answer, with its `Idempotency-Key`, in `cli/retry.rs` (against `cli/stand_in.rs`).
+//! answer, with its `Idempotency-Key`, in `cli/retry.rs` (against `cli/stand_in.rs`); big
+//! listings read in pages in `cli/paging.rs`.
 
 // The daemon's own test harness, shared rather than copied: it starts the real daemon binary
 // and speaks HTTP to it.
@@ -25,6 +26,9 @@ mod run;
 
 #[path = "cli/guardrails.rs"]
 mod guardrails;
+
+#[path = "cli/paging.rs"]
+mod paging;
 
 #[path = "cli/provenance.rs"]
 mod provenance;

@@ -51,7 +51,7 @@ fn a_slow_answer_shows_a_spinner_on_a_terminal_only() {
     let server = slow_server(Duration::from_millis(1500));
     let (code, drawn) = on_terminal(Path::new(CLI), &["--server", &server, "list"]);
     assert_eq!(code, Some(0), "{drawn}");
-    let waiting = format!("waiting for GET {server}/blocklist (");
+    let waiting = format!("waiting for GET {server}/blocklist?limit=1000 (");
     assert!(drawn.contains(&waiting), "no {waiting:?} in:\n{drawn}");
     assert!(drawn.contains("nothing is blocked"), "{drawn}");
 
