@@ -494,6 +494,11 @@ async fn a_hundred_thousand_items_stay_usable() {
     browser
         .until("all items listed", DEADLINE, count, |t| t == "(100000)")
         .await;
+    // Listed in pages of 1000: a hundred requests, none of them for the whole list.
+    let pages = d
+        .metric(r#"blocklist_http_request_duration_seconds_count{method="GET",route="/blocklist",status="200"}"#)
+        .await;
+    assert!(pages >= 100.0, "{pages} requests for /blocklist");
     // Only the rows in view are in the page.
     let rows = browser.rows().await;
     assert!(

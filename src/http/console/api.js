@@ -54,6 +54,25 @@ export async function call(method, path, body, query) {
   return { status: resp.status, headers: resp.headers, body: parsed };
 }
 
+// A listing read in pages of 1000 (its `continue` token in X-Blocklist-Continue), joined
+// into the answer the daemon gives whole: arrays concatenated, or each array of
+// `GET /blocklist`'s object. {status, headers, body} of the first page, with the joined
+// body; or the first page that failed.
+export async function pages(path) {
+  const first = await call("GET", path, undefined, { limit: 1000 });
+  if (first.status !== 200) return first;
+  let body = first.body;
+  let next = first.headers.get("X-Blocklist-Continue");
+  while (next) {
+    const page = await call("GET", path, undefined, { limit: 1000, continue: next });
+    if (page.status !== 200) return page;
+    if (Array.isArray(body)) body = body.concat(page.body);
+    else for (const [k, v] of Object.entries(page.body)) if (Array.isArray(v)) body[k] = body[k].concat(v);
+    next = page.headers.get("X-Blocklist-Continue");
+  }
+  return { ...first, body };
+}
+
 // Follows the feed after revision `since`: calls `onEvent({id, event, data})` for each
 // event in order, `onOpen()` once the stream is answered, and resolves when the stream
 // ends (a daemon stop, a lost connection, `signal` aborted, or no byte for `silenceMs`:

@@ -2,7 +2,7 @@
 // revision), an item's reports and past blocks, the guardrails, and the writes, each
 // tried first as a dry run.
 
-import { call, errorsOf, follow, onUnauthorized, setToken, token } from "./api.js";
+import { call, errorsOf, follow, onUnauthorized, pages, setToken, token } from "./api.js";
 import { idsOf, show, wire } from "./forms.js";
 import * as table from "./table.js";
 
@@ -33,8 +33,11 @@ onUnauthorized(() => {
 // --- the live table ---------------------------------------------------------------------
 
 async function list() {
-  const [answer, registered] = await Promise.all([call("GET", "/blocklist"), call("GET", "/taskmanagers")]);
+  // In pages, so no answer is bigger than a page however long the list; the registrations
+  // after the blocklist, so they are listed at or after its revision.
+  const answer = await pages("/blocklist");
   if (answer.status !== 200) throw answer;
+  const registered = await pages("/taskmanagers");
   if (registered.status !== 200) throw registered;
   const all = [
     ...answer.body.blockedTaskManagers.map((i) => ({ ...i, kind: "taskmanager" })),
