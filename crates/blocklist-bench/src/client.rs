@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{CONTENT_TYPE, HOST};
-use hyper::{Method, Request, StatusCode};
+use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -58,6 +58,28 @@ impl Http {
         json_body: Option<Bytes>,
         idempotency_key: Option<&str>,
     ) -> Result<(StatusCode, Bytes), String> {
+        let (status, _, body) = self
+            .exchange(method, path, json_body, idempotency_key)
+            .await?;
+        Ok((status, body))
+    }
+
+    /// A GET, with the reply's headers.
+    pub async fn get_with_headers(
+        &mut self,
+        path: &str,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+        self.exchange(Method::GET, path, None, None).await
+    }
+
+    /// Sends one request and reads the whole reply, headers and all.
+    async fn exchange(
+        &mut self,
+        method: Method,
+        path: &str,
+        json_body: Option<Bytes>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
         let sender = self.ensure_connected().await?;
         let mut request = Request::builder()
             .method(method)
@@ -82,13 +104,13 @@ impl Http {
                 .await
                 .map_err(|e| format!("request: {e}"))?;
             let status = response.status();
-            let body = response
-                .into_body()
+            let (parts, body) = response.into_parts();
+            let body = body
                 .collect()
                 .await
                 .map_err(|e| format!("body: {e}"))?
                 .to_bytes();
-            Ok((status, body))
+            Ok((status, parts.headers, body))
         }
         .await;
         if result.is_err() {

@@ -60,13 +60,13 @@ struct Args {
     /// The scenario to run, or `all`; or `ab` followed by the scenarios to compare two
     /// daemons on (`--daemon OLD --daemon NEW`).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
-        ["all", "ab", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint", "failover", "kube", "kube-evacuation"]
+        ["all", "ab", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "list-pages", "expire", "idle", "restart", "footprint", "failover", "kube", "kube-evacuation"]
     ))]
     scenario: String,
 
     /// With `ab`: the scenarios to compare (`all` for every one).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
-        ["all", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "expire", "idle", "restart", "footprint"]
+        ["all", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "list-pages", "expire", "idle", "restart", "footprint"]
     ))]
     ab_scenarios: Vec<String>,
 

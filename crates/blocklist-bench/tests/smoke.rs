@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 const BENCH: &str = env!("CARGO_BIN_EXE_blocklist-bench");
 
 /// Every scenario; the JSON must hold one `ours` row for each.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "add",
     "add-keyed",
     "add-batch",
@@ -18,6 +18,7 @@ const SCENARIOS: [&str; 12] = [
     "check",
     "check-under-storm",
     "list",
+    "list-pages",
     "expire",
     "idle",
     "restart",

@@ -13,6 +13,7 @@
 //!   result of an open-loop phase;
 //! - `write`: `add`, `add-keyed`, `add-batch`, `merge-hot`;
 //! - `read`: `check`, `list`, and the fixture the check scenarios ask (`CheckTarget`);
+//! - `pages`: `list-pages`, the fixture walked in pages;
 //! - `storm`: `check-under-storm`;
 //! - `expire`: `expire` and the sweeper-lag histogram it reads from `/metrics`;
 //! - `fixture`: the shared 1M-item fixture and the scenarios on it that only observe the
@@ -41,6 +42,7 @@ mod failover;
 mod feed;
 mod fixture;
 mod kube;
+mod pages;
 mod read;
 mod reference;
 mod storm;
@@ -52,7 +54,7 @@ use reference::References;
 use workers::{fresh_adds, http_workers, Paced};
 
 /// Every scenario, in the order of the printed table.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 13] = [
     "add",
     "add-keyed",
     "add-batch",
@@ -61,6 +63,7 @@ pub const SCENARIOS: [&str; 12] = [
     "check",
     "check-under-storm",
     "list",
+    "list-pages",
     "expire",
     "idle",
     "restart",
@@ -70,7 +73,7 @@ pub const SCENARIOS: [&str; 12] = [
 /// The order `all` runs them in: the fixture scenarios back to back so the 1M items are
 /// loaded once (footprint right after loading; check-under-storm last, because its storm
 /// adds items the others must not count).
-pub const RUN_ORDER: [&str; 12] = [
+pub const RUN_ORDER: [&str; 13] = [
     "add",
     "add-keyed",
     "add-batch",
@@ -80,6 +83,7 @@ pub const RUN_ORDER: [&str; 12] = [
     "expire",
     "check",
     "footprint",
+    "list-pages",
     "idle",
     "restart",
     "check-under-storm",
@@ -132,6 +136,7 @@ impl Bench {
             "check" => self.check().await,
             "check-under-storm" => self.check_under_storm().await,
             "list" => self.list().await,
+            "list-pages" => self.list_pages().await,
             "expire" => self.expire().await,
             "idle" => self.idle().await,
             "restart" => self.restart().await,
