@@ -77,6 +77,19 @@ async fn over_tls_everywhere_a_caller_is_the_same_through_any_daemon_and_a_failo
         forwarded >= 2.0,
         "the replica sent the writes on: {forwarded}"
     );
+    // The client certificate given to etcd, watched to expire like the listener's.
+    let now = now_ms() / 1000;
+    for d in [&replicas[0], &writer] {
+        let expires = d
+            .metric(r#"blocklist_tls_certificate_not_after_seconds{certificate="etcd-client"}"#)
+            .await;
+        let server = d
+            .metric(r#"blocklist_tls_certificate_not_after_seconds{certificate="server"}"#)
+            .await;
+        #[expect(clippy::cast_precision_loss, reason = "unix seconds, far below 2^52")]
+        let now = now as f64;
+        assert!(expires > now && server > now, "{expires} {server}");
+    }
 
     // The reader's certificate keeps its role through a replica.
     let (status, body) = answer(add(&grafana, &replicas[0], "n-reader")).await;

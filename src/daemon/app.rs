@@ -29,6 +29,12 @@ pub(super) fn store_config(
         .store
         .place(&mut store, name, Opener::Daemon)
         .map_err(Error::Config)?;
+    // Read once, as the etcd client reads it: an alert watches it expire.
+    if let (true, Some(cert)) = (config.store.on_etcd(), &config.store.etcd_cert) {
+        let not_after =
+            crate::tls::expiry("etcd client certificate", cert).map_err(Error::Config)?;
+        store.metrics.tls.etcd_client_certificate(not_after);
+    }
     Ok(store)
 }
 

@@ -1,5 +1,6 @@
-//! The TLS listener's metrics: when its certificate expires, its reloads, and the
-//! handshakes that failed. No series while the daemon speaks plain HTTP.
+//! The TLS metrics: when the listener's certificate and the client certificate given to
+//! etcd expire, the listener's reloads, and the handshakes that failed. No series of a
+//! certificate the daemon does not use.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -61,10 +62,18 @@ impl TlsMetrics {
 
     /// The server's certificate in use expires at `not_after` (unix seconds).
     pub fn certificate(&self, not_after: i64) {
+        self.expires("server", not_after);
+    }
+
+    /// The client certificate the daemon gives etcd (`--etcd-cert`, read at start)
+    /// expires at `not_after` (unix seconds).
+    pub fn etcd_client_certificate(&self, not_after: i64) {
+        self.expires("etcd-client", not_after);
+    }
+
+    fn expires(&self, certificate: &'static str, not_after: i64) {
         self.not_after
-            .get_or_create(&CertificateLabels {
-                certificate: "server",
-            })
+            .get_or_create(&CertificateLabels { certificate })
             .set(not_after);
     }
 

@@ -128,6 +128,16 @@ impl ServerTls {
     }
 }
 
+/// When the first certificate of the PEM file at `path` (the `what` of errors) expires, as
+/// unix seconds.
+pub fn expiry(what: &str, path: &std::path::Path) -> Result<i64, String> {
+    let pem = read(what, path)?;
+    let chain = certificates(what, path, &pem)?;
+    let (_, not_after) = identity::serial_and_expiry(&chain[0])
+        .map_err(|e| format!("the {what} {}: {e}", path.display()))?;
+    Ok(not_after)
+}
+
 fn load(files: &TlsFiles) -> Result<Loaded, String> {
     let cert_pem = read("TLS certificate", &files.cert)?;
     let key_pem = read("TLS key", &files.key)?;
