@@ -1,12 +1,16 @@
 //! The example deployments in `docs/deploy/` are what they say: the systemd unit passes
-//! `systemd-analyze verify`; the Kubernetes manifests parse, hold the objects
-//! `docs/deploy/README.md` promises (three spread replicas probed on `/readyz` and
-//! `/healthz`, a Service, a disruption budget, secrets from the Secret); and every flag and
-//! `BLOCKLISTD_*` variable either uses is one `blocklistd --help` knows.
+//! `systemd-analyze verify`; the Kubernetes manifests parse and hold the objects
+//! `docs/deploy/README.md` promises (a StatefulSet of three spread replicas probed over
+//! https on `/readyz` and `/healthz`, each advertising its stable name of the headless
+//! Service, a Service for clients, a disruption budget, every certificate, key and CA from
+//! the Secrets they document, etcd over TLS); the certificates of `certificates.yaml` name
+//! every host the daemons are reached at, by each other, by the bridge and by Prometheus;
+//! the `PrometheusRule` holds the rules of `alerts.yaml`; and every flag and `BLOCKLISTD_*`
+//! variable the unit or the manifests use is one `blocklistd --help` knows.
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -115,9 +119,14 @@ fn the_systemd_unit_verifies_and_uses_only_known_flags() {
     assert_known("blocklistd.service", &flags, &variables);
 }
 
-/// The manifests as JSON, one value per YAML document (`PyYAML` does the parsing: a YAML
-/// parser the cluster's tools agree with, rather than one of ours).
-fn manifests() -> Option<Vec<Value>> {
+/// The namespace the manifests are applied in (the bridge's bindings and the certificates'
+/// names say it).
+const NAMESPACE: &str = "blocklist";
+
+/// The documents of `docs/deploy/<name>` as JSON, one value per YAML document (`PyYAML`
+/// does the parsing: a YAML parser the cluster's tools agree with, rather than one of
+/// ours). `None` (after the skip-or-fail rule) without `PyYAML`.
+fn documents(name: &str, test: &str) -> Option<Vec<Value>> {
     let parses = Command::new("python3")
         .args(["-c", "import yaml"])
         .status()
@@ -125,7 +134,7 @@ fn manifests() -> Option<Vec<Value>> {
     if !available(
         "python3 with PyYAML is not installed (Debian: python3-yaml)",
         parses,
-        "the_kubernetes_manifests",
+        test,
     ) {
         return None;
     }
@@ -134,35 +143,155 @@ fn manifests() -> Option<Vec<Value>> {
             "-c",
             "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
         ])
-        .arg(deploy_file("kubernetes.yaml"))
+        .arg(deploy_file(name))
         .output()
         .expect("run python3");
     assert!(
         output.status.success(),
-        "the manifests do not parse: {}",
+        "{name} does not parse: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     Some(serde_json::from_slice(&output.stdout).unwrap())
+}
+
+fn all_of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    documents.iter().filter(|d| d["kind"] == kind).collect()
 }
 
 fn of_kind<'a>(documents: &'a [Value], kind: &str) -> &'a Value {
     documents
         .iter()
         .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} in kubernetes.yaml"))
+        .unwrap_or_else(|| panic!("no {kind} among {documents:?}"))
+}
+
+fn named<'a>(documents: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    documents
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .unwrap_or_else(|| panic!("not a string: {v}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Each `--flag value` of `args` (every flag of the manifests takes a value).
+fn flag_values(args: &[String]) -> BTreeMap<String, String> {
+    let mut values = BTreeMap::new();
+    for (i, arg) in args.iter().enumerate() {
+        if arg.starts_with("--") {
+            let value = args
+                .get(i + 1)
+                .filter(|v| !v.starts_with("--"))
+                .unwrap_or_else(|| panic!("{arg} without a value: {args:?}"));
+            values.insert(arg.clone(), value.clone());
+        }
+    }
+    values
+}
+
+/// The environment variables of `container` that have a value.
+fn env_values(container: &Value) -> BTreeMap<String, String> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Where the file at `path` in `container` of `pod` comes from: `(kind, name, key)` of the
+/// `Secret` or `ConfigMap` whose volume holds it.
+fn mounted(pod: &Value, container: &Value, path: &str) -> Option<(String, String, String)> {
+    container["volumeMounts"]
+        .as_array()?
+        .iter()
+        .find_map(|mount| {
+            let dir = mount["mountPath"].as_str()?;
+            let file = path.strip_prefix(dir)?.strip_prefix('/')?;
+            let volume = pod["volumes"]
+                .as_array()?
+                .iter()
+                .find(|v| v["name"] == mount["name"])?;
+            let (kind, source) = if volume["secret"].is_object() {
+                ("Secret", &volume["secret"])
+            } else {
+                ("ConfigMap", &volume["configMap"])
+            };
+            let name = source["secretName"]
+                .as_str()
+                .or_else(|| source["name"].as_str())?;
+            let key = match source["items"].as_array() {
+                Some(items) => items.iter().find(|item| item["path"] == file)?["key"]
+                    .as_str()?
+                    .to_owned(),
+                None => file.to_owned(),
+            };
+            Some((kind.to_owned(), name.to_owned(), key))
+        })
+}
+
+/// Whether a certificate's DNS name `pattern` (`*.` for one label) covers `host`.
+fn covers(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(rest) => host
+            .split_once('.')
+            .is_some_and(|(label, tail)| !label.is_empty() && tail == rest),
+        None => pattern == host,
+    }
+}
+
+/// The parts of `https://host:port/...`.
+fn host_and_port(url: &str) -> (String, u64) {
+    let rest = url
+        .strip_prefix("https://")
+        .unwrap_or_else(|| panic!("not https: {url}"));
+    let authority = rest.split('/').next().unwrap();
+    let (host, port) = authority.rsplit_once(':').expect("a port");
+    (host.to_owned(), port.parse().expect("a port number"))
+}
+
+/// The daemons' StatefulSet: its pod's spec, and its one container.
+fn daemon_pod(documents: &[Value]) -> (&Value, &Value) {
+    let pod = &of_kind(documents, "StatefulSet")["spec"]["template"]["spec"];
+    (pod, &pod["containers"][0])
 }
 
 #[test]
-fn the_kubernetes_manifests_run_three_spread_probed_replicas_with_known_flags() {
-    let Some(documents) = manifests() else {
+fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags() {
+    let test = "the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags";
+    let (Some(documents), Some(certificates)) = (
+        documents("kubernetes.yaml", test),
+        documents("certificates.yaml", test),
+    ) else {
         return;
     };
-    let deployment = of_kind(&documents, "Deployment");
-    let spec = &deployment["spec"];
+    assert!(
+        all_of_kind(&documents, "Deployment").is_empty(),
+        "the daemons are a StatefulSet"
+    );
+    let set = of_kind(&documents, "StatefulSet");
+    let spec = &set["spec"];
     assert_eq!(spec["replicas"], 3);
-    let pod = &spec["template"]["spec"];
+    assert_eq!(spec["updateStrategy"]["type"], "RollingUpdate");
     let labels = &spec["template"]["metadata"]["labels"];
     assert_eq!(&spec["selector"]["matchLabels"], labels);
+    let (pod, container) = daemon_pod(&documents);
     let spread: Vec<&Value> = pod["topologySpreadConstraints"]
         .as_array()
         .expect("topology spread")
@@ -172,59 +301,158 @@ fn the_kubernetes_manifests_run_three_spread_probed_replicas_with_known_flags() 
         spread
             .iter()
             .any(|c| c["topologyKey"] == "kubernetes.io/hostname"
-                && c["whenUnsatisfiable"] == "DoNotSchedule"),
+                && c["whenUnsatisfiable"] == "DoNotSchedule"
+                && &c["labelSelector"]["matchLabels"] == labels),
         "one pod per node: {spread:?}"
     );
-    let container = &pod["containers"][0];
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
 
-    // The secrets come from the Secret, under the paths the flags name.
-    let secret = of_kind(&documents, "Secret");
-    let secret_name = secret["metadata"]["name"].as_str().unwrap();
-    let volume = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["secret"]["secretName"] == secret_name)
-        .expect("a volume of the Secret");
-    let mount = container["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == volume["name"])
-        .expect("the Secret mounted");
-    let args: Vec<String> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect();
-    for item in volume["secret"]["items"].as_array().unwrap() {
-        let key = item["key"].as_str().unwrap();
-        assert!(
-            secret["stringData"][key].is_string(),
-            "the Secret has no {key}"
+    // One port, https: the probes use it with their https scheme.
+    let ports = container["ports"].as_array().expect("ports");
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    let port_name = ports[0]["name"].as_str().unwrap();
+    let port = ports[0]["containerPort"].as_u64().unwrap();
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(
+            get["scheme"], "HTTPS",
+            "{probe}: the port speaks https only"
         );
-        let path = format!(
-            "{}/{}",
-            mount["mountPath"].as_str().unwrap(),
-            item["path"].as_str().unwrap()
-        );
-        assert!(args.contains(&path), "no flag names {path}: {args:?}");
+        assert_eq!(get["port"], port_name, "{probe}");
     }
 
-    let service = of_kind(&documents, "Service");
-    assert_eq!(&service["spec"]["selector"], labels);
+    let args: Vec<String> = strings(&container["args"]);
+    let flags = flag_values(&args);
+    let env = env_values(container);
+    assert_eq!(flags["--store"], "etcd");
+    assert_eq!(flags["--listen"], format!("0.0.0.0:{port}"));
+
+    // The https scheme everywhere: no URL of the daemon's settings is plain.
+    for value in args.iter().chain(env.values()) {
+        assert!(!value.contains("http://"), "plain HTTP: {value}");
+    }
+    let endpoints = &env["BLOCKLISTD_ETCD_ENDPOINTS"];
+    assert!(
+        endpoints.split(',').all(|e| e.starts_with("https://")),
+        "etcd over TLS: {endpoints}"
+    );
+
+    // Each pod advertises its stable name: `<pod>.<headless Service>.<namespace>.svc`,
+    // the Service the StatefulSet names, which publishes the pods before they are ready.
+    let headless = named(&documents, "Service", spec["serviceName"].as_str().unwrap());
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert_eq!(headless["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(&headless["spec"]["selector"], labels);
+    assert_eq!(headless["spec"]["ports"][0]["port"], port);
+    let field = |name: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["valueFrom"]["fieldRef"]["fieldPath"].clone())
+    };
+    assert_eq!(field("POD_NAME"), Some("metadata.name".into()));
+    assert_eq!(field("POD_NAMESPACE"), Some("metadata.namespace".into()));
+    assert_eq!(
+        flags["--advertise-url"],
+        format!(
+            "https://$(POD_NAME).{}.$(POD_NAMESPACE).svc:{port}",
+            spec["serviceName"].as_str().unwrap()
+        )
+    );
+
+    // The clients' Service: the same pods, the same port (ready ones only).
+    let clients: Vec<&Value> = all_of_kind(&documents, "Service")
+        .into_iter()
+        .filter(|s| s["spec"]["clusterIP"] != "None")
+        .collect();
+    assert_eq!(clients.len(), 1, "{clients:?}");
+    assert_eq!(&clients[0]["spec"]["selector"], labels);
+    assert_eq!(clients[0]["spec"]["ports"][0]["targetPort"], port_name);
+    assert_ne!(clients[0]["spec"]["publishNotReadyAddresses"], true);
     let budget = of_kind(&documents, "PodDisruptionBudget");
     assert_eq!(&budget["spec"]["selector"]["matchLabels"], labels);
     assert_eq!(budget["spec"]["maxUnavailable"], 1);
 
-    let flags: Vec<String> = args
-        .iter()
-        .filter(|a| a.starts_with("--"))
-        .cloned()
-        .collect();
+    // Every file a flag names is a key of a Secret or ConfigMap mounted as a directory
+    // (the kubelet renews a Secret's files only so), and every mounted key is a flag's.
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts.iter().all(|m| m.get("subPath").is_none()),
+        "{mounts:?}"
+    );
+    let source = |flag: &str| {
+        let path = flags
+            .get(flag)
+            .unwrap_or_else(|| panic!("no {flag}: {args:?}"));
+        mounted(pod, container, path).unwrap_or_else(|| panic!("{flag} {path}: not mounted"))
+    };
+    let tokens = source("--token-file");
+    let secret = named(&documents, "Secret", &tokens.1);
+    assert!(
+        secret["stringData"][&tokens.2].is_string(),
+        "the Secret has no {}",
+        tokens.2
+    );
+    // The daemons' certificate, key and peer CA: one kubernetes.io/tls Secret.
+    let (cert, key, peer_ca) = (
+        source("--tls-cert"),
+        source("--tls-key"),
+        source("--tls-peer-ca"),
+    );
+    assert_eq!((cert.0.as_str(), cert.2.as_str()), ("Secret", "tls.crt"));
+    assert_eq!((&key.1, key.2.as_str()), (&cert.1, "tls.key"));
+    assert_eq!((&peer_ca.1, peer_ca.2.as_str()), (&cert.1, "ca.crt"));
+    // etcd's: the client certificate and key from one Secret, etcd's CA beside them.
+    let (etcd_cert, etcd_key, etcd_ca) = (
+        source("--etcd-cert"),
+        source("--etcd-key"),
+        source("--etcd-cacert"),
+    );
+    assert_eq!(
+        (etcd_cert.0.as_str(), etcd_cert.2.as_str()),
+        ("Secret", "tls.crt")
+    );
+    assert_eq!(
+        (&etcd_key.1, etcd_key.2.as_str()),
+        (&etcd_cert.1, "tls.key")
+    );
+    assert_eq!(etcd_ca.2, "ca.crt");
+    // The Secrets the file does not hold are cert-manager's, from certificates.yaml.
+    for made in [&cert.1, &etcd_cert.1] {
+        assert!(
+            all_of_kind(&certificates, "Certificate")
+                .iter()
+                .any(|c| c["spec"]["secretName"] == made.as_str()),
+            "no Certificate makes the Secret {made}"
+        );
+    }
+    let used: BTreeSet<(String, String)> = [
+        &tokens, &cert, &key, &peer_ca, &etcd_cert, &etcd_key, &etcd_ca,
+    ]
+    .iter()
+    .map(|(_, name, key)| (name.clone(), key.clone()))
+    .collect();
+    for volume in pod["volumes"].as_array().unwrap() {
+        let source = if volume["secret"].is_object() {
+            &volume["secret"]
+        } else {
+            &volume["configMap"]
+        };
+        let Some(name) = source["secretName"].as_str().or(source["name"].as_str()) else {
+            continue;
+        };
+        for item in source["items"].as_array().expect("items, each named") {
+            let key = item["key"].as_str().unwrap().to_owned();
+            assert!(
+                used.contains(&(name.to_owned(), key.clone())),
+                "{name} {key} is mounted but no flag reads it"
+            );
+        }
+    }
+
+    let flag_names: Vec<String> = flags.keys().cloned().collect();
     let variables: Vec<String> = container["env"]
         .as_array()
         .unwrap()
@@ -233,9 +461,140 @@ fn the_kubernetes_manifests_run_three_spread_probed_replicas_with_known_flags() 
         .filter(|name| name.starts_with("BLOCKLISTD_"))
         .map(str::to_owned)
         .collect();
-    assert!(
-        args.windows(2).any(|w| w[0] == "--store" && w[1] == "etcd"),
-        "{args:?}"
+    assert_known("kubernetes.yaml", &flag_names, &variables);
+}
+
+/// The daemons' certificate names every host they are reached at — each pod's advertised
+/// name, the Service the bridge uses, the name Prometheus verifies — and serves both ends
+/// of a request sent on; the bridge and Prometheus verify it with the daemons' CA; the
+/// etcd client certificate is one for clients.
+#[test]
+fn the_certificates_name_every_host_the_daemons_are_reached_at() {
+    let test = "the_certificates_name_every_host_the_daemons_are_reached_at";
+    let (Some(daemons), Some(certificates), Some(bridge), Some(monitoring)) = (
+        documents("kubernetes.yaml", test),
+        documents("certificates.yaml", test),
+        documents("blocklist-kube.yaml", test),
+        documents("monitoring.yaml", test),
+    ) else {
+        return;
+    };
+    let binding = of_kind(&bridge, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    let (pod, container) = daemon_pod(&daemons);
+    let flags = flag_values(&strings(&container["args"]));
+    let (_, tls_secret, _) = mounted(pod, container, &flags["--tls-cert"]).unwrap();
+    let certificate = all_of_kind(&certificates, "Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == tls_secret.as_str())
+        .expect("the daemons' Certificate");
+    let names = strings(&certificate["spec"]["dnsNames"]);
+    let named_host = |host: &str| {
+        assert!(
+            names.iter().any(|n| covers(n, host)),
+            "the daemons' certificate does not name {host}: {names:?}"
+        );
+    };
+    let set = of_kind(&daemons, "StatefulSet");
+    for ordinal in 0..set["spec"]["replicas"].as_u64().unwrap() {
+        let pod_name = format!("{}-{ordinal}", set["metadata"]["name"].as_str().unwrap());
+        let url = flags["--advertise-url"]
+            .replace("$(POD_NAME)", &pod_name)
+            .replace("$(POD_NAMESPACE)", NAMESPACE);
+        named_host(&host_and_port(&url).0);
+    }
+    let usages = strings(&certificate["spec"]["usages"]);
+    for usage in ["server auth", "client auth"] {
+        assert!(usages.contains(&usage.to_owned()), "{usages:?}");
+    }
+    // Its issuer is a CA of this file, the daemons' own.
+    let issuer = named(
+        &certificates,
+        "Issuer",
+        certificate["spec"]["issuerRef"]["name"].as_str().unwrap(),
     );
-    assert_known("kubernetes.yaml", &flags, &variables);
+    let ca = all_of_kind(&certificates, "Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"])
+        .expect("the daemons' CA made here");
+    assert_eq!(ca["spec"]["isCA"], true);
+
+    // The bridge: https to the clients' Service under a name the certificate holds,
+    // verified with the daemons' CA.
+    let clients = all_of_kind(&daemons, "Service")
+        .into_iter()
+        .find(|s| s["spec"]["clusterIP"] != "None")
+        .expect("the clients' Service");
+    let (bridge_pod, bridge_container) = {
+        let pod = &of_kind(&bridge, "Deployment")["spec"]["template"]["spec"];
+        (pod, &pod["containers"][0])
+    };
+    let env = env_values(bridge_container);
+    for url in env["BLOCKLIST_SERVER"].split(',') {
+        let (host, port) = host_and_port(url);
+        named_host(&host);
+        let service = host.split('.').next().unwrap();
+        assert_eq!(service, clients["metadata"]["name"], "{url}");
+        assert_eq!(port, clients["spec"]["ports"][0]["port"].as_u64().unwrap());
+    }
+    assert_eq!(
+        mounted(bridge_pod, bridge_container, &env["BLOCKLIST_CACERT"]),
+        Some(("Secret".into(), tls_secret.clone(), "ca.crt".into())),
+        "the bridge verifies the daemons with their CA"
+    );
+
+    // Prometheus: the daemons' https port, their CA, a name the certificate holds.
+    let monitor = named(&monitoring, "PodMonitor", "blocklistd");
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], container["ports"][0]["name"]);
+    assert_eq!(endpoint["scheme"], "https");
+    let ca_ref = &endpoint["tlsConfig"]["ca"]["secret"];
+    assert_eq!(ca_ref["name"], tls_secret.as_str());
+    assert_eq!(ca_ref["key"], "ca.crt");
+    named_host(endpoint["tlsConfig"]["serverName"].as_str().unwrap());
+    assert_eq!(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &of_kind(&daemons, "StatefulSet")["spec"]["selector"]["matchLabels"]
+    );
+    let bridge_monitor = named(&monitoring, "PodMonitor", "blocklist-kube");
+    assert_eq!(
+        bridge_monitor["spec"]["podMetricsEndpoints"][0]["port"],
+        bridge_container["ports"][0]["name"]
+    );
+
+    // etcd's client certificate: for clients, its CN the etcd user.
+    let (_, etcd_secret, _) = mounted(pod, container, &flags["--etcd-cert"]).unwrap();
+    let etcd = all_of_kind(&certificates, "Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == etcd_secret.as_str())
+        .expect("the etcd client Certificate");
+    assert!(strings(&etcd["spec"]["usages"]).contains(&"client auth".to_owned()));
+    assert!(etcd["spec"]["commonName"].is_string());
+}
+
+/// The `PrometheusRule` of `monitoring.yaml` holds exactly the groups of `alerts.yaml`, the
+/// rule file `promtool` checks and tests.
+#[test]
+fn the_prometheus_rule_holds_the_rules_of_alerts_yaml() {
+    let test = "the_prometheus_rule_holds_the_rules_of_alerts_yaml";
+    let Some(monitoring) = documents("monitoring.yaml", test) else {
+        return;
+    };
+    let rule = of_kind(&monitoring, "PrometheusRule");
+    if !deploy_file("alerts.yaml").exists() {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"docs/deploy/alerts.yaml is not written yet: nothing to compare the PrometheusRule with\n",
+        );
+        return;
+    }
+    let alerts = documents("alerts.yaml", test).unwrap();
+    assert_eq!(alerts.len(), 1, "alerts.yaml: one document");
+    let groups = alerts[0]["groups"].as_array().expect("alerts.yaml: groups");
+    assert!(!groups.is_empty(), "alerts.yaml: no groups");
+    assert!(
+        rule["spec"]["groups"] == alerts[0]["groups"],
+        "the PrometheusRule in monitoring.yaml is not alerts.yaml: copy its groups under \
+         `spec:` (`sed -n '/^groups:/,$p' docs/deploy/alerts.yaml | sed 's/^/  /'`)"
+    );
 }

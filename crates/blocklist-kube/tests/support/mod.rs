@@ -279,4 +279,19 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
         "RoleBinding",
         "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     ),
+    // The kinds of the CRDs `tests/crds/fetch` brings: cert-manager's, the Prometheus
+    // Operator's.
+    ("Issuer", "/apis/cert-manager.io/v1/namespaces/{ns}/issuers"),
+    (
+        "Certificate",
+        "/apis/cert-manager.io/v1/namespaces/{ns}/certificates",
+    ),
+    (
+        "PodMonitor",
+        "/apis/monitoring.coreos.com/v1/namespaces/{ns}/podmonitors",
+    ),
+    (
+        "PrometheusRule",
+        "/apis/monitoring.coreos.com/v1/namespaces/{ns}/prometheusrules",
+    ),
 ];
