@@ -141,11 +141,7 @@ pub(super) struct Blocklist {
     params(PageParams),
     responses(
         (status = 200, description = "Every active item (or, with `limit`, a page of them)", body = Blocklist,
-            headers(
-                ("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"),
-                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
-                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
-            )),
+            headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"))),
         (status = 400, response = BadPage),
         (status = 401, response = Unauthorized),
         (status = 410, response = ExpiredPage),
@@ -482,11 +478,7 @@ macro_rules! kind_handlers {
             params(PageParams),
             responses(
                 (status = 200, description = $list_desc, body = [$entry],
-                    headers(
-                        ("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"),
-                        ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
-                        ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
-                    )),
+                    headers(("X-Blocklist-Revision" = u64, description = "The revision this listing reflects (in pages: the walk's, read before its first page)"))),
                 (status = 400, response = BadPage),
                 (status = 401, response = Unauthorized),
                 (status = 410, response = ExpiredPage),

@@ -23,7 +23,7 @@ use super::error::{
     UnsupportedMediaType,
 };
 use super::idempotency::IdempotencyDoc;
-use super::paging::{BadPage, ExpiredPage};
+use super::paging::{BadPage, ExpiredPage, PageDoc};
 use super::update::UpdateRules;
 use super::{
     allowlist, blocklist, check, enforcement, events, ops, policy, provenance, selector,
@@ -107,7 +107,7 @@ const BEARER: &str = "bearerAuth";
         BadPage,
         ExpiredPage,
     )),
-    modifiers(&BearerScheme, &OpenItem, &AtMostOne, &UpdateRules, &IdempotencyDoc),
+    modifiers(&BearerScheme, &OpenItem, &AtMostOne, &UpdateRules, &IdempotencyDoc, &PageDoc),
     tags(
         (name = "blocklist", description = "Blocked task managers and nodes"),
         (name = "check", description = "Is a task manager or node blocked (directly or via its node)?"),

@@ -22,7 +22,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToResponse};
+use utoipa::openapi::{HeaderBuilder, ObjectBuilder, RefOr, Type};
+use utoipa::{IntoParams, Modify, ToResponse};
 
 use super::error::{ApiError, ErrorBody};
 use super::reply::with_revision;
@@ -278,6 +279,40 @@ impl PageRequest {
             }
         }
         response
+    }
+}
+
+/// Documents the answers of every paged listing (an operation that takes `limit`): its 200
+/// carries the next page's `X-Blocklist-Continue` and `Link` when more follows.
+pub struct PageDoc;
+
+impl Modify for PageDoc {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let header = |description: &str| {
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::String))
+                .description(Some(description))
+                .build()
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let Some(get) = &mut item.get else { continue };
+            let paged = get.parameters.iter().flatten().any(|p| p.name == "limit");
+            let Some(RefOr::T(ok)) = get.responses.responses.get_mut("200") else {
+                continue;
+            };
+            if paged {
+                ok.headers.insert(
+                    "X-Blocklist-Continue".into(),
+                    header(
+                        "With `limit`, when more follows: the `continue` token of the next page",
+                    ),
+                );
+                ok.headers.insert(
+                    "Link".into(),
+                    header("With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
+                );
+            }
+        }
     }
 }
 

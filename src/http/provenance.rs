@@ -154,11 +154,7 @@ async fn history(state: &AppState, kind: Kind, id: &str, page: Paging) -> Result
     params(IdPath, PageParams),
     responses(
         (status = 200, description = "Past blocks, newest first (or, with `limit`, a page of them)", body = [PastBlock],
-            headers(
-                ("X-Blocklist-Revision" = u64, description = "With `limit`: the walk's revision, read before its first page"),
-                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
-                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
-            )),
+            headers(("X-Blocklist-Revision" = u64, description = "With `limit`: the walk's revision, read before its first page"))),
         (status = 400, description = "Bad id, limit or continue", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 410, response = ExpiredPage),
@@ -185,11 +181,7 @@ pub(super) async fn task_manager_history(
     params(IdPath, PageParams),
     responses(
         (status = 200, description = "Past blocks, newest first (or, with `limit`, a page of them)", body = [PastBlock],
-            headers(
-                ("X-Blocklist-Revision" = u64, description = "With `limit`: the walk's revision, read before its first page"),
-                ("X-Blocklist-Continue" = String, description = "With `limit`, when more follows: the `continue` token of the next page"),
-                ("Link" = String, description = "With `limit`, when more follows: the next page's URL, `rel=\"next\"`"),
-            )),
+            headers(("X-Blocklist-Revision" = u64, description = "With `limit`: the walk's revision, read before its first page"))),
         (status = 400, description = "Bad id, limit or continue", body = ErrorBody),
         (status = 401, response = Unauthorized),
         (status = 410, response = ExpiredPage),
