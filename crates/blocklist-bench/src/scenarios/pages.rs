@@ -33,8 +33,8 @@ impl Bench {
             let (status, headers, body) = http.get_with_headers(&path).await?;
             latencies.push(sent.elapsed());
             let (_, body) = expect_status((status, body), &[StatusCode::OK])?;
-            let page: serde_json::Value = serde_json::from_slice(&body)
-                .map_err(|e| format!("a page is not JSON: {e}"))?;
+            let page: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|e| format!("a page is not JSON: {e}"))?;
             listed += ["blockedTaskManagers", "blockedNodes"]
                 .iter()
                 .map(|k| page[k].as_array().map_or(0, Vec::len))
