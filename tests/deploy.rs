@@ -11,17 +11,10 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 use serde_json::Value;
-
-fn deploy_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("docs/deploy")
-        .join(name)
-}
 
 /// The long flags and the environment variables `blocklistd --help` names.
 fn known_flags_and_variables() -> (BTreeSet<String>, BTreeSet<String>) {
@@ -123,35 +116,9 @@ fn the_systemd_unit_verifies_and_uses_only_known_flags() {
 /// names say it).
 const NAMESPACE: &str = "blocklist";
 
-/// The documents of `docs/deploy/<name>` as JSON, one value per YAML document (`PyYAML`
-/// does the parsing: a YAML parser the cluster's tools agree with, rather than one of
-/// ours). `None` (after the skip-or-fail rule) without `PyYAML`.
+/// The documents of `docs/deploy/<name>` as JSON, one value per YAML document.
 fn documents(name: &str, test: &str) -> Option<Vec<Value>> {
-    let parses = Command::new("python3")
-        .args(["-c", "import yaml"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !available(
-        "python3 with PyYAML is not installed (Debian: python3-yaml)",
-        parses,
-        test,
-    ) {
-        return None;
-    }
-    let output = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
-        ])
-        .arg(deploy_file(name))
-        .output()
-        .expect("run python3");
-    assert!(
-        output.status.success(),
-        "{name} does not parse: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Some(serde_json::from_slice(&output.stdout).unwrap())
+    yaml_documents(&deploy_file(name), test)
 }
 
 fn all_of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -581,13 +548,6 @@ fn the_prometheus_rule_holds_the_rules_of_alerts_yaml() {
         return;
     };
     let rule = of_kind(&monitoring, "PrometheusRule");
-    if !deploy_file("alerts.yaml").exists() {
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            b"docs/deploy/alerts.yaml is not written yet: nothing to compare the PrometheusRule with\n",
-        );
-        return;
-    }
     let alerts = documents("alerts.yaml", test).unwrap();
     assert_eq!(alerts.len(), 1, "alerts.yaml: one document");
     let groups = alerts[0]["groups"].as_array().expect("alerts.yaml: groups");

@@ -11,6 +11,7 @@
 //! - `raw`: a raw-socket HTTP/1.1 client;
 //! - `metrics`: `/metrics` samples;
 //! - `offline`: the data dir opened in-process (sled, or the store) while no daemon runs;
+//! - `rules`: the alerting rules run by `promtool` against a real process's `/metrics`;
 //! - `pki`: a private CA and the certificates it signs, for the TLS tests;
 //! - `tools`: the external tools some tests need, the servers built from Go modules
 //!   (`tests/servers/build`), and the skip-or-fail rule when one is missing;
@@ -29,6 +30,7 @@ mod process;
 mod proxy;
 mod raw;
 mod replicas;
+mod rules;
 mod shell;
 mod sse;
 mod terminal;
@@ -46,6 +48,7 @@ pub use process::*;
 pub use proxy::*;
 pub use raw::*;
 pub use replicas::*;
+pub use rules::*;
 pub use shell::*;
 pub use sse::*;
 pub use terminal::*;

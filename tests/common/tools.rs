@@ -58,3 +58,35 @@ pub fn build_server(name: &str) -> Result<PathBuf, String> {
         String::from_utf8_lossy(&output.stdout).trim(),
     ))
 }
+
+/// The documents of the YAML file at `path` as JSON, one value per document (`PyYAML` does
+/// the parsing: a YAML parser the cluster's tools agree with, rather than one of ours).
+/// `None` (after the skip-or-fail rule) without `PyYAML`.
+pub fn yaml_documents(path: &Path, test: &str) -> Option<Vec<serde_json::Value>> {
+    let parses = Command::new("python3")
+        .args(["-c", "import yaml"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !available(
+        "python3 with PyYAML is not installed (Debian: python3-yaml)",
+        parses,
+        test,
+    ) {
+        return None;
+    }
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(path)
+        .output()
+        .expect("run python3");
+    assert!(
+        output.status.success(),
+        "{} does not parse: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(serde_json::from_slice(&output.stdout).expect("PyYAML's JSON"))
+}

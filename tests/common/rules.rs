@@ -1,0 +1,155 @@
+//! The alerting rules (`docs/deploy/alerts.yaml`) run by `promtool` against what a real
+//! process exports: its `/metrics` text becomes the input of a `promtool test rules` file,
+//! which asserts that every metric a group's rules name is among the series, and that no
+//! alert of the group fires on a healthy process.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{available, runs, yaml_documents};
+
+/// A file of `docs/deploy/`.
+pub fn deploy_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("docs/deploy").join(name))
+        .find(|path| path.exists())
+        .unwrap_or_else(|| panic!("no docs/deploy/{name} in the workspace"))
+}
+
+/// Whether `promtool` runs here (the skip-or-fail rule otherwise).
+pub fn have_promtool(test: &str) -> bool {
+    available(
+        "promtool is missing (Debian package: prometheus)",
+        runs("promtool", "--version"),
+        test,
+    )
+}
+
+/// The alerts of `group` in alerts.yaml: each one's name and expression.
+pub fn alerts_of(group: &str, test: &str) -> Option<Vec<(String, String)>> {
+    let rules = yaml_documents(&deploy_file("alerts.yaml"), test)?;
+    let groups = rules[0]["groups"].as_array().expect("groups").clone();
+    let group = groups
+        .iter()
+        .find(|g| g["name"] == group)
+        .unwrap_or_else(|| panic!("no group {group} in alerts.yaml"));
+    Some(
+        group["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .map(|r| {
+                (
+                    r["alert"].as_str().expect("an alert").to_owned(),
+                    r["expr"].as_str().expect("an expression").to_owned(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The metric names an expression selects: words of `prefix` (`up` aside).
+pub fn metric_names(expr: &str, prefix: &str) -> BTreeSet<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Feeds the samples of `scrape` (a `/metrics` text), as series of scrape job `job`, to the
+/// rules of `group` with `promtool test rules`: every metric the group's rules name, but
+/// those in `elsewhere` (names another test proves, each with the reason), must be among
+/// them, and none of the group's alerts may fire within 10 minutes of them staying as they
+/// are. Panics with promtool's verdict otherwise.
+pub fn feed_through_the_rules(
+    scrape: &str,
+    job: &str,
+    group: &str,
+    elsewhere: &[&str],
+    test: &str,
+) {
+    let Some(alerts) = alerts_of(group, test) else {
+        return;
+    };
+    let prefix = if job == "blocklist-kube" {
+        "blocklist_kube_"
+    } else {
+        "blocklist_"
+    };
+    let named: BTreeSet<String> = alerts
+        .iter()
+        .flat_map(|(_, expr)| metric_names(expr, prefix))
+        .filter(|name| job == "blocklist-kube" || !name.starts_with("blocklist_kube_"))
+        .filter(|name| !elsewhere.contains(&name.as_str()))
+        .collect();
+    assert!(!named.is_empty(), "no metric named by the {group} rules");
+
+    let labels = format!(r#"job="{job}", namespace="test", instance="under-test""#);
+    let mut file = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: 'up{{{labels}}}'\n        values: '1x10'\n",
+        deploy_file("alerts.yaml").display()
+    );
+    for line in scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').expect("a sample: series and value");
+        let series = match series.split_once('{') {
+            Some((name, rest)) => format!("{name}{{{labels}, {rest}"),
+            None => format!("{series}{{{labels}}}"),
+        };
+        let _ = writeln!(
+            file,
+            "      - series: '{}'\n        values: '{value}x10'",
+            series.replace('\'', "''")
+        );
+    }
+    file.push_str("    promql_expr_test:\n");
+    for name in &named {
+        // 1 when the scrape has the metric, nothing (a failed test) when it has not.
+        let _ = writeln!(
+            file,
+            "      - expr: 'count({name}) > bool 0'\n        eval_time: 10m\n        exp_samples:\n          - labels: '{{}}'\n            value: 1"
+        );
+    }
+    file.push_str("    alert_rule_test:\n");
+    for (alert, _) in &alerts {
+        let _ = writeln!(
+            file,
+            "      - eval_time: 10m\n        alertname: {alert}\n        exp_alerts: []"
+        );
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("scrape.test.yaml");
+    std::fs::write(&path, &file).expect("write the test file");
+    let output = Command::new("promtool")
+        .arg("test")
+        .arg("rules")
+        .arg(&path)
+        .output()
+        .expect("run promtool");
+    assert!(
+        output.status.success(),
+        "the {group} rules against a real {job}'s /metrics (names: {named:?}):\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Every alert of the rule file, for the checks of its tests and runbook.
+pub fn every_alert(test: &str) -> Option<Vec<Value>> {
+    let rules = yaml_documents(&deploy_file("alerts.yaml"), test)?;
+    Some(
+        rules[0]["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_array().expect("rules").clone())
+            .collect(),
+    )
+}
