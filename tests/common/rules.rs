@@ -1,7 +1,8 @@
 //! The alerting rules (`docs/deploy/alerts.yaml`) run by `promtool` against what a real
 //! process exports: its `/metrics` text becomes the input of a `promtool test rules` file,
-//! which asserts that every metric a group's rules name is among the series, and that no
-//! alert of the group fires on a healthy process.
+//! which asserts that every selector of a group's rules (a metric's name and its label
+//! matchers, `outcome="won"` included) selects some of those series, and that no alert of
+//! the group fires on a healthy process.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -53,19 +54,64 @@ pub fn alerts_of(group: &str, test: &str) -> Option<Vec<(String, String)>> {
     )
 }
 
-/// The metric names an expression selects: words of `prefix` (`up` aside).
-pub fn metric_names(expr: &str, prefix: &str) -> BTreeSet<String> {
-    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|word| word.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
+/// The selectors of an expression whose metric name starts with `prefix` (`up` and the
+/// like aside), each as written: the name, then its `{…}` matchers if it has any, without
+/// a range (`[5m]`).
+pub fn selectors(expr: &str, prefix: &str) -> BTreeSet<String> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let chars: Vec<char> = expr.chars().collect();
+    let mut found = BTreeSet::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_word(chars[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && is_word(chars[i]) {
+            i += 1;
+        }
+        let name: String = chars[start..i].iter().collect();
+        // A word inside `{…}` or a label list is never one of ours: label names have no
+        // prefix, and the values are quoted (skipped below).
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let mut selector = name;
+        if chars.get(i) == Some(&'{') {
+            let mut quoted = false;
+            while i < chars.len() {
+                let c = chars[i];
+                selector.push(c);
+                i += 1;
+                match c {
+                    '\\' if quoted => {
+                        if let Some(&escaped) = chars.get(i) {
+                            selector.push(escaped);
+                            i += 1;
+                        }
+                    }
+                    '"' => quoted = !quoted,
+                    '}' if !quoted => break,
+                    _ => {}
+                }
+            }
+        }
+        found.insert(selector);
+    }
+    found
+}
+
+/// The metric name of a selector.
+fn metric_of(selector: &str) -> &str {
+    selector.split('{').next().unwrap_or(selector)
 }
 
 /// Feeds the samples of `scrape` (a `/metrics` text), as series of scrape job `job`, to the
-/// rules of `group` with `promtool test rules`: every metric the group's rules name, but
-/// those in `elsewhere` (names another test proves, each with the reason), must be among
-/// them, and none of the group's alerts may fire within 10 minutes of them staying as they
-/// are. Panics with promtool's verdict otherwise.
+/// rules of `group` with `promtool test rules`: every selector of the group's rules must
+/// select some of them, but those of the metrics in `elsewhere` (which another test proves,
+/// each with the reason), and none of the group's alerts may fire within 10 minutes of
+/// them staying as they are. Panics with promtool's verdict otherwise.
 pub fn feed_through_the_rules(
     scrape: &str,
     job: &str,
@@ -83,9 +129,9 @@ pub fn feed_through_the_rules(
     };
     let named: BTreeSet<String> = alerts
         .iter()
-        .flat_map(|(_, expr)| metric_names(expr, prefix))
-        .filter(|name| job == "blocklist-kube" || !name.starts_with("blocklist_kube_"))
-        .filter(|name| !elsewhere.contains(&name.as_str()))
+        .flat_map(|(_, expr)| selectors(expr, prefix))
+        .filter(|s| job == "blocklist-kube" || !s.starts_with("blocklist_kube_"))
+        .filter(|s| !elsewhere.contains(&metric_of(s)))
         .collect();
     assert!(!named.is_empty(), "no metric named by the {group} rules");
 
@@ -110,11 +156,13 @@ pub fn feed_through_the_rules(
         );
     }
     file.push_str("    promql_expr_test:\n");
-    for name in &named {
-        // 1 when the scrape has the metric, nothing (a failed test) when it has not.
+    for selector in &named {
+        // 1 when the selector selects some of the scrape's series, nothing (a failed test,
+        // which names the expression) when it selects none.
         let _ = writeln!(
             file,
-            "      - expr: 'count({name}) > bool 0'\n        eval_time: 10m\n        exp_samples:\n          - labels: '{{}}'\n            value: 1"
+            "      - expr: 'count({}) > bool 0'\n        eval_time: 10m\n        exp_samples:\n          - labels: '{{}}'\n            value: 1",
+            selector.replace('\'', "''")
         );
     }
     file.push_str("    alert_rule_test:\n");
@@ -135,7 +183,7 @@ pub fn feed_through_the_rules(
         .expect("run promtool");
     assert!(
         output.status.success(),
-        "the {group} rules against a real {job}'s /metrics (names: {named:?}):\n{}{}",
+        "the {group} rules against a real {job}'s /metrics (selectors: {named:?}):\n{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
