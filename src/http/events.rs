@@ -122,19 +122,9 @@ pub(super) async fn watch(
     let live = store.subscribe();
     let durable = store.durable_revision();
     let since = since.unwrap_or(durable);
-    let current = store.revision();
-    if since > current {
+    if let Some(why) = unreachable_from(&store, since) {
         return Err(ApiError::Gone(format!(
-            "revision {since} is ahead of this daemon's revision {current} (was the data \
-             restored from an older backup?); list again with GET /blocklist and watch from \
-             its revision"
-        )));
-    }
-    let first = store.first_retained();
-    if since + 1 < first {
-        return Err(ApiError::Gone(format!(
-            "revision {since} is older than the event log keeps (it starts at {first}); list \
-             again with GET /blocklist and watch from its revision"
+            "{why}; list again with GET /blocklist and watch from its revision"
         )));
     }
 
@@ -152,6 +142,24 @@ pub(super) async fn watch(
     // The revision the stream starts after: resuming from it (as from Last-Event-ID)
     // neither skips nor repeats an event.
     Ok(with_revision(since, sse.into_response()))
+}
+
+/// Why the feed cannot be followed from after `revision`, or `None` when it can: the
+/// revision is ahead of the daemon's (its data restored from an older backup), or older
+/// than the event log keeps. A watch from it, or a walk in pages begun at it, is then
+/// answered 410.
+pub(super) fn unreachable_from(store: &Store, revision: u64) -> Option<String> {
+    let current = store.revision();
+    if revision > current {
+        return Some(format!(
+            "revision {revision} is ahead of this daemon's revision {current} (was the data \
+             restored from an older backup?)"
+        ));
+    }
+    let first = store.first_retained();
+    (revision + 1 < first).then(|| {
+        format!("revision {revision} is older than the event log keeps (it starts at {first})")
+    })
 }
 
 /// The largest revision: revisions are unsigned, but kept to an int64's range, which is what

@@ -16,7 +16,7 @@
 //! The next page's token comes in `X-Blocklist-Continue`, and its URL in a `Link` header
 //! (`rel="next"`, RFC 8288); the last page has neither.
 
-use axum::extract::{FromRequestParts, MatchedPath, Path, Query};
+use axum::extract::{FromRequestParts, MatchedPath, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +26,8 @@ use utoipa::openapi::{HeaderBuilder, ObjectBuilder, RefOr, Type};
 use utoipa::{IntoParams, Modify, ToResponse};
 
 use super::error::{ApiError, ErrorBody};
+use super::events::unreachable_from;
+use super::extract::query_param;
 use super::reply::with_revision;
 use super::state::AppState;
 use crate::listing::{Listing, Resume};
@@ -139,20 +141,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Query(query) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
-        let once = |name: &str| -> Result<Option<&str>, ApiError> {
-            let mut given = query.iter().filter(|(n, _)| n == name).map(|(_, v)| v);
-            let first = given.next();
-            if given.next().is_some() {
-                return Err(ApiError::bad_request(format!(
-                    "{name}: given more than once (give it once)"
-                )));
-            }
-            Ok(first.map(String::as_str))
-        };
-        let limit = once("limit")?
+        let limit = query_param(parts, state, "limit")
+            .await?
             .map(|value| {
                 value
                     .parse::<usize>()
@@ -178,8 +168,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
         let listing = params.iter().fold(template, |listing, (name, value)| {
             listing.replace(&format!("{{{name}}}"), value)
         });
-        let token = once("continue")?
-            .map(|value| Token::decode(value).ok_or_else(|| malformed(&listing)))
+        let token = query_param(parts, state, "continue")
+            .await?
+            .map(|value| Token::decode(&value).ok_or_else(|| malformed(&listing)))
             .transpose()?;
         match (limit, token) {
             (None, None) => Ok(Paging(None)),
@@ -211,20 +202,11 @@ impl PageRequest {
             )));
         }
         let revision = token.r;
-        let current = store.revision();
-        if revision > current {
+        // The walk is completed by the feed from its revision: a walk the feed can no
+        // longer complete starts again.
+        if let Some(why) = unreachable_from(store, revision) {
             return Err(ApiError::Gone(format!(
-                "continue: the walk began at revision {revision}, ahead of this daemon's \
-                 revision {current} (was the data restored from an older backup?): list again \
-                 without continue"
-            )));
-        }
-        let first = store.first_retained();
-        if revision + 1 < first {
-            return Err(ApiError::Gone(format!(
-                "continue: the walk began at revision {revision}, older than the event log \
-                 keeps (it starts at {first}), so the changes made since cannot be followed: \
-                 list again without continue"
+                "continue: the walk began at {why}: list again without continue"
             )));
         }
         Ok(PageStart {
