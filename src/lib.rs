@@ -13,6 +13,8 @@
 //! - [`validate`]: request JSON to validated domain values, with every error named.
 //! - [`policy`]: the guardrails: what a caller may do to the blocklist at most (caps,
 //!   evacuation rates, escalation), asked inside the transaction of the write; pure.
+//! - [`alerts`]: Alertmanager's webhook payload, and what each alert asks of the blocklist
+//!   (a report while it fires, its retraction once resolved); pure.
 //! - [`allowlist`]: ids (exact, or by prefix) that may never be blocked, with why, who and
 //!   until when; pure.
 //! - [`provenance`]: who reported an item, the blocks an id had before, and the selectors
@@ -44,6 +46,7 @@
 //! - [`clock`]: unix-ms wall-clock time, and the daemon's clock, which never goes back
 //!   before what was announced expired.
 
+pub mod alerts;
 pub mod allowlist;
 pub mod backup;
 pub mod check;

@@ -1,10 +1,18 @@
-//! The pure blocklist domain: kinds, actions, items and the FLIP-224 merge rule.
+//! The pure blocklist domain: kinds, actions, items and the FLIP-224 merge rule (and, in
+//! `live`, the block its sources' live reports make).
 //!
 //! Nothing here does I/O or reads the clock; callers pass `now` in. That keeps the rules
 //! unit- and property-testable, and lets the committer apply them inside a sled transaction.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+
+mod live;
+
+pub use live::{
+    merge_claim, validate_details, Details, LiveReport, MAX_DETAILS, MAX_DETAILS_BYTES,
+    MAX_DETAILS_KEY_BYTES, MAX_DETAILS_VALUE_BYTES, MAX_HOLDERS,
+};
 
 /// `endTimestamp` of a permanent item: Java's `Long.MAX_VALUE`, as FLIP-224 uses it.
 pub const PERMANENT: i64 = i64::MAX;
@@ -188,9 +196,10 @@ impl Block {
     /// Merges a newer report into this item (FLIP-224): the stronger action, the later end
     /// (permanent wins), the existing start, and the causes as a set in arrival order.
     pub fn merge(&mut self, action: Action, end: i64, cause: &str) {
-        self.action = self.action.max(action);
-        self.end = self.end.max(end);
-        self.cause = merge_causes(&self.cause, cause);
+        merge_claim(
+            (&mut self.action, &mut self.end, &mut self.cause),
+            (action, end, cause),
+        );
     }
 
     /// Counts one more report, made at `at`.
@@ -288,6 +297,11 @@ pub struct Item {
     /// Present only when escalation lengthened the add that created the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated: Option<Escalated>,
+    /// The sources whose live reports hold the block, in the order of their first reports;
+    /// present only when that is not `source` alone (another source reported it too, or
+    /// the first retracted its report). Shown by reads; the feed's items leave it out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
 }
 
 fn unknown_source() -> String {
@@ -332,7 +346,20 @@ impl Item {
             last_report_timestamp: block.provenance.last_report,
             revision: block.revision,
             escalated: block.escalated,
+            held_by: Vec::new(),
         }
+    }
+
+    /// This item with the sources that hold it, as [`Item::held_by`] shows them: `holders`
+    /// (the store's roster, in the order of their first reports; empty while the block's
+    /// first source alone holds it by the block itself) unless that is `source` alone.
+    pub fn with_holders(mut self, holders: Vec<String>) -> Item {
+        self.held_by = if holders.len() == 1 && holders[0] == self.source {
+            Vec::new()
+        } else {
+            holders
+        };
+        self
     }
 }
 
@@ -494,6 +521,8 @@ pub struct NewItem {
     /// The timeout asked for, in ms, when the end was given as one (escalation lengthens
     /// only those).
     pub timeout: Option<i64>,
+    /// The evidence the source keeps with its live report ([`LiveReport::details`]).
+    pub details: Details,
 }
 
 impl NewItem {

@@ -87,6 +87,9 @@ impl Block {
 pub enum Operation {
     Add,
     Update,
+    /// The source took its live report back; the report's action, end and cause are
+    /// those of the live report it retracted.
+    Retract,
 }
 
 /// How a past block ended.
@@ -97,6 +100,8 @@ pub enum Ended {
     Expired,
     /// Someone unblocked it (or an allowlist entry lifted it).
     Removed,
+    /// The last source that held it retracted its report ([`crate::model::LiveReport`]).
+    Retracted,
 }
 
 /// Who ended a block and why: what an unblock says about itself.
@@ -115,7 +120,7 @@ pub struct Ending {
     pub how: Ended,
     /// Unix ms: when it was removed, or when its end was announced.
     pub timestamp: i64,
-    /// The source of the unblock; absent for an expiry.
+    /// The source of the unblock, or of the retraction that ended it; absent for an expiry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// The unblock's reason, when it gave one.
@@ -137,8 +142,9 @@ pub struct PastBlock {
 /// with [`Selector::all`], never by leaving the parts out.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Selector {
-    /// The item's source (its first report's, [`crate::model::Provenance::source`]) is
-    /// exactly this.
+    /// This source holds the item: it has a live report of it, whether it reported first
+    /// or later. (The unblock then ends the block, whoever else holds it, as every unblock
+    /// does; a source's own reports alone are taken back by a retraction.)
     pub source: Option<String>,
     /// The item's merged cause contains this text.
     pub cause: Option<String>,
@@ -152,14 +158,19 @@ impl Selector {
         !self.all && self.source.is_none() && self.cause.is_none()
     }
 
-    /// Whether `block` is one of the items it selects (active or not: that is the
+    /// Whether `block`, held by `holders` (the store's roster: empty while its first source
+    /// alone holds it), is one of the items it selects (active or not: that is the
     /// caller's to check).
-    pub fn matches(&self, block: &Block) -> bool {
+    pub fn matches(&self, block: &Block, holders: &[String]) -> bool {
+        let holds = |source: &String| {
+            if holders.is_empty() {
+                *source == block.provenance.source
+            } else {
+                holders.contains(source)
+            }
+        };
         !self.is_empty()
-            && self
-                .source
-                .as_ref()
-                .is_none_or(|source| *source == block.provenance.source)
+            && self.source.as_ref().is_none_or(holds)
             && self
                 .cause
                 .as_ref()
@@ -206,22 +217,26 @@ mod tests {
             all,
         };
         assert!(
-            !select(None, None, false).matches(&b),
+            !select(None, None, false).matches(&b, &[]),
             "empty selects nothing"
         );
-        assert!(select(None, None, true).matches(&b));
-        assert!(select(Some("detector-a"), None, false).matches(&b));
+        assert!(select(None, None, true).matches(&b, &[]));
+        assert!(select(Some("detector-a"), None, false).matches(&b, &[]));
         assert!(
-            !select(Some("detector"), None, false).matches(&b),
+            !select(Some("detector"), None, false).matches(&b, &[]),
             "source is exact"
         );
         assert!(
-            select(None, Some("oom"), false).matches(&b),
+            select(None, Some("oom"), false).matches(&b, &[]),
             "cause is a substring"
         );
-        assert!(select(None, Some("disk,oom"), false).matches(&b));
-        assert!(select(Some("detector-a"), Some("disk"), true).matches(&b));
-        assert!(!select(Some("detector-a"), Some("cpu"), false).matches(&b));
-        assert!(!select(Some("detector-b"), Some("disk"), true).matches(&b));
+        assert!(select(None, Some("disk,oom"), false).matches(&b, &[]));
+        assert!(select(Some("detector-a"), Some("disk"), true).matches(&b, &[]));
+        assert!(!select(Some("detector-a"), Some("cpu"), false).matches(&b, &[]));
+        assert!(!select(Some("detector-b"), Some("disk"), true).matches(&b, &[]));
+        // Held by several sources: any of them selects it, the first or not.
+        let holders = ["detector-b".to_owned(), "operator".to_owned()];
+        assert!(select(Some("operator"), None, false).matches(&b, &holders));
+        assert!(!select(Some("detector-a"), None, false).matches(&b, &holders));
     }
 }

@@ -33,6 +33,7 @@ const ADD_FIELDS: &[&str] = &[
     "mergeOnConflict",
     "mergeOnConflictallowMerge",
     "source",
+    "details",
 ];
 
 /// The spellings of the merge flag, the FLIP's own first: FLIP-224 renamed
@@ -162,6 +163,7 @@ fn add_item(element: &Value, now: i64, source: &str) -> Result<NewItem, Vec<Stri
         },
         Some(other) => wrong_type("source", "a string", other, &mut errors),
     };
+    let details = detect::details(map, &mut errors);
     match (id, action, cause, end, allow_merge, source) {
         (
             Some(id),
@@ -178,6 +180,7 @@ fn add_item(element: &Value, now: i64, source: &str) -> Result<NewItem, Vec<Stri
             allow_merge,
             source,
             timeout,
+            details,
         }),
         _ => Err(errors),
     }
@@ -512,7 +515,7 @@ fn allow_merge(map: &Map<String, Value>, errors: &mut Vec<String>) -> Option<boo
 }
 
 /// A field that may be absent; `null` counts as absent.
-fn optional<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+pub(crate) fn optional<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
     map.get(field).filter(|v| !v.is_null())
 }
 
@@ -586,7 +589,7 @@ fn missing<T>(field: &str, errors: &mut Vec<String>) -> Option<T> {
     None
 }
 
-fn wrong_type<T>(field: &str, expected: &str, got: &Value, errors: &mut Vec<String>) -> Option<T> {
+pub(crate) fn wrong_type<T>(field: &str, expected: &str, got: &Value, errors: &mut Vec<String>) -> Option<T> {
     errors.push(format!(
         ".{field}: must be {expected}, got {}",
         type_name(got)
@@ -594,7 +597,7 @@ fn wrong_type<T>(field: &str, expected: &str, got: &Value, errors: &mut Vec<Stri
     None
 }
 
-fn bad(message: String) -> Invalid {
+pub(crate) fn bad(message: String) -> Invalid {
     Invalid::BadRequest(vec![message])
 }
 
@@ -609,6 +612,10 @@ pub fn type_name(v: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
+
+mod detect;
+
+pub use detect::retractions;
 
 #[cfg(test)]
 mod tests;

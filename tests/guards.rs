@@ -553,6 +553,7 @@ mod caps_hold {
                                 allow_merge: merge,
                                 source: "unknown".into(),
                                 timeout: timeout_ms,
+                                details: Default::default(),
                             })
                             .collect();
                         let policy = policy();

@@ -1,4 +1,4 @@
-//! Backward compatibility: a data dir of every older schema version (1 to 8), written byte by
+//! Backward compatibility: a data dir of every older schema version (1 to 9), written byte by
 //! byte as that version lays it out (`migrations/000N-*.md`), is opened by the real binary
 //! (upgraded, when older than the current version) and served with all it held; a newer
 //! schema is refused and left as it is.
@@ -9,7 +9,7 @@
 //! version 7 its provenance (reports, revisions, an escalation, past blocks). Version 8's
 //! fixture holds version 7's blocklist as a version-8 binary writes it: items in format 4,
 //! event chunks in format 6, past blocks in format 2, and no share caps' figures
-//! (`meta/exposure`), which the upgrade to version 9 counts. No fixture holds an
+//! (`meta/exposure`), which the upgrade to version 9 counts; version 9's adds them. No fixture holds an
 //! idempotency record: `tests/idempotency.rs` upgrades schema 8's.
 //!
 //! `every_older_schema_version_has_an_upgrade_test` fails while a version below the current
@@ -850,6 +850,14 @@ async fn a_version_7_data_dir_is_upgraded_and_serves_all_it_held() {
 #[tokio::test]
 async fn a_version_8_data_dir_is_upgraded_and_serves_all_it_held() {
     upgrades_and_serves(8).await;
+}
+
+/// Version 9 (migrations/0009-records-and-figures.md): version 8's blocklist with the share
+/// caps' figures stored (`meta/exposure`). Its upgrade to version 10 creates the `live`
+/// tree empty: every block is held by its first source alone, by itself.
+#[tokio::test]
+async fn a_version_9_data_dir_is_upgraded_and_serves_all_it_held() {
+    upgrades_and_serves(9).await;
 }
 
 /// Every schema version older than the current one has its fixture above: a version with

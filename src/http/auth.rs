@@ -52,6 +52,7 @@ impl Auth {
             admin = count(Role::Admin),
             writer = count(Role::Writer),
             enforcer = count(Role::Enforcer),
+            detector = count(Role::Detector),
             reader = count(Role::Reader),
             "tokens read"
         );
@@ -103,10 +104,14 @@ impl Auth {
             || (*method == Method::POST && path == "/blocklist/check");
         if !read {
             // What an enforcer reports from its cluster: statuses, and where task managers
-            // run. Everything else that writes needs a writer.
-            let reported = path.starts_with("/enforcement/") || path.starts_with("/taskmanagers");
-            Some(if reported {
+            // run. What a detector reports: blocks and their retraction, under its own name
+            // (the handlers fix the source). Everything else that writes needs a writer.
+            let enforced = path.starts_with("/enforcement/") || path.starts_with("/taskmanagers");
+            let detected = *method == Method::POST && super::detectors::is_detector_route(path);
+            Some(if enforced {
                 Role::Enforcer
+            } else if detected {
+                Role::Detector
             } else {
                 Role::Writer
             })
@@ -162,7 +167,7 @@ pub async fn require_token(
         return response;
     };
     // Checked before `require`, so that an allowed request builds no message.
-    if caller.role < needs {
+    if !caller.role.grants(needs) {
         let what = format!("{} {}", req.method(), req.uri().path());
         tracing::info!(
             method = %req.method(),
@@ -273,8 +278,17 @@ mod tests {
     #[test]
     fn what_each_request_needs() {
         let a = auth("t", false);
+        // What a detector reports: blocks, retractions, alerts (a writer may too).
+        for path in [
+            "/blocklist/nodes",
+            "/blocklist/taskmanagers",
+            "/blocklist/retract/nodes",
+            "/webhooks/alertmanager",
+        ] {
+            assert_eq!(a.needs(&Method::POST, path), Some(Role::Detector), "{path}");
+        }
         assert_eq!(
-            a.needs(&Method::POST, "/blocklist/nodes"),
+            a.needs(&Method::PATCH, "/blocklist/nodes/x"),
             Some(Role::Writer)
         );
         assert_eq!(
@@ -302,7 +316,7 @@ mod tests {
             Some(Role::Reader)
         );
         assert_eq!(
-            a.needs(&Method::POST, "/blocklist/nodes"),
+            a.needs(&Method::DELETE, "/blocklist/nodes"),
             Some(Role::Writer)
         );
         assert_eq!(a.needs(&Method::GET, "/healthz"), None);

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::add_request::AddRequest;
 use super::caller::{Caller, Role};
+use super::detectors::detector_source;
 use super::error::{
     ApiError, BadId, ErrorBody, Forbidden, Internal, PayloadTooLarge, RequestTimeout, Result,
     Unauthorized, Unavailable, UnsupportedMediaType,
@@ -22,7 +23,7 @@ use super::state::AppState;
 use crate::allowlist::Entry;
 use crate::enforcement::{EnforcementStatus, Statuses};
 use crate::listing::Listing;
-use crate::model::{Item, Kind};
+use crate::model::{Item, Kind, LiveReport, MAX_HOLDERS};
 use crate::policy::{Guard, Refusal};
 use crate::provenance::{Report, Unblock};
 use crate::store::{self, AddOutcome, HoldOff, Removed, Seen, Store};
@@ -71,24 +72,26 @@ fn node_entry(store: &Store, item: Item, seen: &mut Seen) -> store::Result<NodeE
 /// The content type of the JSON listings.
 const JSON: &str = "application/json";
 
+/// The item with the sources that hold it (one point read of its roster).
+fn held(store: &Store, kind: Kind, item: Item, seen: &mut Seen) -> store::Result<Item> {
+    let roster = store.roster(kind, &item.id, seen)?;
+    Ok(item.with_holders(roster))
+}
+
 /// Writes an item as a JSON array element.
-#[expect(
-    clippy::unnecessary_wraps,
-    reason = "the signature of every listing producer"
-)]
-#[expect(
-    clippy::needless_pass_by_value,
-    reason = "the signature of every listing producer"
-)]
-fn item_json(_: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+fn item_json(store: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+    // A listing waits for the horizon of its whole scan before its last chunk.
+    let item = held(store, kind, item, &mut store.seen())?;
     serde_json::to_writer(out, &item).expect("items serialize");
     Ok(())
 }
 
 /// Writes a node entry as a JSON array element.
-fn node_entry_json(store: &Store, _: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
+fn node_entry_json(store: &Store, kind: Kind, item: Item, out: &mut Vec<u8>) -> store::Result<()> {
     // A listing waits for the horizon of its whole scan before its last chunk.
-    let entry = node_entry(store, item, &mut store.seen())?;
+    let mut seen = store.seen();
+    let item = held(store, kind, item, &mut seen)?;
+    let entry = node_entry(store, item, &mut seen)?;
     serde_json::to_writer(out, &entry).expect("node entries serialize");
     Ok(())
 }
@@ -218,20 +221,29 @@ async fn get_one(
             // Read before the item, whose stamp then covers them (see `Store::reports`).
             let reports = store.reports(kind, id, seen)?;
             let enforcement = store.statuses(kind, id, seen)?;
+            let live = store.live_reports(kind, id, seen)?;
             let Some(block) = store.get(kind, id, now, seen)? else {
                 return Ok(None);
             };
-            let item = Item::new(id.clone(), block);
+            // Kept apart only when more than the block itself holds it.
+            let live_reports = match live.as_slice() {
+                [one] if *one == LiveReport::implied(&block) => Vec::new(),
+                _ => live,
+            };
+            let holders = live_reports.iter().map(|r| r.source.clone()).collect();
+            let item = Item::new(id.clone(), block).with_holders(holders);
             let etag = etag(item.revision);
             let body = match kind {
                 Kind::TaskManager => Json(ItemDetail {
                     item,
+                    live_reports,
                     reports,
                     enforcement,
                 })
                 .into_response(),
                 Kind::Node => Json(NodeDetail {
                     entry: node_entry(store, item, seen)?,
+                    live_reports,
                     reports,
                     enforcement,
                 })
@@ -254,6 +266,10 @@ pub(super) fn etag(revision: u64) -> String {
 pub(super) struct ItemDetail {
     #[serde(flatten)]
     item: Item,
+    /// The live reports that hold the block, one per source, in the order of their first
+    /// reports; absent while the block's `source` alone holds it, by the block itself.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    live_reports: Vec<LiveReport>,
     /// The most recent reports (up to 32), newest first; `reportCount` counts them all.
     reports: Vec<Report>,
     /// What each enforcer reported it did about the block, by enforcer name (absent when
@@ -269,6 +285,10 @@ pub(super) struct ItemDetail {
 pub(super) struct NodeDetail {
     #[serde(flatten)]
     entry: NodeEntry,
+    /// The live reports that hold the block, one per source, in the order of their first
+    /// reports; absent while the block's `source` alone holds it, by the block itself.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    live_reports: Vec<LiveReport>,
     /// The most recent reports (up to 32), newest first; `reportCount` counts them all.
     reports: Vec<Report>,
     /// What each enforcer reported it did about the block, by enforcer name (absent when
@@ -287,18 +307,35 @@ async fn add(
 ) -> Result<Response> {
     let force = force.by(caller)?;
     let now = state.store.now();
-    let items = validate::add_batch_from(&body, now, state.limits.max_batch, &source)?;
+    let mut items = validate::add_batch_from(&body, now, state.limits.max_batch, &source)?;
+    for item in &mut items {
+        item.source = detector_source(caller, &item.source);
+    }
     let key = key.render(dry, move |outcome: &AddOutcome, revision| match outcome {
-        AddOutcome::Written { merged, escalated } => {
-            Some(added(dry, merged.clone(), escalated.clone(), revision))
-        }
-        AddOutcome::Refused(_) | AddOutcome::Conflict(_) => None,
+        AddOutcome::Written {
+            merged, escalated, ..
+        } => Some(added(dry, merged.clone(), escalated.clone(), revision)),
+        AddOutcome::Refused(_) | AddOutcome::Conflict(_) | AddOutcome::Crowded(_) => None,
     });
     let writer = state.store.with_mode(dry.mode()).keyed(key);
     let (outcome, revision) = writer.add_forced(kind, items, now, force).await?;
     match outcome {
-        AddOutcome::Written { merged, escalated } => Ok(added(dry, merged, escalated, revision)),
+        AddOutcome::Written {
+            merged, escalated, ..
+        } => Ok(added(dry, merged, escalated, revision)),
         AddOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
+        AddOutcome::Crowded(crowded) => Err(ApiError::Conflict(
+            crowded
+                .into_iter()
+                .map(|(index, id)| {
+                    format!(
+                        "items[{index}] (id {id:?}): {} {id:?} is held by {MAX_HOLDERS} sources \
+                         already, the most one block may have; nothing of the batch was written",
+                        kind.singular()
+                    )
+                })
+                .collect(),
+        )),
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
                 .into_iter()
@@ -511,7 +548,7 @@ macro_rules! kind_handlers {
                 (status = 401, response = Unauthorized),
                 (status = 403, response = Forbidden),
                 (status = 408, response = RequestTimeout),
-                (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
+                (status = 409, description = "Some element met an active item and had allowMerge false, or came from one source more than the 32 that may hold an item; nothing was written", body = ErrorBody),
                 (status = 422, description = "A guardrail refused the batch for good (an allowlisted id, a block longer than the policy's maxBlockDurationSecs, a permanent one where none is allowed, more items or evacuations than a cap or the burst allow at all): every offending element named; nothing was written", body = ErrorBody),
                 (status = 429, description = "A guardrail refused the batch for now (a share or count cap, the evacuation rate, a hold-off): every offending element named, with the current figure, the cap and the figure after the batch; nothing was written", body = ErrorBody,
                     headers(("Retry-After" = u64, description = "Seconds until the batch could pass: the next evacuation token, the end of the first timed block, or of the hold-off; absent when the daemon cannot tell"))),

@@ -16,9 +16,10 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 
-/// What a token may do. Ordered: `Reader < Enforcer < Writer < Admin`, each allowed
-/// everything the lower ones are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// What a token may do. `Reader` reads; `Enforcer` and `Detector` each read and do their
+/// one kind of write, and neither the other's; `Writer` does both and every other write but
+/// the admin ones; `Admin` everything. Not a total order: ask [`Role::grants`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// Reads only (listings, checks, the feed).
     Reader,
@@ -26,6 +27,11 @@ pub enum Role {
     /// (`/taskmanagers`): what an enforcer observes in its cluster and reports, never a
     /// block or an unblock.
     Enforcer,
+    /// Reads, and reports and retractions of reports under its own name only
+    /// (`POST /blocklist/{kind}`, `…/retract`, Alertmanager's webhook): what a detector
+    /// sees, never an unblock of another's block, a force, the policy, the allowlist or a
+    /// registration.
+    Detector,
     /// Every read and write except the admin ones. A token without a role has this one.
     Writer,
     /// Everything, including what bypasses or changes the guardrails.
@@ -33,11 +39,22 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, the least first.
+    #[cfg(test)]
+    pub const ALL: [Role; 5] = [
+        Role::Reader,
+        Role::Enforcer,
+        Role::Detector,
+        Role::Writer,
+        Role::Admin,
+    ];
+
     /// As written in the token file and in messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Reader => "reader",
             Role::Enforcer => "enforcer",
+            Role::Detector => "detector",
             Role::Writer => "writer",
             Role::Admin => "admin",
         }
@@ -48,8 +65,20 @@ impl Role {
         match self {
             Role::Reader => "a reader",
             Role::Enforcer => "an enforcer",
+            Role::Detector => "a detector",
             Role::Writer => "a writer",
             Role::Admin => "an admin",
+        }
+    }
+
+    /// Whether this role may do what `needed` may: itself, and what every role below it
+    /// may (`Admin` ⊇ `Writer` ⊇ `Enforcer`, `Detector` ⊇ `Reader`).
+    pub fn grants(self, needed: Role) -> bool {
+        match self {
+            Role::Admin => true,
+            Role::Writer => needed != Role::Admin,
+            Role::Enforcer | Role::Detector => needed == self || needed == Role::Reader,
+            Role::Reader => needed == Role::Reader,
         }
     }
 }
@@ -67,6 +96,7 @@ impl FromStr for Role {
         match s {
             "reader" => Ok(Role::Reader),
             "enforcer" => Ok(Role::Enforcer),
+            "detector" => Ok(Role::Detector),
             "writer" => Ok(Role::Writer),
             "admin" => Ok(Role::Admin),
             _ => Err(()),
@@ -138,7 +168,7 @@ impl Caller {
     /// the subject of "… needs an admin token": `caller.require(Role::Admin, "forcing past a
     /// guardrail")?`.
     pub fn require(&self, role: Role, what: &str) -> Result<(), ApiError> {
-        if self.role >= role {
+        if self.role.grants(role) {
             return Ok(());
         }
         let why = match self.checked {
@@ -189,10 +219,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn roles_are_ordered_reader_enforcer_writer_admin() {
-        assert!(Role::Reader < Role::Enforcer && Role::Enforcer < Role::Writer);
-        assert!(Role::Writer < Role::Admin);
-        for role in [Role::Reader, Role::Enforcer, Role::Writer, Role::Admin] {
+    fn roles_grant_what_is_below_them_and_enforcers_and_detectors_not_each_other() {
+        use Role::{Admin, Detector, Enforcer, Reader, Writer};
+        // (role, what it grants) for every pair.
+        let table = [
+            (Reader, vec![Reader]),
+            (Enforcer, vec![Reader, Enforcer]),
+            (Detector, vec![Reader, Detector]),
+            (Writer, vec![Reader, Enforcer, Detector, Writer]),
+            (Admin, vec![Reader, Enforcer, Detector, Writer, Admin]),
+        ];
+        for (role, granted) in table {
+            for needed in Role::ALL {
+                assert_eq!(role.grants(needed), granted.contains(&needed), "{role} {needed}");
+            }
+        }
+        for role in Role::ALL {
             assert_eq!(role.as_str().parse::<Role>(), Ok(role));
         }
         assert_eq!("Admin".parse::<Role>(), Err(()));

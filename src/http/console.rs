@@ -46,6 +46,7 @@ const PAGE: &str = include_str!("console/index.html");
 /// Generic over the state, which the console does not read.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
+        .route("/", get(to_console))
         .route("/ui", get(page))
         .route("/ui/", get(page))
         .route("/ui/{file}", get(file))
@@ -53,7 +54,12 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 
 /// Whether a request path is the console's (served without a token).
 pub fn is_console(path: &str) -> bool {
-    path == "/ui" || path.starts_with("/ui/")
+    path == "/" || path == "/ui" || path.starts_with("/ui/")
+}
+
+/// The daemon's root: a browser opened on the daemon's address is sent to the console.
+async fn to_console() -> axum::response::Redirect {
+    axum::response::Redirect::to("/ui")
 }
 
 async fn page() -> Response {

@@ -2,7 +2,8 @@
 //!
 //! Here: the router, its layers, and the accept loop. Each resource module (`blocklist`,
 //! `update` (`PATCH` of an item), `provenance` (an id's past blocks, and who and why a
-//! write names), `selector` (an unblock by selector), `check`, `events`, `taskmanagers`,
+//! write names), `selector` (an unblock by selector), `detectors` (retractions, and the
+//! source a detector reports under), `alertmanager` (Alertmanager's webhook), `check`, `events`, `taskmanagers`,
 //! `policy`, `allowlist`, `ops`) has its `router()`, its handlers and the schemas of its
 //! requests and responses (the add request's, which the derive cannot state whole, in
 //! `add_request`); `openapi` only gathers those into the document. What they
@@ -15,6 +16,7 @@
 //! response, its place in the document).
 
 mod add_request;
+mod alertmanager;
 mod allowlist;
 mod auth;
 mod blocklist;
@@ -22,6 +24,7 @@ mod caller;
 mod check;
 mod console;
 mod cors;
+mod detectors;
 mod enforcement;
 mod error;
 mod events;
@@ -88,6 +91,8 @@ pub fn router(state: AppState) -> Router {
         .merge(policy::router())
         .merge(provenance::router())
         .merge(selector::router())
+        .merge(detectors::router())
+        .merge(alertmanager::router())
         .merge(update::router())
         .merge(allowlist::router())
         .merge(taskmanagers::router())

@@ -26,8 +26,8 @@ use super::idempotency::IdempotencyDoc;
 use super::paging::{BadPage, ExpiredPage, PageDoc};
 use super::update::UpdateRules;
 use super::{
-    allowlist, blocklist, check, enforcement, events, ops, policy, provenance, selector,
-    taskmanagers, update,
+    alertmanager, allowlist, blocklist, check, detectors, enforcement, events, ops, policy,
+    provenance, selector, taskmanagers, update,
 };
 
 /// The name of the bearer security scheme in the document (the operations' `security(...)`
@@ -71,6 +71,9 @@ const BEARER: &str = "bearerAuth";
         update::update_node,
         provenance::task_manager_history,
         provenance::node_history,
+        detectors::retract_task_managers,
+        detectors::retract_nodes,
+        alertmanager::receive,
         check::check_many,
         check::check_task_manager,
         check::check_node,

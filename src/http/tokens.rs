@@ -9,7 +9,8 @@
 //!                                     email) or its common name; NAME defaults to CERT-NAME
 //! ```
 //!
-//! ROLE is `admin`, `writer` or `reader`. The token is the first word whatever it holds (a
+//! ROLE is `admin`, `writer`, `enforcer`, `detector` or `reader`; a `detector` needs a
+//! name (a certificate's is its CERT-NAME), which is the source of what it reports. The token is the first word whatever it holds (a
 //! base64 token may end in `=`), unless that word starts with `subject=`. A bad entry stops
 //! the daemon at start with the line number and the field, never the token.
 
@@ -78,8 +79,10 @@ pub(super) enum Problem {
     },
     #[error("the field `{0}` is given twice")]
     DuplicateField(&'static str),
-    #[error("the field `role` must be admin, writer, enforcer or reader{}", not(.0.as_deref()))]
+    #[error("the field `role` must be admin, writer, enforcer, detector or reader{}", not(.0.as_deref()))]
     BadRole(Option<String>),
+    #[error("a detector reports under its name: give it one (name=NAME)")]
+    UnnamedDetector,
     #[error("the field `name` is empty")]
     EmptyName,
     #[error("`subject=` names no certificate name: subject=CERT-NAME name=NAME role=ROLE")]
@@ -181,6 +184,9 @@ fn parse_line(line: &str) -> Result<(&str, Entry), Problem> {
         }
     }
     let role = role.unwrap_or(Role::Writer);
+    if role == Role::Detector && name.is_none() && !token.starts_with(SUBJECT) {
+        return Err(Problem::UnnamedDetector);
+    }
     let entry = match token.strip_prefix(SUBJECT) {
         Some("") => return Err(Problem::EmptySubject),
         Some(subject) => Entry {
@@ -282,19 +288,24 @@ mod tests {
                 "the field `role` is given twice",
             ),
             (
+                "secret-1 role=detector",
+                1,
+                "a detector reports under its name: give it one (name=NAME)",
+            ),
+            (
                 "secret-1 role=root",
                 1,
-                "the field `role` must be admin, writer, enforcer or reader, not `root`",
+                "the field `role` must be admin, writer, enforcer, detector or reader, not `root`",
             ),
             (
                 "secret-1 role=",
                 1,
-                "the field `role` must be admin, writer, enforcer or reader (it is empty)",
+                "the field `role` must be admin, writer, enforcer, detector or reader (it is empty)",
             ),
             (
                 "secret-1 role=Admin",
                 1,
-                "the field `role` must be admin, writer, enforcer or reader, not `Admin`",
+                "the field `role` must be admin, writer, enforcer, detector or reader, not `Admin`",
             ),
             ("# c\nsecret-1 name=", 2, "the field `name` is empty"),
             (
@@ -356,7 +367,7 @@ mod tests {
         assert_eq!(
             message,
             format!(
-                "the token file {}, line 1: the field `role` must be admin, writer, enforcer or reader, \
+                "the token file {}, line 1: the field `role` must be admin, writer, enforcer, detector or reader, \
                  not `boss`",
                 path.display()
             )

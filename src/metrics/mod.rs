@@ -19,8 +19,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod detectors;
 mod tls;
 
+pub use detectors::DetectorMetrics;
 pub use tls::TlsMetrics;
 
 use crate::model::{Action, EventType, Kind};
@@ -237,6 +239,8 @@ pub struct Metrics {
     pub replica_head_reads: Counter,
     /// The TLS listener's.
     pub tls: TlsMetrics,
+    /// Retractions and the webhook's alerts.
+    pub detectors: DetectorMetrics,
 }
 
 impl Default for Metrics {
@@ -457,6 +461,7 @@ impl Metrics {
             replica_head_reads.clone(),
         );
         let tls = TlsMetrics::register(&mut registry);
+        let detectors = DetectorMetrics::register(&mut registry);
         Metrics {
             registry,
             changes,
@@ -489,6 +494,7 @@ impl Metrics {
             replica_lag_seconds,
             replica_head_reads,
             tls,
+            detectors,
         }
     }
 

@@ -256,6 +256,7 @@ mod tests {
             allow_merge: false,
             source: "unknown".into(),
             timeout: None,
+            details: Default::default(),
         }
     }
 

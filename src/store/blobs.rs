@@ -105,6 +105,11 @@ pub const MAX_NODE_BYTES: usize = {
         MAX_KEY_BYTES,
         codec::provenance::max_past_bytes(MAX_MERGED_CAUSE_BYTES),
     );
+    let live = node_bytes(
+        MAX_LEAF_ENTRIES,
+        MAX_KEY_BYTES,
+        codec::provenance::max_live_bytes(MAX_MERGED_CAUSE_BYTES),
+    );
     // `Idempotency-Key` records: heads with up to 8 KiB of their response, chunks of at most
     // 8 KiB, empty time entries.
     let records = node_bytes(
@@ -129,6 +134,9 @@ pub const MAX_NODE_BYTES: usize = {
     }
     if records > max {
         max = records;
+    }
+    if live > max {
+        max = live;
     }
     if index > max {
         max = index;
@@ -289,6 +297,7 @@ mod tests {
                     allow_merge: true,
                     source: "unknown".into(),
                     timeout: None,
+                    details: Default::default(),
                 })
                 .collect();
             runtime

@@ -27,8 +27,8 @@ pub use events::{chunks, decode_events, encode_chunk, events_at, max_chunk_bytes
 use events::{event_code, event_type};
 pub use guardrails::{decode_allow, decode_policy, encode_allow, encode_policy};
 pub use provenance::{
-    decode_history_count, decode_past, decode_report, encode_history_count, encode_past,
-    encode_report,
+    decode_history_count, decode_live, decode_past, decode_report, decode_roster,
+    encode_history_count, encode_live, encode_past, encode_report, encode_roster,
 };
 
 /// Format byte of [`BlockV1`], the item value of schema versions 1 to 5 (still decoded).

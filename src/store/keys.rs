@@ -18,6 +18,8 @@
 //! history   key: kind(1) ++ id                        value: codec history counter (schema 7)
 //!           key: kind(1) ++ id ++ 0x00 ++ n(8)        value: codec past block (schema 7)
 //! history_ends key: ended(8) ++ kind(1) ++ id ++ 0x00 ++ n(8)   value: empty (schema 7)
+//! live      key: kind(1) ++ id                        value: codec roster (schema 10)
+//!           key: kind(1) ++ id ++ 0x00 ++ source      value: codec live report (schema 10)
 //! idempotency key: 'k' ++ Idempotency-Key             value: codec record head
 //!             key: 'k' ++ Idempotency-Key ++ 0x00 ++ chunk (4, big-endian u32)
 //!                                                     value: ≤ 8 KiB of the response
@@ -223,6 +225,29 @@ pub fn report_key(kind: Kind, id: &str, n: u64) -> Vec<u8> {
 /// `history` key of past block `n` of `(kind, id)`.
 pub fn past_key(kind: Kind, id: &str, n: u64) -> Vec<u8> {
     numbered_key(kind, id, n)
+}
+
+/// `live` key of `source`'s live report of `(kind, id)`: kind ++ id ++ 0x00 ++ source. The
+/// item's roster is under its item key ([`item_key`]) in the same tree, just before them.
+pub fn live_key(kind: Kind, id: &str, source: &str) -> Vec<u8> {
+    let mut key = numbered_prefix(kind, id);
+    key.extend_from_slice(source.as_bytes());
+    key
+}
+
+/// Splits a `live` key: `(kind, id, None)` for a roster, `(kind, id, Some(source))` for a
+/// report.
+pub fn parse_live_key(key: &[u8]) -> Option<(Kind, &str, Option<&str>)> {
+    let (&tag, rest) = key.split_first()?;
+    let kind = kind_from_tag(tag)?;
+    match rest.iter().position(|&b| b == 0) {
+        None => Some((kind, std::str::from_utf8(rest).ok()?, None)),
+        Some(at) => Some((
+            kind,
+            std::str::from_utf8(&rest[..at]).ok()?,
+            Some(std::str::from_utf8(&rest[at + 1..]).ok()?),
+        )),
+    }
 }
 
 /// The number at the end of a numbered key.

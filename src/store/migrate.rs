@@ -34,7 +34,9 @@ use crate::provenance::{Operation, Report};
 ///    (migrations/0008-compact-items.md).
 /// 9: `Idempotency-Key` heads in format 2, carrying their response's first chunk, and
 ///    `meta/exposure` (migrations/0009-records-and-figures.md).
-pub const CURRENT: u32 = 9;
+/// 10: adds `live` (live reports and rosters), reports of operation `retract` and past
+///    blocks ended `retracted` (migrations/0010-live-reports.md).
+pub const CURRENT: u32 = 10;
 
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
 
@@ -114,6 +116,14 @@ pub fn upgrade(db: &Db) -> Result<(), StoreError> {
         )?;
         meta.insert(EXPOSURE_KEY, encode_exposure(&exposure))?;
         bump_version(db, &meta, 9)?;
+    }
+    // Version 10 adds the `live` tree (created empty: every block of an older version is
+    // held by its first source alone, by itself), and codes an older binary cannot read:
+    // reports of operation 2 (retract) and past blocks ended 0xF0 (retracted). Nothing is
+    // rewritten; the version goes up so that an older binary refuses the database.
+    if version < 10 {
+        TreeId::Live.open(db)?;
+        bump_version(db, &meta, 10)?;
     }
     Ok(())
 }

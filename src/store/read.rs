@@ -9,7 +9,7 @@ use super::meta::after_watermark;
 use super::{keys, Result, Seen, Store, StoreError, Watched, POLICY_KEY};
 use crate::allowlist::Entry;
 use crate::enforcement::Statuses;
-use crate::model::{Block, Item, Kind};
+use crate::model::{Block, Item, Kind, LiveReport};
 use crate::policy::Policy;
 use crate::provenance::{PastBlock, Report, MAX_REPORTS};
 
@@ -74,6 +74,65 @@ impl Store {
             .rev()
             .filter_map(|n| slots.remove(&(n % MAX_REPORTS)))
             .collect())
+    }
+
+    /// The roster of `(kind, id)`'s block: the sources whose live reports hold it, in the
+    /// order of their first reports; empty while its first source alone holds it by the
+    /// block itself. `seen` as for [`Store::reports`] (a roster is written under its
+    /// item's stamp).
+    pub fn roster(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<String>> {
+        let key = keys::item_key(kind, id);
+        let bytes = self.handles()?.trees.live.get(&key)?;
+        self.saw(seen, Watched::Item(kind, id));
+        bytes.map_or_else(
+            || Ok(Vec::new()),
+            |bytes| {
+                codec::decode_roster(&bytes).map_err(|source| StoreError::Corrupt {
+                    key: format!("live/{}/{id}", kind.plural()),
+                    source,
+                })
+            },
+        )
+    }
+
+    /// The live reports of `(kind, id)`'s stored block, in the order of their first
+    /// reports (the one the block implies, when none is kept apart); `seen` as for
+    /// [`Store::reports`].
+    pub fn live_reports(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<LiveReport>> {
+        let trees = &self.handles()?.trees;
+        let key = keys::item_key(kind, id);
+        let block = || -> Result<Option<Block>> {
+            trees
+                .items
+                .get(&key)?
+                .map(|bytes| decode(&key, &bytes))
+                .transpose()
+        };
+        // Read between two reads of the block: a write between them changes its revision.
+        let (block, reports) = loop {
+            let before = block()?;
+            let mut reports = Vec::new();
+            for source in self.roster(kind, id, seen)? {
+                let Some(bytes) = trees.live.get(keys::live_key(kind, id, &source))? else {
+                    continue; // written after the roster was read: the block changed too
+                };
+                let report =
+                    codec::decode_live(&source, &bytes).map_err(|e| StoreError::Corrupt {
+                        key: format!("live/{}/{id}/{source}", kind.plural()),
+                        source: e,
+                    })?;
+                reports.push(report);
+            }
+            let revision = |b: &Option<Block>| b.as_ref().map(|b| b.revision);
+            if revision(&block()?) == revision(&before) {
+                break (before, reports);
+            }
+        };
+        self.saw(seen, Watched::Item(kind, id));
+        Ok(match block {
+            Some(block) if reports.is_empty() => vec![LiveReport::implied(&block)],
+            _ => reports,
+        })
     }
 
     /// Every enforcer's status of `(kind, id)`'s block ([`crate::enforcement`]); `seen` as

@@ -116,6 +116,9 @@ trees! {
     /// Enforcers' statuses of blocked items: every enforcer's of an item in one value
     /// under the item's key (`commit::enforcement`).
     Enforcement = 11 => enforcement,
+    /// The live reports of the blocks several sources hold, or whose reports carry
+    /// details, and each such block's roster of them (schema 10, `commit::live`).
+    Live = 12 => live,
 }
 
 impl TreeId {

@@ -647,6 +647,12 @@ pub fn write(db: &sled::Db, version: u32, at: i64) {
     if version >= 7 {
         write_provenance(db, version, at);
     }
+    // Version 9 keeps the share caps' figures, as the upgrade to it counted them.
+    if version >= 9 {
+        let (task_managers, nodes) = exposure(version);
+        meta.insert("exposure", v9_exposure(&task_managers, &nodes))
+            .unwrap();
+    }
 }
 
 /// The `reports` (each stored item's kept reports) and `history` (each past block, its id's

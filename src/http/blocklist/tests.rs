@@ -20,6 +20,7 @@ fn items(kind: Kind, prefix: &str, n: usize, now: i64, short_end: i64) -> Vec<(K
                 last_report_timestamp: now,
                 revision: 0,
                 escalated: None,
+                held_by: Vec::new(),
             };
             (kind, item)
         })

@@ -11,7 +11,9 @@ use super::block::{
     BlockV1, BlockV3, BlockV4,
 };
 use super::{decode_framed, encode_framed, event_code, event_type, CodecError, VARINT};
-use crate::model::{Block, EventType, MAX_SOURCE_BYTES};
+use crate::model::{
+    Block, EventType, LiveReport, MAX_DETAILS, MAX_DETAILS_BYTES, MAX_HOLDERS, MAX_SOURCE_BYTES,
+};
 use crate::provenance::{Ended, Ending, Operation, Report, MAX_REASON_BYTES};
 
 /// Format byte of [`ReportV1`], a `reports` value (schema 7).
@@ -26,6 +28,12 @@ pub const PAST_V2: u8 = 2;
 
 /// Format byte of a `history` counter: the id's first and next entry numbers.
 pub const HISTORY_COUNT_V1: u8 = 1;
+
+/// Format byte of [`LiveV1`], a live report in `live` (schema 10).
+pub const LIVE_V1: u8 = 1;
+
+/// Format byte of a roster in `live` (schema 10): the sources holding the block.
+pub const ROSTER_V1: u8 = 1;
 
 /// The largest `reports` value: the format byte, the time, the source, the operation, the
 /// action, the end and a cause of up to `cause` bytes.
@@ -92,6 +100,7 @@ pub fn encode_report(report: &Report) -> Vec<u8> {
             operation: match report.operation {
                 Operation::Add => 0,
                 Operation::Update => 1,
+                Operation::Retract => 2,
             },
             action: action_code(report.action),
             end: report.end_timestamp,
@@ -105,6 +114,7 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, CodecError> {
     let operation = match value.operation {
         0 => Operation::Add,
         1 => Operation::Update,
+        2 => Operation::Retract,
         other => return Err(CodecError::Decode(format!("unknown operation {other}"))),
     };
     // The action's code is a block's: decode it as one.
@@ -125,11 +135,16 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, CodecError> {
     })
 }
 
+/// The `how` of a past block ended by a retraction (schema 10): not an event code (its
+/// event is `removed`), and above every one.
+pub const HOW_RETRACTED: u8 = 0xF0;
+
 fn how_code(how: Ended) -> u8 {
-    event_code(match how {
-        Ended::Expired => EventType::Expired,
-        Ended::Removed => EventType::Removed,
-    })
+    match how {
+        Ended::Expired => event_code(EventType::Expired),
+        Ended::Removed => event_code(EventType::Removed),
+        Ended::Retracted => HOW_RETRACTED,
+    }
 }
 
 /// A `history` entry: `block` as it was when it ended, and how.
@@ -187,14 +202,18 @@ fn past_from(
     source: Option<String>,
     reason: Option<String>,
 ) -> Result<(Block, Ending), CodecError> {
-    let how = match event_type(how)? {
-        EventType::Expired => Ended::Expired,
-        EventType::Removed => Ended::Removed,
-        other => {
-            return Err(CodecError::Decode(format!(
-                "a past block cannot end by {}",
-                other.as_str()
-            )))
+    let how = if how == HOW_RETRACTED {
+        Ended::Retracted
+    } else {
+        match event_type(how)? {
+            EventType::Expired => Ended::Expired,
+            EventType::Removed => Ended::Removed,
+            other => {
+                return Err(CodecError::Decode(format!(
+                    "a past block cannot end by {}",
+                    other.as_str()
+                )))
+            }
         }
     };
     let ending = Ending {
@@ -220,4 +239,90 @@ pub fn decode_history_count(bytes: &[u8]) -> Result<(u64, u64), CodecError> {
         )));
     }
     Ok((first, next))
+}
+
+/// Live report value, format 1 (key: kind tag ++ id ++ 0x00 ++ source). Frozen like
+/// [`BlockV1`]. Times as distances, like [`BlockV4`]'s.
+#[derive(Serialize, Deserialize)]
+struct LiveV1 {
+    action: u8,
+    /// `end − first_report` (wrapping: a permanent end round-trips).
+    end: i64,
+    cause: String,
+    first_report: i64,
+    /// `last_report − first_report`.
+    last_report: i64,
+    reports: u64,
+    details: Vec<(String, String)>,
+}
+
+/// The largest `live` value: a live report whose merged cause has `cause` bytes, with the
+/// largest details; or a roster, whichever is larger.
+pub const fn max_live_bytes(cause: usize) -> usize {
+    let report = 1
+        + 1
+        + 4 * VARINT
+        + cause
+        + VARINT
+        + VARINT
+        + VARINT
+        + MAX_DETAILS * 2 * VARINT
+        + MAX_DETAILS_BYTES;
+    let roster = 1 + VARINT + MAX_HOLDERS * (VARINT + MAX_SOURCE_BYTES);
+    if report > roster {
+        report
+    } else {
+        roster
+    }
+}
+
+pub fn encode_live(report: &LiveReport) -> Vec<u8> {
+    encode_framed(
+        LIVE_V1,
+        &LiveV1 {
+            action: action_code(report.action),
+            end: report.end.wrapping_sub(report.first_report),
+            cause: report.cause.clone(),
+            first_report: report.first_report,
+            last_report: report.last_report.wrapping_sub(report.first_report),
+            reports: report.reports,
+            details: report
+                .details
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        },
+    )
+}
+
+/// The live report of `source` stored as `bytes`.
+pub fn decode_live(source: &str, bytes: &[u8]) -> Result<LiveReport, CodecError> {
+    let value: LiveV1 = decode_framed(LIVE_V1, bytes)?;
+    // The action's code is a block's: decode it as one.
+    let action = block_from_v1(BlockV1 {
+        action: value.action,
+        start: 0,
+        end: 0,
+        cause: String::new(),
+    })?
+    .action;
+    Ok(LiveReport {
+        source: source.to_owned(),
+        action,
+        end: value.end.wrapping_add(value.first_report),
+        cause: value.cause,
+        first_report: value.first_report,
+        last_report: value.last_report.wrapping_add(value.first_report),
+        reports: value.reports,
+        details: value.details.into_iter().collect(),
+    })
+}
+
+/// A roster: the sources holding a block, in the order of their first reports.
+pub fn encode_roster(sources: &[String]) -> Vec<u8> {
+    encode_framed(ROSTER_V1, &sources)
+}
+
+pub fn decode_roster(bytes: &[u8]) -> Result<Vec<String>, CodecError> {
+    decode_framed(ROSTER_V1, bytes)
 }

@@ -1,9 +1,12 @@
 //! Adding a validated batch of items of one kind, as one atomic unit: new ids are added,
 //! ids with an active item merge into it where the element allows it ([`Block::merge`]),
-//! and any other meeting with an active item refuses the whole batch.
+//! and any other meeting with an active item refuses the whole batch. Each element is also
+//! its source's report, taken into the block's live reports ([`super::live`]); one that
+//! repeats its source's live report (the same details) changes nothing.
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::live::Holders;
 use super::{earlier, Applied, Command, Keying, Mode, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
 use crate::model::{Block, Escalated, Forced, Item, Kind, NewItem};
@@ -30,12 +33,15 @@ pub struct Force {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AddOutcome {
     /// Everything was written. `merged` holds the stored state of each item that merged
-    /// into an existing one (once per id, in order of first merge); empty when all were new.
+    /// into an existing one, or that an element only repeated (once per id, in order of
+    /// first merge); empty when all were new.
     /// `escalated` holds the stored state of each new item escalation lengthened (see
     /// [`crate::policy::Escalation`]), in order, unless it is in `merged`.
+    /// `repeated` counts the elements that only repeated their source's live report.
     Written {
         merged: Vec<Item>,
         escalated: Vec<Item>,
+        repeated: usize,
     },
     /// Nothing was written: these elements `(index, id)` met an active item without
     /// `allowMerge`.
@@ -43,6 +49,9 @@ pub enum AddOutcome {
     /// Nothing was written: the batch would break a guardrail ([`crate::policy`]); one
     /// refusal per offending element and guard.
     Refused(Vec<Refusal>),
+    /// Nothing was written: these elements `(index, id)` came from a source that would be
+    /// one more than [`crate::model::MAX_HOLDERS`] holding the item.
+    Crowded(Vec<(usize, String)>),
 }
 
 impl Command for Add {
@@ -68,11 +77,17 @@ impl Command for Add {
         // element's result, so a later element of the batch arrives after an earlier one.
         let mut stored: HashMap<&str, Option<Block>> = HashMap::new();
         let mut state: HashMap<&str, Option<Block>> = HashMap::new();
+        // Each active block's live reports as the batch goes (`live`).
+        let mut holders: HashMap<&str, Holders> = HashMap::new();
         // Each id once, in order of its first element: (that element's index, id).
         let mut order: Vec<(usize, &str)> = Vec::new();
         let mut merged: Vec<&str> = Vec::new();
         let mut escalated: Vec<&str> = Vec::new();
         let mut conflicts = Vec::new();
+        let mut crowded = Vec::new();
+        let mut repeated = 0;
+        // The ids an element changed: a repeat alone writes nothing.
+        let mut changed: BTreeSet<&str> = BTreeSet::new();
         // Each id's reports from this batch, in order.
         let mut reports: HashMap<&str, Vec<Report>> = HashMap::new();
         for (index, new) in self.items.iter().enumerate() {
@@ -83,11 +98,21 @@ impl Command for Add {
                     Err(e) => return Ok(Err(e)),
                 };
                 let active = old.clone().filter(|b| b.is_active(tx.now));
+                let held = match &active {
+                    Some(_) => match tx.holders(kind, id)? {
+                        Ok(held) => held,
+                        Err(e) => return Ok(Err(e)),
+                    },
+                    None => Holders::none(),
+                };
+                holders.insert(id, held);
                 stored.insert(id, old);
                 state.insert(id, active);
                 order.push((index, id));
             }
             let current = state.get_mut(id).expect("inserted above");
+            let held = holders.get_mut(id).expect("inserted above");
+            let claim = (new.action, new.end, new.cause.as_str());
             match current {
                 None => {
                     let mut block = new.to_block(start);
@@ -97,9 +122,24 @@ impl Command for Add {
                     if block.escalated.is_some() {
                         escalated.push(id);
                     }
+                    held.created(&block, &new.details);
                     *current = Some(block);
                 }
+                Some(_) if new.allow_merge && held.repeats(&new.source, &new.details) => {
+                    // The same evidence again: no report, no change.
+                    repeated += 1;
+                    if !merged.contains(&id) {
+                        merged.push(id);
+                    }
+                    continue;
+                }
                 Some(block) if new.allow_merge => {
+                    if held
+                        .report(block, &new.source, claim, start, &new.details)
+                        .is_err()
+                    {
+                        crowded.push((index, new.id.clone()));
+                    }
                     block.merge(new.action, new.end, &new.cause);
                     block.reported(start);
                     if !merged.contains(&id) {
@@ -108,6 +148,7 @@ impl Command for Add {
                 }
                 Some(_) => conflicts.push((index, new.id.clone())),
             }
+            changed.insert(id);
             reports.entry(id).or_default().push(Report {
                 timestamp: start,
                 source: new.source.clone(),
@@ -120,6 +161,9 @@ impl Command for Add {
         if !conflicts.is_empty() {
             return Ok(Ok(Applied::endless(AddOutcome::Conflict(conflicts))));
         }
+        if !crowded.is_empty() {
+            return Ok(Ok(Applied::endless(AddOutcome::Crowded(crowded))));
+        }
         let refusals = self.guard(tx, &order, &stored, &state)?;
         let forced = !refusals.is_empty()
             && self.force.is_some()
@@ -131,13 +175,14 @@ impl Command for Add {
             self.record_force(force, &refusals, &mut state, tx);
         }
         let mut earliest_end = None;
-        for (_, id) in &order {
+        for (_, id) in order.iter().filter(|(_, id)| changed.contains(id)) {
             let block = state
                 .get_mut(id)
                 .and_then(Option::as_mut)
                 .expect("every touched id ends with a block");
             tx.store(kind, id, stored[id].as_ref(), block)?;
             tx.add_reports(kind, id, stored[id].as_ref(), block, &reports[id])?;
+            holders[id].store(tx, kind, id)?;
             if !block.is_permanent() {
                 earliest_end = earlier(earliest_end, Some(block.end));
             }
@@ -147,6 +192,7 @@ impl Command for Add {
                 (*id).to_owned(),
                 state[id].clone().expect("written ids have a block"),
             )
+            .with_holders(holders[id].roster())
         };
         // An id escalated and then merged into by a later element is listed as merged only:
         // each id once.
@@ -159,7 +205,11 @@ impl Command for Add {
             .collect();
         let merged = merged.iter().map(stored_item).collect();
         Ok(Ok(Applied {
-            outcome: AddOutcome::Written { merged, escalated },
+            outcome: AddOutcome::Written {
+                merged,
+                escalated,
+                repeated,
+            },
             earliest_end,
         }))
     }
@@ -170,7 +220,7 @@ impl Command for Add {
                 metrics.conflicts.inc();
             }
             AddOutcome::Refused(refusals) => metrics.refused(refusals.iter().map(|r| r.guard)),
-            AddOutcome::Written { .. } => {}
+            AddOutcome::Written { .. } | AddOutcome::Crowded(_) => {}
         }
     }
 }

@@ -122,7 +122,7 @@ impl Committer {
                     }
                     Op::RemoveSelected(request) => {
                         return super::select::scan_selected(
-                            &self.handles().trees.items,
+                            &self.handles().trees,
                             &request.command,
                             now,
                         )

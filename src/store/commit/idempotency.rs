@@ -329,7 +329,8 @@ mod tests {
             outcome,
             AddOutcome::Written {
                 merged: Vec::new(),
-                escalated: Vec::new()
+                escalated: Vec::new(),
+                repeated: 0,
             }
         );
         let Err(StoreError::Replay(kept)) = replayed else {

@@ -4,7 +4,7 @@
 use super::{earlier, Applied, Command, Mode, Op, Request, Tx, TxResult};
 use std::collections::BTreeMap;
 
-use crate::model::{Item, Kind};
+use crate::model::{Details, Item, Kind};
 use crate::provenance::{Operation, PastBlock, Report};
 use crate::store::{Result, Store, Watched};
 
@@ -59,6 +59,15 @@ impl Command for Import {
             let active = old.as_ref().filter(|b| b.is_active(tx.now));
             let (mut block, reports) = match active {
                 Some(existing) if self.merge => {
+                    let mut holders = match tx.holders(kind, id)? {
+                        Ok(holders) => holders,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                    let claim = (item.action, item.end_timestamp, item.cause.as_str());
+                    // Past the most holders, the import still merges into the block: what
+                    // it restores is kept, if not as a report of its own.
+                    let _ = holders.report(existing, &item.source, claim, tx.now, &Details::new());
+                    holders.store(tx, kind, id)?;
                     let mut merged = existing.clone();
                     merged.merge(item.action, item.end_timestamp, &item.cause);
                     merged.reported(tx.now);
@@ -78,6 +87,7 @@ impl Command for Import {
                     // Replaced: the stored block's reports are not the imported one's.
                     if let Some(old) = &old {
                         tx.drop_reports(kind, id, old)?;
+                        tx.drop_live(kind, id)?;
                     }
                     (item.block(), self.reports.get(&(kind, item.id.clone())))
                 }

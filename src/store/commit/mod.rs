@@ -42,12 +42,15 @@ mod exposure;
 mod history;
 mod idempotency;
 mod import;
+mod ingest;
+mod live;
 mod policy;
 mod prune;
 mod reclaim;
 mod recover;
 mod register;
 mod remove;
+mod retract;
 mod run;
 mod select;
 mod tx;
@@ -82,8 +85,10 @@ pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
 pub use enforcement::ReportOutcome;
 pub use idempotency::{Idempotency, KeptResponse, Keying, Render, Unkeyed};
+pub use ingest::{Ingested, Signal};
 pub use register::Registered;
 pub use remove::{HoldOff, Removed};
+pub use retract::{Retracted, Retraction};
 pub use select::SelectedOutcome;
 pub use update::UpdateOutcome;
 
@@ -94,10 +99,12 @@ use clear::Clear;
 use enforcement::Report;
 use idempotency::Found;
 use import::Import;
+use ingest::Ingest;
 pub(crate) use policy::SetPolicy;
 use reclaim::Reclaim;
 use register::{Register, Unregister};
 use remove::Remove;
+use retract::Retract;
 use select::RemoveSelected;
 use tx::{Tx, TxResult};
 use update::Update;
@@ -131,6 +138,8 @@ pub(crate) enum Op {
     Update(Request<Update>),
     RemoveSelected(Request<RemoveSelected>),
     Report(Request<Report>),
+    Retract(Request<Retract>),
+    Ingest(Request<Ingest>),
 }
 
 /// Evaluates `$body` with `$request` bound to the [`Request`] inside `$op`, whatever its
@@ -153,6 +162,8 @@ macro_rules! with_request {
             Op::Update($request) => $body,
             Op::RemoveSelected($request) => $body,
             Op::Report($request) => $body,
+            Op::Retract($request) => $body,
+            Op::Ingest($request) => $body,
         }
     };
 }

@@ -188,7 +188,7 @@ impl Committer {
             let due = match &op {
                 Op::PutAllow(request) => super::allow::scan_covered(items, request.command.entry()),
                 Op::RemoveSelected(request) => {
-                    super::select::scan_selected(items, &request.command, now)
+                    super::select::scan_selected(&self.handles().trees, &request.command, now)
                 }
                 _ => Ok(Vec::new()),
             };

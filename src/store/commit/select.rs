@@ -19,7 +19,7 @@ use super::remove::remove;
 use super::{Applied, Command, Keying, Op, Request, Tx, TxResult, Writer};
 use crate::model::{Item, Kind};
 use crate::provenance::{Selector, Unblock};
-use crate::store::{codec, keys, Result, Watched};
+use crate::store::{codec, keys, Result, Trees, Watched};
 
 pub(crate) struct RemoveSelected {
     kind: Kind,
@@ -78,12 +78,17 @@ impl Command for RemoveSelected {
         }
         let mut selected = Vec::new();
         for id in &candidates {
-            match tx.read(kind, id)? {
-                Ok(Some(block)) if block.is_active(tx.now) && self.selector.matches(&block) => {
-                    selected.push(id.as_str());
-                }
-                Ok(_) => {}
+            let block = match tx.read(kind, id)? {
+                Ok(Some(block)) if block.is_active(tx.now) => block,
+                Ok(_) => continue,
                 Err(e) => return Ok(Err(e)),
+            };
+            let roster = match tx.roster(kind, id)? {
+                Ok(roster) => roster,
+                Err(e) => return Ok(Err(e)),
+            };
+            if self.selector.matches(&block, &roster) {
+                selected.push(id.as_str());
             }
         }
         // Matches the scan counted past the keys it kept: not re-read, so taken as they were
@@ -113,18 +118,35 @@ impl Command for RemoveSelected {
 /// order, with the count of all in `command.matched`. An item that does not decode is
 /// passed over, for `blocklistd check` to report.
 pub(super) fn scan_selected(
-    items: &sled::Tree,
+    trees: &Trees,
     command: &RemoveSelected,
     now: i64,
 ) -> Result<Vec<Vec<u8>>> {
     let (mut kept, mut matched, mut undecodable) = (Vec::new(), 0, 0_usize);
-    for entry in items.scan_prefix(keys::item_prefix(command.kind)) {
+    for entry in trees.items.scan_prefix(keys::item_prefix(command.kind)) {
         let (key, value) = entry?;
         let Ok(block) = codec::decode_block(&value) else {
             undecodable += 1;
             continue;
         };
-        if block.is_active(now) && command.selector.matches(&block) {
+        if !block.is_active(now) {
+            continue;
+        }
+        // The roster is looked up only where the source decides: a selector without one
+        // reads the items alone.
+        let stored = match &command.selector.source {
+            Some(_) => trees.live.get(&key)?,
+            None => None,
+        };
+        let roster = match stored.map(|bytes| codec::decode_roster(&bytes)) {
+            Some(Ok(roster)) => roster,
+            Some(Err(_)) => {
+                undecodable += 1;
+                continue;
+            }
+            None => Vec::new(),
+        };
+        if command.selector.matches(&block, &roster) {
             matched += 1;
             if kept.len() <= command.limit {
                 kept.push(key.to_vec());
@@ -178,6 +200,7 @@ mod tests {
             allow_merge: true,
             source: source.to_owned(),
             timeout: None,
+            details: Default::default(),
         }
     }
 

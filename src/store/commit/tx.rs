@@ -158,6 +158,7 @@ impl Committer {
             history_retention: self.history,
             idempotency: tree(&trees.idempotency, TreeId::Idempotency),
             enforcement: tree(&trees.enforcement, TreeId::Enforcement),
+            live: tree(&trees.live, TreeId::Live),
             records_expired_at: now.saturating_sub(self.config.idempotency_retention_ms),
             now,
             policy: RefCell::new(self.policy.clone()),
@@ -199,6 +200,8 @@ pub(crate) struct Tx<'a> {
     pub(super) records_expired_at: i64,
     /// Enforcers' statuses, dropped with the block they describe ([`super::enforcement`]).
     pub(super) enforcement: TxTree<'a>,
+    /// Live reports and rosters ([`super::live`]), dropped with the block they hold.
+    pub(super) live: TxTree<'a>,
     /// Commit time: what counts as expired, and the time stamped on events.
     pub(super) now: i64,
     /// The guardrails, and the evacuation buckets, as this transaction goes.
@@ -332,6 +335,7 @@ impl Tx<'_> {
         }
         if let Some(old) = old.filter(|b| !b.is_active(self.now)) {
             self.drop_reports(kind, id, old)?;
+            self.drop_live(kind, id)?;
         }
         if !new.is_permanent() {
             self.expiry
@@ -394,7 +398,7 @@ impl Tx<'_> {
     ) -> TxResult<()> {
         let event = match how {
             Ended::Expired => EventType::Expired,
-            Ended::Removed => EventType::Removed,
+            Ended::Removed | Ended::Retracted => EventType::Removed,
         };
         self.emit_item(event, kind, id, block);
         self.drop_statuses(kind, id)?;
@@ -463,6 +467,7 @@ impl Tx<'_> {
             self.expiry.remove(keys::expiry_key(old.end, kind, id))?;
         }
         self.drop_reports(kind, id, old)?;
+        self.drop_live(kind, id)?;
         self.items.remove(keys::item_key(kind, id))?;
         Ok(())
     }

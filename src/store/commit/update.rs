@@ -1,6 +1,7 @@
 //! Updating one active item in place (`PATCH`): its end set (longer or shorter, or
 //! permanent), its action set (up or down), a cause appended — one `updated` event, with no
-//! moment at which the resource is unblocked. Conditional on the item's revision when the
+//! moment at which the resource is unblocked. Every live report of the block says the same
+//! afterwards ([`super::live::Holders::update`]): the update is the word on the block. Conditional on the item's revision when the
 //! caller gives one (`If-Match`).
 
 use std::collections::HashMap;
@@ -94,6 +95,7 @@ impl Command for Update {
                 allow_merge: true,
                 source: self.source.clone(),
                 timeout: None,
+                details: Default::default(),
             }],
             self.now,
             self.force.clone(),
@@ -113,7 +115,17 @@ impl Command for Update {
         let mut new = state.remove(id).flatten().expect("the updated block");
         new.reported(self.now);
         new.revision = tx.revision() + 1;
+        let mut holders = match tx.holders(kind, id)? {
+            Ok(holders) => holders,
+            Err(e) => return Ok(Err(e)),
+        };
+        holders.update(
+            self.change.end,
+            self.change.action,
+            self.change.cause.as_deref(),
+        );
         tx.write(kind, id, Some(&old), &new)?;
+        holders.store(tx, kind, id)?;
         tx.emit_item(EventType::Updated, kind, id, &new);
         // A shortened end may have come, and been passed by the sweeper, since the request.
         tx.announce_if_passed(kind, id, &new)?;
