@@ -289,6 +289,7 @@ impl Store {
         progress.stage("checking reports and past blocks", ENTRIES, None);
         verify_provenance(trees, &mut problems)?;
         verify_enforcement(trees, &mut problems)?;
+        verify_live(trees, &mut problems)?;
         Ok(problems)
     }
 }
@@ -308,6 +309,64 @@ fn verify_enforcement(trees: &super::Trees, problems: &mut Vec<String>) -> Resul
         }
         if let Err(e) = crate::enforcement::decode(&bytes) {
             problems.push(format!("{what}: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// The invariants of `live` (see `commit::live`): every roster is a stored item's and
+/// decodes; each of its sources has exactly one live report and no other source has one;
+/// every report decodes and asks for no more than its block (the merge takes the strongest
+/// action and the latest end).
+fn verify_live(trees: &super::Trees, problems: &mut Vec<String>) -> Result<()> {
+    let mut rosters: std::collections::HashMap<Vec<u8>, Vec<String>> = Default::default();
+    let mut reports = Vec::new();
+    for entry in &trees.live {
+        let (key, bytes) = entry?;
+        match keys::parse_live_key(&key) {
+            None => problems.push(format!("live: malformed key {key:?}")),
+            Some((kind, id, None)) => match codec::decode_roster(&bytes) {
+                Ok(roster) => {
+                    rosters.insert(keys::item_key(kind, id), roster);
+                }
+                Err(e) => problems.push(format!("live: {} {id:?}: roster: {e}", kind.singular())),
+            },
+            Some((kind, id, Some(source))) => {
+                reports.push((kind, id.to_owned(), source.to_owned(), bytes));
+            }
+        }
+    }
+    let mut held = std::collections::HashMap::new();
+    for (kind, id, source, bytes) in reports {
+        let what = format!("live: {} {id:?} by {source:?}", kind.singular());
+        let item_key = keys::item_key(kind, &id);
+        if !rosters.get(&item_key).is_some_and(|r| r.contains(&source)) {
+            problems.push(format!("{what}: a report its roster does not list"));
+        }
+        *held.entry(item_key.clone()).or_insert(0_usize) += 1;
+        let report = match codec::decode_live(&source, &bytes) {
+            Ok(report) => report,
+            Err(e) => {
+                problems.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        if let Some(Ok(block)) = trees.items.get(&item_key)?.map(|b| codec::decode_block(&b)) {
+            if report.action > block.action || report.end > block.end {
+                problems.push(format!("{what}: asks for more than its block"));
+            }
+        }
+    }
+    for (key, roster) in &rosters {
+        let Some((kind, id)) = keys::parse_item_key(key) else {
+            continue;
+        };
+        let what = format!("live: {} {id:?}", kind.singular());
+        if trees.items.get(key)?.is_none() {
+            problems.push(format!("{what}: the roster of no stored item"));
+        }
+        if held.get(key).copied().unwrap_or(0) != roster.len() {
+            problems.push(format!("{what}: {} sources in its roster, other reports", roster.len()));
         }
     }
     Ok(())
