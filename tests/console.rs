@@ -100,7 +100,10 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
     }
 
     let browser = Browser::start(1280, 900).await;
-    browser.client.goto(&d.url("/ui")).await.unwrap();
+    // The daemon's root sends a browser to the console.
+    browser.client.goto(&d.url("/")).await.unwrap();
+    let at = browser.client.current_url().await.unwrap();
+    assert_eq!(at.path(), "/ui", "{at}");
     browser
         .until("the feed is live", DEADLINE, STATUS, status_is("live"))
         .await;
@@ -180,17 +183,48 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // Each enforcer's state a badge of its own, its name in the badge's label.
+    let badges = "return [...document.querySelectorAll('#grid-rows .row .badge')]\
+        .map(b => b.closest('.row').dataset.key + ' ' + b.className + ' ' + b.textContent + ' ' + b.getAttribute('aria-label')).join('|')";
     browser
         .until(
             "the node's enforcement status",
             // The next read of the statuses (every 5 s), with room for a loaded machine.
             Duration::from_secs(5) + 3 * LIVE,
-            ROW_TEXTS,
+            badges,
             |t| {
-                t.as_str()
-                    .is_some_and(|t| t.contains("blocklist-kube: enforced"))
+                t.as_str().is_some_and(|t| {
+                    t.contains("node/n5 badge state-enforced enforced blocklist-kube: enforced")
+                })
             },
         )
+        .await;
+    // A node the bridge holds back (its ceiling): not enforced, and it stands out.
+    d.post("/blocklist/nodes", json!([item("n6", MB, "psu")])).await;
+    let (status, body) = d
+        .call(
+            reqwest::Method::PUT,
+            "/enforcement/blocklist-kube",
+            Some(json!([{"kind": "node", "id": "n6", "state": "heldBack",
+                         "detail": "the ceiling of 10% of the Nodes is reached"}])),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    browser
+        .until("a node held back", Duration::from_secs(5) + 3 * LIVE, badges, |t| {
+            t.as_str().is_some_and(|t| {
+                t.contains("node/n6 badge state-heldBack held back blocklist-kube: held back")
+            })
+        })
+        .await;
+    // Held by two sources: the row names both, once the feed's merge is read again.
+    let again = json!([{"id": "n6", "action": MB, "cause": "ecc", "source": "alerts/ECC/f1",
+        "allowMerge": true}]);
+    d.post("/blocklist/nodes", again).await;
+    browser
+        .until("the sources that hold it", LIVE * 3, ROW_TEXTS, |t| {
+            t.as_str().is_some_and(|t| t.contains("unknown, alerts/ECC/f1 (2)"))
+        })
         .await;
     let desktop = browser.screenshot("console-desktop.png").await;
     eprintln!("screenshot: {}", desktop.display());

@@ -2,6 +2,7 @@
 //! spoken to over real HTTP.
 //!
 //! - `process`: starting, killing and stopping the daemon; its offline subcommands;
+//! - `alerting`: real Prometheus and Alertmanager processes, and a scrape target to flip;
 //! - `etcd`: an etcd cluster of the test's own (`--store etcd`);
 //! - `kube`: a kube-apiserver of the test's own, on an etcd member of its own;
 //! - `http`: JSON requests and the pieces of their answers;
@@ -20,6 +21,7 @@
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+mod alerting;
 mod etcd;
 mod http;
 mod kube;
@@ -38,6 +40,7 @@ mod tools;
 
 use std::time::{Duration, Instant};
 
+pub use alerting::*;
 pub use etcd::*;
 pub use http::*;
 pub use kube::*;

@@ -56,9 +56,11 @@ function apply(e) {
   const d = e.data;
   switch (e.event) {
     case "added":
+      table.put(d);
+      break;
     case "merged":
     case "updated":
-      table.put(d);
+      table.put(d, false);
       break;
     case "removed":
     case "expired":
@@ -79,6 +81,29 @@ function apply(e) {
   if (selected && d && selected.kind === d.kind && selected.id === d.id) detailChanged();
   setStatus("live", "live");
 }
+
+// The sources that hold an item the feed changed: read again when its row is in view,
+// each item once at a time.
+const reading = new Set();
+table.onStale(async (item) => {
+  const k = table.key(item.kind, item.id);
+  if (reading.has(k)) return;
+  reading.add(k);
+  try {
+    const answer = await call("GET", `/blocklist/${item.kind === "node" ? "nodes" : "taskmanagers"}/${encodeURIComponent(item.id)}`);
+    const now = table.items.get(k);
+    if (now !== item) return; // changed again meanwhile: its own read follows
+    if (answer.status === 200) {
+      item.heldBy = answer.body.heldBy;
+      item.holdersStale = false;
+      table.changed();
+    } else if (answer.status === 404) {
+      item.holdersStale = false;
+    }
+  } finally {
+    reading.delete(k);
+  }
+});
 
 // The enforcers' statuses: read again after changes (at most twice a second) and every 5 s,
 // as a status emits no event of its own.
@@ -207,7 +232,8 @@ async function detailChanged() {
     ? [
         ["kind", shown.kind], ["id", shown.id], ["action", item.body.action],
         ["ends", table.ends(item.body.endTimestamp)], ["started", when(item.body.startTimestamp)],
-        ["cause", item.body.cause], ["source", item.body.source], ["reports", item.body.reportCount],
+        ["cause", item.body.cause], ["source", item.body.source],
+        ["held by", (item.body.heldBy || [item.body.source]).join(", ")], ["reports", item.body.reportCount],
         ...Object.entries(item.body.enforcement || {}).map(([enforcer, st]) => [
           `enforcement (${enforcer})`,
           `${st.state} since ${when(st.since)}${st.detail ? ": " + st.detail : ""}`,
@@ -223,6 +249,14 @@ async function detailChanged() {
       return [dt, dd];
     }),
   );
+  // The live reports: kept apart only when more than the block itself holds it.
+  const live = item.status !== 200 ? [] : item.body.liveReports || [{
+    source: item.body.source, action: item.body.action, endTimestamp: item.body.endTimestamp, cause: item.body.cause,
+  }];
+  fillRows(document.querySelector("#live tbody"), live.map((r) => [
+    r.source, r.action, table.ends(r.endTimestamp), r.cause,
+    Object.entries(r.details || {}).map(([k, v]) => `${k}=${v}`).join(" "),
+  ]));
   const reports = item.status === 200 ? item.body.reports || [] : [];
   fillRows(document.querySelector("#reports tbody"), reports.map((r) => [when(r.timestamp), r.source, r.operation, r.action, r.cause]));
   const blocks = past.status === 200 ? past.body : [];

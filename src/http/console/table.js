@@ -45,16 +45,50 @@ const enforcement = new Map();
 
 export function statuses(list) {
   enforcement.clear();
-  for (const { kind, id, enforcer, state } of list) {
+  for (const { kind, id, enforcer, state, detail } of list) {
     const k = key(kind, id);
     if (!enforcement.has(k)) enforcement.set(k, []);
-    enforcement.get(k).push(`${enforcer}: ${state}`);
+    enforcement.get(k).push({ enforcer, state, detail });
   }
   changed();
 }
 
-function enforcementOf(item) {
-  return (enforcement.get(key(item.kind, item.id)) || []).join(", ");
+// Each enforcer's state as a badge of its own, the word alone (the enforcer's name is in
+// its label and tooltip): "held back" and "failed" stand out, so a node the cluster does
+// not obey never looks like one it does.
+const STATES = {
+  enforced: "enforced",
+  dryRun: "dry run",
+  noTarget: "no target",
+  heldBack: "held back",
+  failed: "failed",
+};
+
+function enforcementCell(item) {
+  const span = cell("", "enforcement");
+  for (const { enforcer, state, detail } of enforcement.get(key(item.kind, item.id)) || []) {
+    const badge = document.createElement("span");
+    badge.className = `badge state-${state}`;
+    badge.textContent = STATES[state] || state;
+    const said = `${enforcer}: ${STATES[state] || state}${detail ? " — " + detail : ""}`;
+    badge.title = said;
+    badge.setAttribute("aria-label", said);
+    span.append(badge);
+  }
+  return span;
+}
+
+// The sources that hold each block: an item's `heldBy` (absent while its `source` alone
+// holds it). The feed's items do not carry it, so an item merged or updated by the feed is
+// read again when its row comes into view.
+let staleHandler = () => {};
+
+export function onStale(handler) {
+  staleHandler = handler;
+}
+
+function holdersOf(item) {
+  return (item.heldBy && item.heldBy.length ? item.heldBy : [item.source]).join(", ");
 }
 
 function taskManagersOf(item) {
@@ -82,7 +116,13 @@ export function key(kind, id) {
   return kind + "/" + id;
 }
 
-export function put(item) {
+export function put(item, holdersKnown = true) {
+  if (!holdersKnown) {
+    // Keep what was shown until the item is read again.
+    const before = items.get(key(item.kind, item.id));
+    item.heldBy = before ? before.heldBy : undefined;
+    item.holdersStale = true;
+  }
   items.set(key(item.kind, item.id), item);
   changed();
 }
@@ -132,7 +172,7 @@ function build() {
   for (const item of items.values()) {
     if (f.kind && item.kind !== f.kind) continue;
     if (f.action && item.action !== f.action) continue;
-    if (f.source && item.source !== f.source) continue;
+    if (f.source && item.source !== f.source && !(item.heldBy || []).includes(f.source)) continue;
     if (f.text && !item.id.toLowerCase().includes(f.text) && !item.cause.toLowerCase().includes(f.text)) continue;
     view.push(item);
   }
@@ -187,10 +227,11 @@ function paint() {
       cell(evacuate ? "EVACUATE" : "BLOCKED", evacuate ? "evacuate" : "blocked"),
       cell(ends(item.endTimestamp)),
       cell(item.cause),
-      cell(`${item.source} (${item.reportCount})`),
+      cell(`${holdersOf(item)} (${item.reportCount})`, "holders"),
       cell(taskManagersOf(item).join(", ")),
-      cell(enforcementOf(item), "enforcement"),
+      enforcementCell(item),
     );
+    if (item.holdersStale) staleHandler(item);
     fragment.append(row);
   }
   const hadFocus = grid.contains(document.activeElement);
