@@ -225,11 +225,11 @@ function paint() {
       cell(item.kind === "node" ? "node" : "task manager"),
       cell(item.id, "id"),
       cell(evacuate ? "EVACUATE" : "BLOCKED", evacuate ? "evacuate" : "blocked"),
+      enforcementCell(item),
       cell(ends(item.endTimestamp)),
       cell(item.cause),
       cell(`${holdersOf(item)} (${item.reportCount})`, "holders"),
       cell(taskManagersOf(item).join(", ")),
-      enforcementCell(item),
     );
     if (item.holdersStale) staleHandler(item);
     fragment.append(row);
