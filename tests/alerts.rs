@@ -229,3 +229,60 @@ async fn a_real_daemons_metrics_feed_the_rules_and_fire_nothing_while_it_is_heal
     let elsewhere: &[&str] = if on_etcd() { &[] } else { &ON_ETCD_ONLY };
     feed_through_the_rules(&scrape, "blocklistd", "blocklistd", elsewhere, test);
 }
+
+/// The example rules whose alerts block what they name (`docs/deploy/blocking-rules.yaml`)
+/// are sound, each decided by the daemon as a report of what it names, and the example
+/// Alertmanager configuration that routes them to the daemon is one Alertmanager accepts.
+#[test]
+fn the_blocking_rules_block_what_they_name_and_alertmanager_takes_their_route() {
+    let test = "the_blocking_rules_block_what_they_name_and_alertmanager_takes_their_route";
+    if !have_promtool(test) {
+        return;
+    }
+    let rules = deploy_file("blocking-rules.yaml");
+    let output = promtool(&["check", "rules", rules.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let Some(documents) = yaml_documents(&rules, test) else {
+        return;
+    };
+    let mut decided = 0;
+    for rule in documents[0]["groups"][0]["rules"].as_array().unwrap() {
+        let labels = rule["labels"].as_object().unwrap();
+        let id_label = match labels.get("blocklist_id_label").and_then(Value::as_str) {
+            Some(label) => label.to_owned(),
+            None if labels["blocklist_kind"] == "node" => "node".to_owned(),
+            None => "pod".to_owned(),
+        };
+        // The alert as Alertmanager would send it, its series' id label present.
+        let mut alert_labels = labels.clone();
+        alert_labels.insert("alertname".into(), rule["alert"].clone());
+        alert_labels.insert(id_label, json!("the-id"));
+        let alert: blocklistd::alerts::Alert = serde_json::from_value(json!({
+            "status": "firing", "labels": alert_labels, "annotations": rule["annotations"],
+            "startsAt": humantime::format_rfc3339(std::time::SystemTime::now()).to_string(),
+            "fingerprint": "f",
+        }))
+        .unwrap();
+        let decision = blocklistd::alerts::decide(&alert, "alertmanager", now_ms());
+        assert!(
+            matches!(&decision, blocklistd::alerts::Decision::Signal(blocklistd::store::Signal::Report(_, item)) if item.id == "the-id"),
+            "{}: {decision:?}",
+            rule["alert"]
+        );
+        decided += 1;
+    }
+    assert_eq!(decided, 3);
+    let amtool = available(
+        "amtool is missing (Debian package: prometheus-alertmanager)",
+        runs("amtool", "--version"),
+        test,
+    );
+    if amtool {
+        let config = deploy_file("alertmanager.yaml");
+        let output = Command::new("amtool")
+            .args(["check-config", config.to_str().unwrap()])
+            .output()
+            .expect("run amtool");
+        assert!(output.status.success(), "amtool check-config: {output:?}");
+    }
+}
