@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use utoipa::ToSchema;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -49,9 +50,12 @@ pub const ON_RESOLVE_LABEL: &str = "blocklist_on_resolve";
 /// The body Alertmanager's `webhook_configs` posts. Fields this receiver does not read
 /// (`groupKey`, `groupLabels`, `commonLabels`, …) are accepted and left alone: newer
 /// Alertmanagers add fields.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(title = "AlertmanagerPayload")]
 pub struct Payload {
+    /// The payload's version: `4`.
+    #[schema(pattern = "^4$")]
     pub version: String,
     #[serde(default)]
     pub receiver: String,
@@ -62,9 +66,12 @@ pub struct Payload {
 }
 
 /// One alert of a delivery, firing or resolved (its own status, not the delivery's).
-#[derive(Debug, Clone, Deserialize)]
+/// What its fields hold is judged alert by alert: an alert that names nothing, or names it
+/// wrongly, is `ignored` in the answer, never a 400.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Alert {
+    /// `firing` or `resolved` (another is ignored).
     pub status: String,
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
@@ -241,18 +248,35 @@ impl Rule {
 /// cut short (at a character) where the whole would pass the source limit; the fingerprint
 /// keeps it unique.
 pub fn source(detector: &str, alertname: &str, fingerprint: &str) -> String {
+    let fingerprint = visible(cut(fingerprint, MAX_EVIDENCE_BYTES));
     let room = MAX_SOURCE_BYTES.saturating_sub(detector.len() + fingerprint.len() + 2);
-    let name = cut(alertname, room);
-    let source = format!("{detector}/{name}/{fingerprint}");
+    let name = visible(alertname);
+    let source = format!("{detector}/{}/{fingerprint}", cut(&name, room));
     cut(&source, MAX_SOURCE_BYTES).to_owned()
+}
+
+/// The longest fingerprint, start time or alert name a report keeps (Alertmanager's are
+/// 16 hex digits, an RFC 3339 time and a rule's name): what is longer is cut, so that an
+/// alert cannot make a report of any size.
+const MAX_EVIDENCE_BYTES: usize = 256;
+
+/// `text` without control characters (which no source, detail or cause may hold).
+fn visible(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).collect()
 }
 
 /// The alert's episode: what a retraction matches, so that a late resolve of an earlier
 /// episode takes nothing of a later one.
 fn episode(alert: &Alert) -> Details {
     Details::from([
-        ("fingerprint".to_owned(), alert.fingerprint.clone()),
-        ("startsAt".to_owned(), alert.starts_at.clone()),
+        (
+            "fingerprint".to_owned(),
+            visible(cut(&alert.fingerprint, MAX_EVIDENCE_BYTES)),
+        ),
+        (
+            "startsAt".to_owned(),
+            visible(cut(&alert.starts_at, MAX_EVIDENCE_BYTES)),
+        ),
     ])
 }
 
@@ -260,17 +284,16 @@ fn episode(alert: &Alert) -> Details {
 /// the details' limits).
 fn details(alert: &Alert) -> Details {
     let mut details = episode(alert);
-    for (key, value) in [
-        ("alertname", alert.name()),
-        ("generatorURL", alert.generator_url.as_str()),
+    for (key, value, limit) in [
+        ("alertname", alert.name(), MAX_EVIDENCE_BYTES),
+        ("generatorURL", alert.generator_url.as_str(), MAX_DETAILS_VALUE_BYTES),
     ] {
+        let value = visible(cut(value, limit));
         if !value.is_empty() {
-            details.insert(key.to_owned(), cut(value, MAX_DETAILS_VALUE_BYTES).to_owned());
+            details.insert(key.to_owned(), value);
         }
     }
-    for value in details.values_mut() {
-        value.retain(|c| !c.is_control());
-    }
+    // Four entries of at most 256, 256, 256 and 1024 bytes: within every details limit.
     details
 }
 

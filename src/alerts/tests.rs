@@ -154,3 +154,19 @@ fn the_payload_reads_version_4_and_leaves_unknown_fields_alone() {
     assert_eq!(payload.version, VERSION);
     assert_eq!(payload.alerts[0].name(), "A");
 }
+
+#[test]
+fn hostile_alerts_make_bounded_reports_of_visible_text() {
+    let mut a = node_alert("firing");
+    a.fingerprint = format!("f\u{1}{}", "x".repeat(10_000));
+    a.starts_at = "2027-01-15T08:00:00.5Z".into();
+    a.generator_url = "u".repeat(100_000);
+    a.labels.insert("alertname".into(), format!("A\u{7}{}", "n".repeat(10_000)));
+    let Decision::Signal(Signal::Report(_, item)) = decide(&a, "am", NOW) else {
+        panic!("not a report")
+    };
+    assert!(crate::model::validate_source(&item.source).is_ok(), "{}", item.source);
+    assert!(crate::model::validate_details(&item.details).is_ok());
+    assert!(!item.cause.chars().any(char::is_control));
+    assert!(item.cause.len() <= MAX_CAUSE_BYTES);
+}

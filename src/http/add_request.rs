@@ -38,6 +38,24 @@ pub(super) struct AddElement {
     #[serde(rename = "mergeOnConflictallowMerge")]
     #[schema(schema_with = lenient_merge_flip_spelling)]
     merge_on_conflict_allow_merge: Option<bool>,
+    #[schema(schema_with = element_source)]
+    source: Option<String>,
+    #[schema(schema_with = element_details)]
+    details: Option<std::collections::BTreeMap<String, String>>,
+}
+
+fn element_source() -> RefOr<Schema> {
+    schema::source(
+        "Who reports this element; default the request's source (`Blocklist-Source`, else \
+         the token's name). A `detector` token's is its own name whatever this says.",
+    )
+}
+
+fn element_details() -> RefOr<Schema> {
+    schema::details(
+        "The evidence the source keeps with its live report; a report whose details equal \
+         those of its source's live report is a repeat, and writes nothing.",
+    )
 }
 
 /// The fields of an add element of which one gives at most one (`null` counting as absent):

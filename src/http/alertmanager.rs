@@ -66,6 +66,7 @@ pub(super) struct AlertResult {
 #[serde(rename_all = "camelCase")]
 pub(super) struct Delivery {
     /// How many alerts came to each outcome (only those that occurred).
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
     counts: std::collections::BTreeMap<&'static str, usize>,
     /// One result per alert, in the delivery's order.
     alerts: Vec<AlertResult>,
@@ -124,7 +125,7 @@ fn payload(body: Value) -> Result<Payload> {
     path = "/webhooks/alertmanager",
     tag = "blocklist",
     params(DryRun),
-    request_body(content = Object, content_type = "application/json",
+    request_body(content = Payload, content_type = "application/json",
         description = "Alertmanager's webhook payload, version 4"),
     responses(
         (status = 200, description = "Everything that could be stored is durable: what became of each alert", body = Delivery,

@@ -10,7 +10,9 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Serialize;
-use utoipa::ToSchema;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::caller::{Caller, Role};
 use super::error::{
@@ -20,6 +22,7 @@ use super::error::{
 use super::extract::DryRun;
 use super::idempotency::KeyedBody;
 use super::provenance::{ReasonParam, RequestSource, SourceHeader};
+use super::schema;
 use super::state::AppState;
 use crate::model::{Id, Item, Kind};
 use crate::store::{Retracted, Retraction};
@@ -145,8 +148,7 @@ macro_rules! retract_handler {
             path = $path,
             tag = "blocklist",
             params(DryRun, ReasonParam, SourceHeader),
-            request_body(content = Vec<RetractionElement>, content_type = "application/json",
-                description = "A non-empty array of elements, or `{\"items\": [...]}`"),
+            request_body(content = RetractRequest, content_type = "application/json"),
             responses(
                 (status = 200, description = "What each retraction did, once durable", body = RetractionAnswer,
                     headers(("X-Blocklist-Revision" = u64, description = "The revision of the request's last change (the current one when nothing changed)"))),
@@ -193,11 +195,37 @@ retract_handler!(
 pub(super) struct RetractionElement {
     #[schema(value_type = Id)]
     id: String,
-    /// Whose report: by default the request's source.
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(schema_with = retracted_source)]
     source: Option<String>,
-    /// Only a report whose details hold every one of these.
+    #[schema(schema_with = retracted_details)]
     details: Option<std::collections::BTreeMap<String, String>>,
+}
+
+fn retracted_source() -> RefOr<Schema> {
+    schema::source("Whose report: default the request's source. A `detector` token's own, whatever this says.")
+}
+
+fn retracted_details() -> RefOr<Schema> {
+    schema::details("Only a report whose details hold every one of these (an alert's episode).")
+}
+
+/// The body of a retraction: a non-empty array of elements, or `{"items": [...]}`.
+pub(super) struct RetractRequest;
+
+impl PartialSchema for RetractRequest {
+    fn schema() -> RefOr<Schema> {
+        schema::batch(
+            &Ref::from_schema_name(RetractionElement::name()).into(),
+            "A non-empty array of elements, or `{\"items\": [...]}`, applied in one transaction.",
+        )
+    }
+}
+
+impl ToSchema for RetractRequest {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((RetractionElement::name().into(), RetractionElement::schema()));
+        RetractionElement::schemas(schemas);
+    }
 }
 
 #[cfg(test)]

@@ -173,3 +173,50 @@ mod tests {
         );
     }
 }
+
+/// A source given in a body (`"source"`): 1–128 bytes of UTF-8 without control characters
+/// (`maxLength` counts characters), or `null` for the request's.
+pub(super) fn source(description: &str) -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(crate::model::MAX_SOURCE_BYTES))
+                .pattern(Some(crate::model::NO_CONTROL_CHARACTERS)),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(description))
+        .into()
+}
+
+/// A report's `details`: an object of at most 16 strings, keys of 1–64 and values of up to
+/// 1024 characters, none with a control character (the 4 KiB they may hold together is
+/// prose: docs/api.md), or `null` for none.
+pub(super) fn details(description: &str) -> RefOr<Schema> {
+    use crate::model::{
+        MAX_DETAILS, MAX_DETAILS_KEY_BYTES, MAX_DETAILS_VALUE_BYTES, NO_CONTROL_CHARACTERS,
+    };
+    let value = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(MAX_DETAILS_VALUE_BYTES))
+        .pattern(Some(NO_CONTROL_CHARACTERS));
+    let key = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_DETAILS_KEY_BYTES))
+        .pattern(Some(NO_CONTROL_CHARACTERS));
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .max_properties(Some(MAX_DETAILS))
+                .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
+                    Schema::Object(value.build()),
+                ))))
+                .property_names(Some(key)),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(description))
+        .into()
+}

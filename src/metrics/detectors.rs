@@ -67,11 +67,9 @@ impl DetectorMetrics {
         while !alertname.is_char_boundary(end) {
             end -= 1;
         }
+        let alertname = alertname[..end].chars().filter(|c| !c.is_control()).collect();
         self.alerts
-            .get_or_create(&AlertLabels {
-                outcome,
-                alertname: alertname[..end].to_owned(),
-            })
+            .get_or_create(&AlertLabels { outcome, alertname })
             .inc();
     }
 }

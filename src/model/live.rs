@@ -67,6 +67,7 @@ pub struct LiveReport {
     pub reports: u64,
     /// Its latest report's details (absent: none).
     #[serde(default, skip_serializing_if = "Details::is_empty")]
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub details: Details,
 }
 
