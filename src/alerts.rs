@@ -24,9 +24,9 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use utoipa::ToSchema;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 use crate::model::{
     validate_id, Action, Details, Kind, NewItem, CAUSE_SEPARATOR, MAX_CAUSE_BYTES,
@@ -167,7 +167,11 @@ fn rule(alert: &Alert) -> Result<Rule, String> {
                 .map_err(|e| format!("{DURATION_LABEL} {text:?} is not a duration ({e})"))?;
             match i64::try_from(duration.as_millis()) {
                 Ok(ms) if ms > 0 => Some(ms),
-                _ => return Err(format!("{DURATION_LABEL} {text:?} is not a positive duration")),
+                _ => {
+                    return Err(format!(
+                        "{DURATION_LABEL} {text:?} is not a positive duration"
+                    ))
+                }
             }
         }
     };
@@ -185,8 +189,12 @@ fn rule(alert: &Alert) -> Result<Rule, String> {
             ))
         }
     };
-    let starts_at = OffsetDateTime::parse(&alert.starts_at, &Rfc3339)
-        .map_err(|e| format!("startsAt {:?} is not an RFC 3339 time ({e})", alert.starts_at))?;
+    let starts_at = OffsetDateTime::parse(&alert.starts_at, &Rfc3339).map_err(|e| {
+        format!(
+            "startsAt {:?} is not an RFC 3339 time ({e})",
+            alert.starts_at
+        )
+    })?;
     let starts_at = i64::try_from(starts_at.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| format!("startsAt {:?} is out of range", alert.starts_at))?;
     Ok(Rule {
@@ -286,7 +294,11 @@ fn details(alert: &Alert) -> Details {
     let mut details = episode(alert);
     for (key, value, limit) in [
         ("alertname", alert.name(), MAX_EVIDENCE_BYTES),
-        ("generatorURL", alert.generator_url.as_str(), MAX_DETAILS_VALUE_BYTES),
+        (
+            "generatorURL",
+            alert.generator_url.as_str(),
+            MAX_DETAILS_VALUE_BYTES,
+        ),
     ] {
         let value = visible(cut(value, limit));
         if !value.is_empty() {

@@ -589,7 +589,12 @@ fn missing<T>(field: &str, errors: &mut Vec<String>) -> Option<T> {
     None
 }
 
-pub(crate) fn wrong_type<T>(field: &str, expected: &str, got: &Value, errors: &mut Vec<String>) -> Option<T> {
+pub(crate) fn wrong_type<T>(
+    field: &str,
+    expected: &str,
+    got: &Value,
+    errors: &mut Vec<String>,
+) -> Option<T> {
     errors.push(format!(
         ".{field}: must be {expected}, got {}",
         type_name(got)

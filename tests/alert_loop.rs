@@ -50,7 +50,9 @@ impl Loop {
         let tokens = ws.tmp.path().join("tokens");
         std::fs::write(
             &tokens,
-            format!("am-token name=alertmanager role=detector\n{OPERATOR} name=operator role=admin\n"),
+            format!(
+                "am-token name=alertmanager role=detector\n{OPERATOR} name=operator role=admin\n"
+            ),
         )
         .unwrap();
         let am_token = ws.tmp.path().join("am-token");
@@ -61,7 +63,15 @@ impl Loop {
         let am_addr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let webhook = format!("http://127.0.0.1:{port}/webhooks/alertmanager");
         let dir = ws.tmp.path().to_owned();
-        let mut alertmanager = alertmanager(&binary, &dir, am_addr, &webhook, &am_token, group_by, repeat_interval);
+        let mut alertmanager = alertmanager(
+            &binary,
+            &dir,
+            am_addr,
+            &webhook,
+            &am_token,
+            group_by,
+            repeat_interval,
+        );
         let mut prometheus = prometheus(&dir, exporter.addr, am_addr, RULES, test)?;
         alertmanager.ready("/-/ready").await;
         prometheus.ready("/-/ready").await;
@@ -81,7 +91,8 @@ impl Loop {
 
     /// Sets the disk errors (`disk`) or ECC errors of `node`.
     fn flip(&self, metric: &str, node: &str, value: f64) {
-        self.exporter.set(&format!("{metric}{{node=\"{node}\"}}"), value);
+        self.exporter
+            .set(&format!("{metric}{{node=\"{node}\"}}"), value);
     }
 
     async fn node(&self, id: &str) -> (StatusCode, Value) {
@@ -97,27 +108,45 @@ impl Loop {
             if check(status, &item) {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "{what}: {status} {item}{}", logs());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {status} {item}{}",
+                logs()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    async fn as_operator(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    async fn as_operator(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let auth = format!("Bearer {OPERATOR}");
-        let (status, _, body) = request(self.d(), method, path, &[("Authorization", &auth)], body).await;
+        let (status, _, body) =
+            request(self.d(), method, path, &[("Authorization", &auth)], body).await;
         (status, body)
     }
 
     async fn alerts(&self, outcome: &str, alertname: &str) -> f64 {
         let text = self.d().scrape().await;
-        metric(&text, &format!("blocklist_alerts_total{{outcome=\"{outcome}\",alertname=\"{alertname}\"}}"))
+        metric(
+            &text,
+            &format!("blocklist_alerts_total{{outcome=\"{outcome}\",alertname=\"{alertname}\"}}"),
+        )
     }
 }
 
 fn start_daemon(ws: &mut Workspace, port: u16) -> Daemon {
     let tokens = ws.tmp.path().join("tokens");
     let listen = format!("127.0.0.1:{port}");
-    ws.start(&["--listen", &listen, "--token-file", tokens.to_str().unwrap()])
+    ws.start(&[
+        "--listen",
+        &listen,
+        "--token-file",
+        tokens.to_str().unwrap(),
+    ])
 }
 
 fn blocked(status: StatusCode, _: &Value) -> bool {
@@ -142,9 +171,18 @@ async fn a_flip_blocks_and_the_flip_back_retracts(release: AlertmanagerRelease, 
     assert!(source.starts_with("alertmanager/NodeDiskErrors/"), "{item}");
     let details = &item["liveReports"][0]["details"];
     assert_eq!(details["alertname"], "NodeDiskErrors", "{item}");
-    assert!(details["generatorURL"].as_str().unwrap().contains("/graph?g0.expr="), "{item}");
+    assert!(
+        details["generatorURL"]
+            .as_str()
+            .unwrap()
+            .contains("/graph?g0.expr="),
+        "{item}"
+    );
     assert!(!details["fingerprint"].as_str().unwrap().is_empty());
-    assert!(details["startsAt"].as_str().unwrap().starts_with("20"), "{item}");
+    assert!(
+        details["startsAt"].as_str().unwrap().starts_with("20"),
+        "{item}"
+    );
 
     l.flip("node_disk_errors", "n1", 0.0);
     l.until("the resolve retracts it", "n1", unblocked).await;
@@ -174,7 +212,13 @@ async fn debians_alertmanager_0_25_a_flip_blocks_the_node_and_the_flip_back_retr
 #[tokio::test]
 async fn an_operators_block_survives_the_resolve_and_two_alerts_need_both_resolved() {
     let test = "an_operators_block_survives_the_resolve_and_two_alerts_need_both_resolved";
-    let Some(l) = Loop::start(AlertmanagerRelease::Built, "'alertname', 'node'", "1h", test).await
+    let Some(l) = Loop::start(
+        AlertmanagerRelease::Built,
+        "'alertname', 'node'",
+        "1h",
+        test,
+    )
+    .await
     else {
         return;
     };
@@ -191,18 +235,25 @@ async fn an_operators_block_survives_the_resolve_and_two_alerts_need_both_resolv
         l.flip("node_disk_errors", node, 1.0);
         l.flip("node_ecc_errors", node, 1.0);
     }
-    let held = |n: usize| move |s: StatusCode, item: &Value| {
-        s == StatusCode::OK && item["liveReports"].as_array().map(Vec::len) == Some(n)
+    let held = |n: usize| {
+        move |s: StatusCode, item: &Value| {
+            s == StatusCode::OK && item["liveReports"].as_array().map(Vec::len) == Some(n)
+        }
     };
-    l.until("both alerts and the operator hold n1", "n1", held(3)).await;
+    l.until("both alerts and the operator hold n1", "n1", held(3))
+        .await;
     l.until("both alerts hold n2", "n2", held(2)).await;
     let (_, n1) = l.node("n1").await;
-    assert_eq!(n1["action"], "MARK_BLOCKED_AND_EVACUATE_TASKS", "the ECC rule's: {n1}");
+    assert_eq!(
+        n1["action"], "MARK_BLOCKED_AND_EVACUATE_TASKS",
+        "the ECC rule's: {n1}"
+    );
 
     for node in ["n1", "n2"] {
         l.flip("node_ecc_errors", node, 0.0);
     }
-    l.until("the disk alert and the operator hold n1", "n1", held(2)).await;
+    l.until("the disk alert and the operator hold n1", "n1", held(2))
+        .await;
     l.until("the disk alert holds n2", "n2", |s, item| {
         s == StatusCode::OK && item["action"] == "MARK_BLOCKED"
     })
@@ -213,10 +264,17 @@ async fn an_operators_block_survives_the_resolve_and_two_alerts_need_both_resolv
     for node in ["n1", "n2"] {
         l.flip("node_disk_errors", node, 0.0);
     }
-    l.until("n2 is free once both resolved", "n2", unblocked).await;
-    l.until("the operator's block of n1 stays, its own", "n1", |s, item| {
-        s == StatusCode::OK && item.get("heldBy").is_none() && item["cause"] == "replace the disk"
-    })
+    l.until("n2 is free once both resolved", "n2", unblocked)
+        .await;
+    l.until(
+        "the operator's block of n1 stays, its own",
+        "n1",
+        |s, item| {
+            s == StatusCode::OK
+                && item.get("heldBy").is_none()
+                && item["cause"] == "replace the disk"
+        },
+    )
     .await;
 }
 
@@ -230,9 +288,10 @@ async fn repeated_deliveries_change_nothing() {
     l.flip("node_disk_errors", "n1", 1.0);
     l.until("the alert blocks n1", "n1", blocked).await;
     let at = l.d().revision().await;
-    eventually("Alertmanager delivers the same alert twice more", || async {
-        l.alerts("repeated", "NodeDiskErrors").await >= 2.0
-    })
+    eventually(
+        "Alertmanager delivers the same alert twice more",
+        || async { l.alerts("repeated", "NodeDiskErrors").await >= 2.0 },
+    )
     .await;
     assert_eq!(l.d().revision().await, at, "no new revision");
     let (_, item) = l.node("n1").await;
@@ -248,7 +307,9 @@ async fn a_storm_over_60_percent_of_the_nodes_is_capped() {
     let registrations: Vec<Value> = (0..10)
         .map(|i| json!({"id": format!("tm-{i}"), "node": format!("n{i}")}))
         .collect();
-    let (status, body) = l.as_operator(Method::PUT, "/taskmanagers", Some(json!(registrations))).await;
+    let (status, body) = l
+        .as_operator(Method::PUT, "/taskmanagers", Some(json!(registrations)))
+        .await;
     assert!(status.is_success(), "{body}");
     for i in 0..6 {
         l.flip("node_disk_errors", &format!("n{i}"), 1.0);
@@ -258,7 +319,10 @@ async fn a_storm_over_60_percent_of_the_nodes_is_capped() {
     })
     .await;
     let count = || async {
-        l.d().listing().await["blockedNodes"].as_array().unwrap().len()
+        l.d().listing().await["blockedNodes"]
+            .as_array()
+            .unwrap()
+            .len()
     };
     eventually("five nodes blocked", || async { count().await == 5 }).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -289,7 +353,13 @@ async fn the_daemon_down_for_20_s_loses_no_alert() {
 #[tokio::test]
 async fn kill_9_mid_delivery_loses_nothing_acknowledged() {
     let test = "kill_9_mid_delivery_loses_nothing_acknowledged";
-    let Some(mut l) = Loop::start(AlertmanagerRelease::Built, "'alertname', 'node'", "1h", test).await
+    let Some(mut l) = Loop::start(
+        AlertmanagerRelease::Built,
+        "'alertname', 'node'",
+        "1h",
+        test,
+    )
+    .await
     else {
         return;
     };
@@ -313,12 +383,19 @@ async fn kill_9_mid_delivery_loses_nothing_acknowledged() {
     loop {
         let now = blocked_ids(&l.d().listing().await);
         for id in &seen {
-            assert!(now.contains(id), "{id} was shown blocked before the kill: {now:?}");
+            assert!(
+                now.contains(id),
+                "{id} was shown blocked before the kill: {now:?}"
+            );
         }
         if now == nodes {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "{now:?}\n{}", l.alertmanager.log_text());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{now:?}\n{}",
+            l.alertmanager.log_text()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

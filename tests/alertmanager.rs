@@ -21,7 +21,11 @@ fn alert(status: &str, name: &str, node: &str, fingerprint: &str, extra: Value) 
     for (k, v) in extra.as_object().unwrap() {
         labels[k] = v.clone();
     }
-    let ends = if status == "firing" { "0001-01-01T00:00:00Z" } else { "2026-12-07T06:00:00Z" };
+    let ends = if status == "firing" {
+        "0001-01-01T00:00:00Z"
+    } else {
+        "2026-12-07T06:00:00Z"
+    };
     json!({
         "status": status,
         "labels": labels,
@@ -54,7 +58,11 @@ async fn deliver(d: &Daemon, body: Value) -> (StatusCode, Option<u64>, Value) {
     deliver_as(d, None, body).await
 }
 
-async fn deliver_as(d: &Daemon, token: Option<&str>, body: Value) -> (StatusCode, Option<u64>, Value) {
+async fn deliver_as(
+    d: &Daemon,
+    token: Option<&str>,
+    body: Value,
+) -> (StatusCode, Option<u64>, Value) {
     let auth = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
     let (status, h, body) = request(d, Method::POST, PATH, &headers, Some(body)).await;
@@ -77,7 +85,13 @@ fn outcomes(body: &Value) -> Vec<String> {
 async fn a_firing_alert_blocks_its_node_and_its_resolve_retracts_it() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    let firing = alert("firing", "NodeDiskErrors", "n1", "6d2a1c0e4f3b8a91", json!({}));
+    let firing = alert(
+        "firing",
+        "NodeDiskErrors",
+        "n1",
+        "6d2a1c0e4f3b8a91",
+        json!({}),
+    );
     let (status, revision, body) = deliver(&d, delivery(vec![firing.clone()])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(outcomes(&body), ["blocked"]);
@@ -88,19 +102,31 @@ async fn a_firing_alert_blocks_its_node_and_its_resolve_retracts_it() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(item["action"], "MARK_BLOCKED");
     assert_eq!(item["cause"], "NodeDiskErrors: NodeDiskErrors on n1");
-    assert_eq!(item["source"], "alertmanager/NodeDiskErrors/6d2a1c0e4f3b8a91");
+    assert_eq!(
+        item["source"],
+        "alertmanager/NodeDiskErrors/6d2a1c0e4f3b8a91"
+    );
     assert_eq!(item["endTimestamp"], json!(i64::MAX), "until it resolves");
     let details = &item["liveReports"][0]["details"];
     assert_eq!(details["fingerprint"], "6d2a1c0e4f3b8a91", "{item}");
     assert_eq!(details["startsAt"], STARTS);
-    assert_eq!(details["generatorURL"], "http://prometheus:9090/graph?g0.expr=NodeDiskErrors");
+    assert_eq!(
+        details["generatorURL"],
+        "http://prometheus:9090/graph?g0.expr=NodeDiskErrors"
+    );
 
     // Delivered again (a reload, a repeat_interval): nothing new.
     let (_, revision, body) = deliver(&d, delivery(vec![firing])).await;
     assert_eq!(outcomes(&body), ["repeated"]);
     assert_eq!(revision, Some(1), "no new revision");
 
-    let resolved = alert("resolved", "NodeDiskErrors", "n1", "6d2a1c0e4f3b8a91", json!({}));
+    let resolved = alert(
+        "resolved",
+        "NodeDiskErrors",
+        "n1",
+        "6d2a1c0e4f3b8a91",
+        json!({}),
+    );
     let (_, revision, body) = deliver(&d, delivery(vec![resolved.clone()])).await;
     assert_eq!(outcomes(&body), ["retracted"], "{body}");
     assert_eq!(revision, Some(2));
@@ -115,7 +141,8 @@ async fn a_firing_alert_blocks_its_node_and_its_resolve_retracts_it() {
 
     let metrics = d.scrape().await;
     for outcome in ["blocked", "repeated", "retracted", "absent"] {
-        let series = format!("blocklist_alerts_total{{outcome=\"{outcome}\",alertname=\"NodeDiskErrors\"}}");
+        let series =
+            format!("blocklist_alerts_total{{outcome=\"{outcome}\",alertname=\"NodeDiskErrors\"}}");
         assert_eq!(metric(&metrics, &series), 1.0, "{series}");
     }
 }
@@ -125,11 +152,22 @@ async fn an_operators_block_outlives_the_resolve_and_two_alerts_need_both_resolv
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     let (status, _) = d
-        .post("/blocklist/nodes", json!([{"id": "n1", "action": "MARK_BLOCKED",
-            "cause": "replace the disk", "source": "operator:alice"}]))
+        .post(
+            "/blocklist/nodes",
+            json!([{"id": "n1", "action": "MARK_BLOCKED",
+            "cause": "replace the disk", "source": "operator:alice"}]),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED);
-    let disk = |s| alert(s, "NodeDiskErrors", "n1", "f-disk", json!({"blocklist_action": "evacuate"}));
+    let disk = |s| {
+        alert(
+            s,
+            "NodeDiskErrors",
+            "n1",
+            "f-disk",
+            json!({"blocklist_action": "evacuate"}),
+        )
+    };
     let ecc = |s| alert(s, "NodeECCErrors", "n1", "f-ecc", json!({}));
     let (_, _, body) = deliver(&d, delivery(vec![disk("firing"), ecc("firing")])).await;
     assert_eq!(outcomes(&body), ["blocked", "blocked"], "{body}");
@@ -141,7 +179,10 @@ async fn an_operators_block_outlives_the_resolve_and_two_alerts_need_both_resolv
     let (_, _, body) = deliver(&d, delivery(vec![disk("resolved"), ecc("firing")])).await;
     assert_eq!(outcomes(&body), ["retracted", "repeated"], "{body}");
     let (_, item) = d.get("/blocklist/nodes/n1").await;
-    assert_eq!(item["action"], "MARK_BLOCKED", "the evacuation was the disk alert's: {item}");
+    assert_eq!(
+        item["action"], "MARK_BLOCKED",
+        "the evacuation was the disk alert's: {item}"
+    );
     let (_, _, body) = deliver(&d, delivery(vec![ecc("resolved")])).await;
     assert_eq!(outcomes(&body), ["retracted"]);
     let (status, item) = d.get("/blocklist/nodes/n1").await;
@@ -150,11 +191,31 @@ async fn an_operators_block_outlives_the_resolve_and_two_alerts_need_both_resolv
     assert!(item.get("heldBy").is_none(), "{item}");
 
     // Without the operator, the last resolve ends it.
-    let (_, _, _) = deliver(&d, delivery(vec![alert("firing", "A", "n2", "f2", json!({}))])).await;
-    let (_, _, _) = deliver(&d, delivery(vec![alert("firing", "B", "n2", "f3", json!({}))])).await;
-    deliver(&d, delivery(vec![alert("resolved", "A", "n2", "f2", json!({}))])).await;
-    assert_eq!(d.get("/blocklist/nodes/n2").await.0, StatusCode::OK, "B still fires");
-    deliver(&d, delivery(vec![alert("resolved", "B", "n2", "f3", json!({}))])).await;
+    let (_, _, _) = deliver(
+        &d,
+        delivery(vec![alert("firing", "A", "n2", "f2", json!({}))]),
+    )
+    .await;
+    let (_, _, _) = deliver(
+        &d,
+        delivery(vec![alert("firing", "B", "n2", "f3", json!({}))]),
+    )
+    .await;
+    deliver(
+        &d,
+        delivery(vec![alert("resolved", "A", "n2", "f2", json!({}))]),
+    )
+    .await;
+    assert_eq!(
+        d.get("/blocklist/nodes/n2").await.0,
+        StatusCode::OK,
+        "B still fires"
+    );
+    deliver(
+        &d,
+        delivery(vec![alert("resolved", "B", "n2", "f3", json!({}))]),
+    )
+    .await;
     assert_eq!(d.get("/blocklist/nodes/n2").await.0, StatusCode::NOT_FOUND);
 }
 
@@ -166,10 +227,20 @@ async fn a_storm_blocks_up_to_the_cap_and_refuses_the_rest_per_alert() {
     let registrations: Vec<Value> = (0..10)
         .map(|i| json!({"id": format!("tm-{i}"), "node": format!("n{i}")}))
         .collect();
-    let (status, body) = d.call(Method::PUT, "/taskmanagers", Some(json!(registrations))).await;
+    let (status, body) = d
+        .call(Method::PUT, "/taskmanagers", Some(json!(registrations)))
+        .await;
     assert!(status.is_success(), "{body}");
     let storm: Vec<Value> = (0..6)
-        .map(|i| alert("firing", "KernelDeadlock", &format!("n{i}"), &format!("f{i}"), json!({})))
+        .map(|i| {
+            alert(
+                "firing",
+                "KernelDeadlock",
+                &format!("n{i}"),
+                &format!("f{i}"),
+                json!({}),
+            )
+        })
         .collect();
     let (status, _, body) = deliver(&d, delivery(storm)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -179,8 +250,14 @@ async fn a_storm_blocks_up_to_the_cap_and_refuses_the_rest_per_alert() {
         "{body}"
     );
     let reason = body["alerts"][5]["reason"].as_str().unwrap();
-    assert!(reason.contains("blockedShare") || reason.contains("share"), "{reason}");
-    assert_eq!(d.listing().await["blockedNodes"].as_array().unwrap().len(), 5);
+    assert!(
+        reason.contains("blockedShare") || reason.contains("share"),
+        "{reason}"
+    );
+    assert_eq!(
+        d.listing().await["blockedNodes"].as_array().unwrap().len(),
+        5
+    );
     let (_, status) = d.get("/policy/status").await;
     assert_eq!(status["nodes"]["blockedShare"]["current"], 5, "{status}");
     let metrics = d.scrape().await;
@@ -200,34 +277,67 @@ async fn what_names_nothing_is_ignored_per_alert_and_bad_payloads_are_400_writin
                 "fingerprint": "w"}),
             alert("firing", "Bad", "n\u{1}x", "f1", json!({})),
             alert("firing", "Bad", &"x".repeat(300), "f2", json!({})),
-            alert("firing", "Bad", "n1", "f3", json!({"blocklist_kind": "rack"})),
+            alert(
+                "firing",
+                "Bad",
+                "n1",
+                "f3",
+                json!({"blocklist_kind": "rack"}),
+            ),
             alert("firing", "Good", "n1", "f4", json!({})),
         ]),
     )
     .await;
-    assert_eq!(outcomes(&body), ["ignored", "ignored", "ignored", "ignored", "blocked"], "{body}");
-    assert!(body["alerts"][0]["reason"].as_str().unwrap().contains("no blocklist_kind"));
-    assert!(body["alerts"][1]["reason"].as_str().unwrap().contains("control character"));
-    assert!(body["alerts"][2]["reason"].as_str().unwrap().contains("256 bytes"));
+    assert_eq!(
+        outcomes(&body),
+        ["ignored", "ignored", "ignored", "ignored", "blocked"],
+        "{body}"
+    );
+    assert!(body["alerts"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no blocklist_kind"));
+    assert!(body["alerts"][1]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("control character"));
+    assert!(body["alerts"][2]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("256 bytes"));
     let at = d.revision().await;
-    assert!(d.log_text().contains("Watchdog"), "ignored alerts are logged by name");
+    assert!(
+        d.log_text().contains("Watchdog"),
+        "ignored alerts are logged by name"
+    );
 
     let bad: Vec<(Value, &str)> = vec![
         (json!({"version": "3", "alerts": []}), "version"),
         (json!({"version": "4"}), "alerts"),
-        (json!({"version": "4", "alerts": [{"status": "firing"}]}), "alerts[0]"),
-        (json!({"version": "4", "alerts": [{"status": "firing", "labels": {"a": 1},
-            "startsAt": STARTS, "fingerprint": "f"}]}), "alerts[0].labels.a"),
+        (
+            json!({"version": "4", "alerts": [{"status": "firing"}]}),
+            "alerts[0]",
+        ),
+        (
+            json!({"version": "4", "alerts": [{"status": "firing", "labels": {"a": 1},
+            "startsAt": STARTS, "fingerprint": "f"}]}),
+            "alerts[0].labels.a",
+        ),
         (json!([1, 2]), "not Alertmanager's"),
         (json!("hello"), "not Alertmanager's"),
     ];
     for (payload, named) in bad {
         let (status, revision, body) = deliver(&d, payload.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{payload}: {body}");
-        assert!(body["errors"][0].as_str().unwrap().contains(named), "{payload}: {body}");
+        assert!(
+            body["errors"][0].as_str().unwrap().contains(named),
+            "{payload}: {body}"
+        );
         assert_eq!(revision, None);
     }
-    let (status, body) = d.post_raw(PATH, "application/json", b"{\"version\": \"4\", ".to_vec()).await;
+    let (status, body) = d
+        .post_raw(PATH, "application/json", b"{\"version\": \"4\", ".to_vec())
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let huge: Vec<Value> = (0..51)
         .map(|i| alert("firing", "A", &format!("n{i}"), &format!("f{i}"), json!({})))
@@ -257,7 +367,10 @@ async fn the_webhook_takes_a_detector_token_and_reports_under_its_name() {
     let (status, _, _) = deliver_as(&d, Some("reader-token"), firing.clone()).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _, body) = deliver_as(&d, Some("am-token"), firing).await;
-    assert_eq!((status, outcomes(&body)), (StatusCode::OK, vec!["blocked".to_owned()]));
+    assert_eq!(
+        (status, outcomes(&body)),
+        (StatusCode::OK, vec!["blocked".to_owned()])
+    );
     let (_, item) = d.get("/blocklist/nodes/n1").await;
     assert_eq!(item["source"], "alertmanager-prod/A/f1");
 }

@@ -200,7 +200,8 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
         )
         .await;
     // A node the bridge holds back (its ceiling): not enforced, and it stands out.
-    d.post("/blocklist/nodes", json!([item("n6", MB, "psu")])).await;
+    d.post("/blocklist/nodes", json!([item("n6", MB, "psu")]))
+        .await;
     let (status, body) = d
         .call(
             reqwest::Method::PUT,
@@ -211,11 +212,16 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     browser
-        .until("a node held back", Duration::from_secs(5) + 3 * LIVE, badges, |t| {
-            t.as_str().is_some_and(|t| {
-                t.contains("node/n6 badge state-heldBack held back blocklist-kube: held back")
-            })
-        })
+        .until(
+            "a node held back",
+            Duration::from_secs(5) + 3 * LIVE,
+            badges,
+            |t| {
+                t.as_str().is_some_and(|t| {
+                    t.contains("node/n6 badge state-heldBack held back blocklist-kube: held back")
+                })
+            },
+        )
         .await;
     // Held by two sources: the row names both, once the feed's merge is read again.
     let again = json!([{"id": "n6", "action": MB, "cause": "ecc", "source": "alerts/ECC/f1",
@@ -223,7 +229,8 @@ async fn the_console_shows_the_store_and_follows_the_feed_through_a_restart() {
     d.post("/blocklist/nodes", again).await;
     browser
         .until("the sources that hold it", LIVE * 3, ROW_TEXTS, |t| {
-            t.as_str().is_some_and(|t| t.contains("unknown, alerts/ECC/f1 (2)"))
+            t.as_str()
+                .is_some_and(|t| t.contains("unknown, alerts/ECC/f1 (2)"))
         })
         .await;
     let desktop = browser.screenshot("console-desktop.png").await;

@@ -65,7 +65,12 @@ async fn a_retraction_leaves_the_block_the_other_sources_ask_for() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     // An operator blocks n1 for good; an alert reports it too, stronger and timed.
-    add(&d, "nodes", json!([report("n1", MB, "disk smart", "operator:alice")])).await;
+    add(
+        &d,
+        "nodes",
+        json!([report("n1", MB, "disk smart", "operator:alice")]),
+    )
+    .await;
     let (status, body) = add(
         &d,
         "nodes",
@@ -75,7 +80,10 @@ async fn a_retraction_leaves_the_block_the_other_sources_ask_for() {
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(body[0]["action"], EVAC, "FLIP-224's merge, as before: {body}");
+    assert_eq!(
+        body[0]["action"], EVAC,
+        "FLIP-224's merge, as before: {body}"
+    );
     assert_eq!(body[0]["cause"], "disk smart,DiskErrors");
     assert_eq!(
         body[0]["heldBy"],
@@ -86,7 +94,10 @@ async fn a_retraction_leaves_the_block_the_other_sources_ask_for() {
     assert_eq!(live.len(), 2, "{item}");
     assert_eq!(live[0]["source"], "operator:alice");
     assert_eq!(live[0]["endTimestamp"], json!(PERMANENT));
-    assert_eq!(live[1]["details"], json!({"fingerprint": "f1", "startsAt": "t1"}));
+    assert_eq!(
+        live[1]["details"],
+        json!({"fingerprint": "f1", "startsAt": "t1"})
+    );
     let before = d.revision().await;
 
     // The alert resolves: the operator's block is what is left.
@@ -103,12 +114,22 @@ async fn a_retraction_leaves_the_block_the_other_sources_ask_for() {
     assert_eq!(result["item"]["action"], MB, "{body}");
     assert_eq!(result["item"]["endTimestamp"], json!(PERMANENT));
     assert_eq!(result["item"]["cause"], "disk smart");
-    assert!(result["item"].get("heldBy").is_none(), "its source alone: {body}");
+    assert!(
+        result["item"].get("heldBy").is_none(),
+        "its source alone: {body}"
+    );
 
     let (_, item) = d.get("/blocklist/nodes/n1").await;
-    assert_eq!((item["action"].clone(), item["cause"].clone()), (json!(MB), json!("disk smart")));
+    assert_eq!(
+        (item["action"].clone(), item["cause"].clone()),
+        (json!(MB), json!("disk smart"))
+    );
     assert_eq!(item["source"], "operator:alice");
-    assert_eq!(item["liveReports"].as_array().map(Vec::len), Some(1), "{item}");
+    assert_eq!(
+        item["liveReports"].as_array().map(Vec::len),
+        Some(1),
+        "{item}"
+    );
     // The ledger shows the retraction, newest first.
     assert_eq!(item["reports"][0]["operation"], "retract", "{item}");
     assert_eq!(item["reports"][0]["source"], "alerts/DiskErrors/f1");
@@ -117,15 +138,28 @@ async fn a_retraction_leaves_the_block_the_other_sources_ask_for() {
     assert_eq!(summary(&events), pairs(&[("updated", "n1")]));
     assert_eq!(events[0].data["action"], MB);
     let (status, check) = d.get("/blocklist/check/nodes/n1").await;
-    assert_eq!((status, check["action"].clone()), (StatusCode::OK, json!(MB)));
+    assert_eq!(
+        (status, check["action"].clone()),
+        (StatusCode::OK, json!(MB))
+    );
 }
 
 #[tokio::test]
 async fn the_last_retraction_ends_the_block_retracted_by_its_source() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    add(&d, "taskmanagers", json!([report("tm-1", EVAC, "oom", "det-a")])).await;
-    add(&d, "taskmanagers", json!([report("tm-1", MB, "slow", "det-b")])).await;
+    add(
+        &d,
+        "taskmanagers",
+        json!([report("tm-1", EVAC, "oom", "det-a")]),
+    )
+    .await;
+    add(
+        &d,
+        "taskmanagers",
+        json!([report("tm-1", MB, "slow", "det-b")]),
+    )
+    .await;
     let before = d.revision().await;
     let (status, revision, body) = retract_as(
         &d,
@@ -134,13 +168,19 @@ async fn the_last_retraction_ends_the_block_retracted_by_its_source() {
         json!([{"id": "tm-1"}]),
     )
     .await;
-    assert_eq!((status, body["retracted"][0]["outcome"].clone()), (StatusCode::OK, json!("kept")));
+    assert_eq!(
+        (status, body["retracted"][0]["outcome"].clone()),
+        (StatusCode::OK, json!("kept"))
+    );
     assert_eq!(revision, Some(before + 1));
-    assert_eq!(body["retracted"][0]["item"]["action"], MB, "det-b's: {body}");
+    assert_eq!(
+        body["retracted"][0]["item"]["action"], MB,
+        "det-b's: {body}"
+    );
 
     let (status, revision, body) = retract(
         &d,
-        "taskmanagers",
+        "taskmanagers?reason=replaced",
         json!({"items": [{"id": "tm-1", "source": "det-b"}]}),
     )
     .await;
@@ -152,6 +192,7 @@ async fn the_last_retraction_ends_the_block_retracted_by_its_source() {
     let past = history(&d, "/blocklist/taskmanagers/tm-1").await;
     assert_eq!(past[0]["ended"]["how"], "retracted", "{past:?}");
     assert_eq!(past[0]["ended"]["source"], "det-b", "{past:?}");
+    assert_eq!(past[0]["ended"]["reason"], "replaced", "{past:?}");
     let events = events_after(&d, before).await;
     assert_eq!(
         summary(&events),
@@ -247,7 +288,11 @@ async fn an_unblock_ends_the_block_whoever_holds_it_and_a_patch_is_every_reports
     add(&d, "nodes", json!([report("n1", EVAC, "b", "det-b")])).await;
     // Downgraded in place: what a retraction leaves says it too.
     let (status, body) = d
-        .call(Method::PATCH, "/blocklist/nodes/n1", Some(json!({"action": MB})))
+        .call(
+            Method::PATCH,
+            "/blocklist/nodes/n1",
+            Some(json!({"action": MB})),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (_, _, body) = retract(&d, "nodes", json!([{"id": "n1", "source": "det-a"}])).await;
@@ -260,7 +305,10 @@ async fn an_unblock_ends_the_block_whoever_holds_it_and_a_patch_is_every_reports
     // Its live reports went with it: a new block starts with its own source alone.
     add(&d, "nodes", json!([report("n1", MB, "d", "det-d")])).await;
     let (_, item) = d.get("/blocklist/nodes/n1").await;
-    assert!(item.get("liveReports").is_none() && item.get("heldBy").is_none(), "{item}");
+    assert!(
+        item.get("liveReports").is_none() && item.get("heldBy").is_none(),
+        "{item}"
+    );
     let (_, _, body) = retract(&d, "nodes", json!([{"id": "n1", "source": "det-b"}])).await;
     assert_eq!(body["retracted"][0]["outcome"], "absent");
 }
@@ -295,7 +343,10 @@ async fn a_dry_run_and_a_keyed_retry_of_a_retraction() {
         json!([{"id": "n1", "source": "det-b"}]),
     )
     .await;
-    assert_eq!((status, body["retracted"][0]["outcome"].clone()), (StatusCode::OK, json!("kept")));
+    assert_eq!(
+        (status, body["retracted"][0]["outcome"].clone()),
+        (StatusCode::OK, json!("kept"))
+    );
     assert_eq!(body["retracted"][0]["item"]["action"], MB, "{body}");
     assert_eq!(d.revision().await, at, "a dry run writes nothing");
 
@@ -340,13 +391,23 @@ async fn one_source_more_than_a_block_may_have_is_refused() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
     for n in 0..32 {
-        let (status, body) =
-            add(&d, "nodes", json!([report("n1", MB, "c", &format!("s{n}"))])).await;
+        let (status, body) = add(
+            &d,
+            "nodes",
+            json!([report("n1", MB, "c", &format!("s{n}"))]),
+        )
+        .await;
         assert!(status.is_success(), "{body}");
     }
     let (status, body) = add(&d, "nodes", json!([report("n1", MB, "c", "s32")])).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert!(body["errors"][0].as_str().unwrap().contains("held by 32 sources"), "{body}");
+    assert!(
+        body["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("held by 32 sources"),
+        "{body}"
+    );
     // One of them reports again: still fine.
     let (status, _) = add(&d, "nodes", json!([report("n1", EVAC, "c", "s7")])).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -413,10 +474,22 @@ async fn a_detector_reports_and_retracts_under_its_own_name_and_nothing_else() {
     let refusals = [
         (Method::DELETE, "/blocklist/nodes/op-1", None),
         (Method::DELETE, "/blocklist/nodes?source=ops", None),
-        (Method::PATCH, "/blocklist/nodes/op-1", Some(json!({"action": MB}))),
+        (
+            Method::PATCH,
+            "/blocklist/nodes/op-1",
+            Some(json!({"action": MB})),
+        ),
         (Method::PUT, "/policy", Some(json!({}))),
-        (Method::PUT, "/allowlist/nodes/x", Some(json!({"comment": "c"}))),
-        (Method::PUT, "/taskmanagers/tm-1", Some(json!({"node": "n1"}))),
+        (
+            Method::PUT,
+            "/allowlist/nodes/x",
+            Some(json!({"comment": "c"})),
+        ),
+        (
+            Method::PUT,
+            "/taskmanagers/tm-1",
+            Some(json!({"node": "n1"})),
+        ),
         (Method::PUT, "/enforcement/alerts", Some(json!([]))),
         (
             Method::POST,
@@ -428,7 +501,10 @@ async fn a_detector_reports_and_retracts_under_its_own_name_and_nothing_else() {
         let (status, answer) = as_token(&d, det, method.clone(), path, body).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {answer}");
         assert!(
-            answer["errors"][0].as_str().unwrap().contains("role is detector"),
+            answer["errors"][0]
+                .as_str()
+                .unwrap()
+                .contains("role is detector"),
             "{answer}"
         );
     }
@@ -484,7 +560,11 @@ async fn a_retraction_acknowledged_survives_kill_9() {
     d.kill9();
     let d = ws.start(&[]);
     let (_, item) = d.get("/blocklist/nodes/n1").await;
-    assert_eq!((item["action"].clone(), item["cause"].clone()), (json!(MB), json!("a")), "{item}");
+    assert_eq!(
+        (item["action"].clone(), item["cause"].clone()),
+        (json!(MB), json!("a")),
+        "{item}"
+    );
     assert_eq!(d.get("/blocklist/nodes/n2").await.0, StatusCode::NOT_FOUND);
     if !on_etcd() {
         d.terminate();

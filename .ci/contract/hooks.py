@@ -3,8 +3,9 @@
 docs/api.md ("What the OpenAPI document cannot say") lists four rules of the API that the
 OpenAPI document can only approximate:
 
-- ids are limited to 256 bytes of UTF-8, sources to 128, and causes and reasons to 1 KiB,
-  where `maxLength` counts characters;
+- ids are limited to 256 bytes of UTF-8, sources to 128, causes and reasons to 1 KiB, and
+  a report's `details` to keys of 64 bytes, values of 1 KiB and 4 KiB in all, where
+  `maxLength` counts characters (and no keyword sums lengths);
 - an `endTimestamp` must be in the future, which depends on when the request arrives;
 - an unblock by selector needs at least one of `source`, `cause` and `all=true`, each of
   them optional on its own;
@@ -75,6 +76,10 @@ lambda_sources.lambda_description = _lambda_description
 ID_BYTES = 256
 CAUSE_BYTES = 1024
 SOURCE_BYTES = 128
+# A report's details (src/model/live.rs).
+DETAILS_KEY_BYTES = 64
+DETAILS_VALUE_BYTES = 1024
+DETAILS_BYTES = 4096
 # The byte limits of query parameters: an unblock's reason, a selector's cause and source.
 QUERY_BYTES = {"reason": 1024, "cause": CAUSE_BYTES, "source": SOURCE_BYTES}
 # The unblock by selector, and what it is given when generated without a selector.
@@ -102,6 +107,35 @@ def _fit(value, limit):
     if len(encoded) <= limit:
         return value
     return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+def _fit_details(details):
+    """A report's details with each key and value cut to its byte limit, and the values cut
+    further, last first, until all of them fit the limit in all (a key two keys were cut to
+    keeps the first's value, as the JSON object is read)."""
+    if not isinstance(details, dict):
+        return details
+    fitted = {}
+    for key, value in details.items():
+        key = _fit(key, DETAILS_KEY_BYTES)
+        if key not in fitted:
+            fitted[key] = _fit(value, DETAILS_VALUE_BYTES)
+
+    def size(k, v):
+        return len(k.encode("utf-8", errors="ignore")) + (
+            len(v.encode("utf-8", errors="ignore")) if isinstance(v, str) else 0
+        )
+
+    total = sum(size(k, v) for k, v in fitted.items())
+    for key in reversed(list(fitted)):
+        if total <= DETAILS_BYTES:
+            break
+        value = fitted[key]
+        if isinstance(value, str):
+            total -= size(key, value)
+            fitted[key] = ""
+            total += size(key, "")
+    return fitted
 
 
 def _whole(value):
@@ -139,6 +173,8 @@ def _adjust(node, now_ms):
             node[field] = _fit(value, CAUSE_BYTES)
         elif field == "source":
             node[field] = _fit(value, SOURCE_BYTES)
+        elif field == "details":
+            node[field] = _fit_details(value)
         elif field in ID_LIST_FIELDS and isinstance(value, list):
             node[field] = [_fit(id, ID_BYTES) for id in value]
         elif field in TIME_FIELDS:

@@ -36,11 +36,17 @@ fn a_firing_alert_reports_its_node_under_its_own_source() {
     assert_eq!(item.action, Action::MarkBlocked);
     assert_eq!(item.end, PERMANENT, "until it resolves");
     assert_eq!(item.source, "am/NodeDiskErrors/6d2a1c0e4f3b8a91");
-    assert_eq!(item.cause, "NodeDiskErrors: disk errors on sda; sdb", "one cause");
+    assert_eq!(
+        item.cause, "NodeDiskErrors: disk errors on sda; sdb",
+        "one cause"
+    );
     assert!(item.allow_merge);
     assert_eq!(item.details["fingerprint"], "6d2a1c0e4f3b8a91");
     assert_eq!(item.details["startsAt"], "2027-01-15T08:00:00.5Z");
-    assert_eq!(item.details["generatorURL"], "http://prometheus/graph?g0.expr=x");
+    assert_eq!(
+        item.details["generatorURL"],
+        "http://prometheus/graph?g0.expr=x"
+    );
     assert_eq!(item.details["alertname"], "NodeDiskErrors");
 }
 
@@ -86,12 +92,17 @@ fn the_rule_says_kind_id_label_action_and_duration() {
         "firing",
         json!({"alertname": "X", "blocklist_kind": "taskmanager", "pod": "tm-1"}),
     );
-    b.annotations
-        .insert("blocklist_action".into(), "MARK_BLOCKED_AND_EVACUATE_TASKS".into());
+    b.annotations.insert(
+        "blocklist_action".into(),
+        "MARK_BLOCKED_AND_EVACUATE_TASKS".into(),
+    );
     let Decision::Signal(Signal::Report(_, item)) = decide(&b, "am", NOW) else {
         panic!("not a report")
     };
-    assert_eq!((item.id.as_str(), item.action), ("tm-1", Action::MarkBlockedAndEvacuateTasks));
+    assert_eq!(
+        (item.id.as_str(), item.action),
+        ("tm-1", Action::MarkBlockedAndEvacuateTasks)
+    );
 }
 
 #[test]
@@ -107,14 +118,38 @@ fn a_rule_that_keeps_the_block_retracts_nothing_on_resolve() {
 #[test]
 fn an_alert_that_names_nothing_or_names_it_wrongly_is_ignored_with_the_reason() {
     let cases = [
-        (json!({"alertname": "A", "node": "n1"}), "no blocklist_kind label"),
-        (json!({"alertname": "A", "blocklist_kind": "rack", "node": "n1"}), "must be node or taskmanager"),
-        (json!({"alertname": "A", "blocklist_kind": "node", "instance": "n1:9100"}), "no label \"node\""),
-        (json!({"alertname": "A", "blocklist_kind": "node", "node": "n\u{1}"}), "control character"),
-        (json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_action": "kill"}), "blocklist_action is \"kill\""),
-        (json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_duration": "soon"}), "is not a duration"),
-        (json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_on_resolve": "keep"}), "no blocklist_duration"),
-        (json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_duration": "1s"}), "has passed"),
+        (
+            json!({"alertname": "A", "node": "n1"}),
+            "no blocklist_kind label",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "rack", "node": "n1"}),
+            "must be node or taskmanager",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "node", "instance": "n1:9100"}),
+            "no label \"node\"",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "node", "node": "n\u{1}"}),
+            "control character",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_action": "kill"}),
+            "blocklist_action is \"kill\"",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_duration": "soon"}),
+            "is not a duration",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_on_resolve": "keep"}),
+            "no blocklist_duration",
+        ),
+        (
+            json!({"alertname": "A", "blocklist_kind": "node", "node": "n1", "blocklist_duration": "1s"}),
+            "has passed",
+        ),
     ];
     for (labels, why) in cases {
         match decide(&alert("firing", labels.clone()), "am", NOW) {
@@ -135,7 +170,10 @@ fn a_source_stays_within_its_limit_and_unique() {
     let long = "A".repeat(300);
     let s = source("alertmanager", &long, "6d2a1c0e4f3b8a91");
     assert_eq!(s.len(), MAX_SOURCE_BYTES);
-    assert!(s.starts_with("alertmanager/AAA") && s.ends_with("/6d2a1c0e4f3b8a91"), "{s}");
+    assert!(
+        s.starts_with("alertmanager/AAA") && s.ends_with("/6d2a1c0e4f3b8a91"),
+        "{s}"
+    );
     let s = source("am", "Ünïcödé".repeat(40).as_str(), "f");
     assert!(s.len() <= MAX_SOURCE_BYTES && s.ends_with("/f"), "{s}");
 }
@@ -161,11 +199,16 @@ fn hostile_alerts_make_bounded_reports_of_visible_text() {
     a.fingerprint = format!("f\u{1}{}", "x".repeat(10_000));
     a.starts_at = "2027-01-15T08:00:00.5Z".into();
     a.generator_url = "u".repeat(100_000);
-    a.labels.insert("alertname".into(), format!("A\u{7}{}", "n".repeat(10_000)));
+    a.labels
+        .insert("alertname".into(), format!("A\u{7}{}", "n".repeat(10_000)));
     let Decision::Signal(Signal::Report(_, item)) = decide(&a, "am", NOW) else {
         panic!("not a report")
     };
-    assert!(crate::model::validate_source(&item.source).is_ok(), "{}", item.source);
+    assert!(
+        crate::model::validate_source(&item.source).is_ok(),
+        "{}",
+        item.source
+    );
     assert!(crate::model::validate_details(&item.details).is_ok());
     assert!(!item.cause.chars().any(char::is_control));
     assert!(item.cause.len() <= MAX_CAUSE_BYTES);

@@ -79,7 +79,9 @@ static LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 const MAX_LOGGED_NAMES: usize = 1024;
 
 fn log_ignored_once(alertname: &str, reason: &str) {
-    let mut logged = LOGGED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut logged = LOGGED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let names = logged.get_or_insert_with(HashSet::new);
     if names.len() < MAX_LOGGED_NAMES && names.insert(alertname.to_owned()) {
         tracing::warn!(
@@ -221,7 +223,10 @@ async fn deliver(state: &AppState, caller: &Caller, dry: DryRun, body: Value) ->
             result.reason = reason;
         }
         if !dry.is_set() {
-            state.metrics.detectors.alert(result.outcome, &result.alertname);
+            state
+                .metrics
+                .detectors
+                .alert(result.outcome, &result.alertname);
         }
     }
     let mut counts = std::collections::BTreeMap::new();
@@ -266,4 +271,3 @@ fn outcome_of(ingested: &Ingested) -> (&'static str, Option<String>) {
         Ingested::Retracted(Retracted::Absent) => ("absent", None),
     }
 }
-

@@ -231,7 +231,11 @@ mod tests {
         ];
         for (role, granted) in table {
             for needed in Role::ALL {
-                assert_eq!(role.grants(needed), granted.contains(&needed), "{role} {needed}");
+                assert_eq!(
+                    role.grants(needed),
+                    granted.contains(&needed),
+                    "{role} {needed}"
+                );
             }
         }
         for role in Role::ALL {

@@ -30,7 +30,10 @@ use crate::validate;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/blocklist/retract/taskmanagers", post(retract_task_managers))
+        .route(
+            "/blocklist/retract/taskmanagers",
+            post(retract_task_managers),
+        )
         .route("/blocklist/retract/nodes", post(retract_nodes))
 }
 
@@ -202,7 +205,9 @@ pub(super) struct RetractionElement {
 }
 
 fn retracted_source() -> RefOr<Schema> {
-    schema::source("Whose report: default the request's source. A `detector` token's own, whatever this says.")
+    schema::source(
+        "Whose report: default the request's source. A `detector` token's own, whatever this says.",
+    )
 }
 
 fn retracted_details() -> RefOr<Schema> {
@@ -223,7 +228,10 @@ impl PartialSchema for RetractRequest {
 
 impl ToSchema for RetractRequest {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        schemas.push((RetractionElement::name().into(), RetractionElement::schema()));
+        schemas.push((
+            RetractionElement::name().into(),
+            RetractionElement::schema(),
+        ));
         RetractionElement::schemas(schemas);
     }
 }
@@ -236,7 +244,10 @@ mod tests {
     fn a_detector_reports_under_its_name_only() {
         let detector = Caller::with_token(Some("alerts".into()), Role::Detector);
         assert_eq!(detector_source(&detector, "alerts"), "alerts");
-        assert_eq!(detector_source(&detector, "alerts/Disk/f1"), "alerts/Disk/f1");
+        assert_eq!(
+            detector_source(&detector, "alerts/Disk/f1"),
+            "alerts/Disk/f1"
+        );
         assert_eq!(detector_source(&detector, "operator:alice"), "alerts");
         assert_eq!(detector_source(&detector, "alertsx"), "alerts");
         assert_eq!(detector_source(&detector, "unknown"), "alerts");

@@ -264,7 +264,7 @@ impl<S: Send + Sync> FromRequestParts<S> for DryRun {
 
 /// The query parameters the write being extracted takes: `dryRun`, and `force` on an add or
 /// an update, `holdOff` and `reason` on an unblock, the selector and `reason` on an unblock
-/// by selector (from its route, as the router matched it).
+/// by selector, `reason` on a retraction (from its route, as the router matched it).
 fn write_parameters(parts: &Parts) -> &'static [&'static str] {
     let route = parts
         .extensions
@@ -280,6 +280,9 @@ fn write_parameters(parts: &Parts) -> &'static [&'static str] {
         }
         ("DELETE", "/blocklist/taskmanagers" | "/blocklist/nodes") => {
             &["dryRun", "source", "cause", "all", "reason"]
+        }
+        ("POST", "/blocklist/retract/taskmanagers" | "/blocklist/retract/nodes") => {
+            &["dryRun", "reason"]
         }
         _ => &["dryRun"],
     }

@@ -211,9 +211,9 @@ pub(super) fn details(description: &str) -> RefOr<Schema> {
             ObjectBuilder::new()
                 .schema_type(Type::Object)
                 .max_properties(Some(MAX_DETAILS))
-                .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
-                    Schema::Object(value.build()),
-                ))))
+                .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(Schema::Object(
+                    value.build(),
+                )))))
                 .property_names(Some(key)),
         )
         .item(ObjectBuilder::new().schema_type(Type::Null))

@@ -67,7 +67,10 @@ impl DetectorMetrics {
         while !alertname.is_char_boundary(end) {
             end -= 1;
         }
-        let alertname = alertname[..end].chars().filter(|c| !c.is_control()).collect();
+        let alertname = alertname[..end]
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect();
         self.alerts
             .get_or_create(&AlertLabels { outcome, alertname })
             .inc();

@@ -304,9 +304,15 @@ mod tests {
         let fired = Details::from([("fingerprint".to_owned(), "f1".to_owned())]);
         let mut r = LiveReport::new("am", (MB, 5_000, "disk"), 20, fired.clone());
         r.merge((EV, 4_000, "disk,smart"), 30, &Details::new());
-        assert_eq!((r.action, r.end, r.cause.as_str()), (EV, 5_000, "disk,smart"));
+        assert_eq!(
+            (r.action, r.end, r.cause.as_str()),
+            (EV, 5_000, "disk,smart")
+        );
         assert_eq!((r.reports, r.first_report, r.last_report), (2, 20, 30));
-        assert_eq!(r.details, fired, "a report without details keeps the evidence");
+        assert_eq!(
+            r.details, fired,
+            "a report without details keeps the evidence"
+        );
         assert!(r.repeats(&fired));
         assert!(!r.repeats(&Details::new()), "no details: never a repeat");
         let again = Details::from([("fingerprint".to_owned(), "f2".to_owned())]);
@@ -331,17 +337,25 @@ mod tests {
         let one = |k: &str, v: &str| Details::from([(k.to_owned(), v.to_owned())]);
         assert!(validate_details(&one("fingerprint", "abc")).is_ok());
         assert!(validate_details(&Details::new()).is_ok());
-        assert!(validate_details(&one("", "v")).unwrap_err().contains("must not be empty"));
+        assert!(validate_details(&one("", "v"))
+            .unwrap_err()
+            .contains("must not be empty"));
         assert!(validate_details(&one("k", "a\u{1}"))
             .unwrap_err()
             .contains("U+0001"));
         let long = "x".repeat(MAX_DETAILS_VALUE_BYTES + 1);
-        assert!(validate_details(&one("k", &long)).unwrap_err().contains("limit is 1024"));
-        let many: Details = (0..=MAX_DETAILS).map(|i| (i.to_string(), String::new())).collect();
+        assert!(validate_details(&one("k", &long))
+            .unwrap_err()
+            .contains("limit is 1024"));
+        let many: Details = (0..=MAX_DETAILS)
+            .map(|i| (i.to_string(), String::new()))
+            .collect();
         assert!(validate_details(&many).unwrap_err().contains("limit is 16"));
         let big: Details = (0..5)
             .map(|i| (i.to_string(), "v".repeat(MAX_DETAILS_VALUE_BYTES)))
             .collect();
-        assert!(validate_details(&big).unwrap_err().contains("limit is 4096"));
+        assert!(validate_details(&big)
+            .unwrap_err()
+            .contains("limit is 4096"));
     }
 }

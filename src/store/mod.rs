@@ -84,9 +84,9 @@ use tokio::sync::mpsc;
 pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{
-    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Idempotency, Ingested, KeptResponse,
-    Keying, Mode, Registered, Removed, Render, ReportOutcome, Retracted, Retraction,
-    SelectedOutcome, Signal, Unkeyed, UpdateOutcome, Writer, MAX_UNBLOCKED,
+    AddOutcome, AllowOutcome, Expired, Force, HoldOff, Idempotency, Ingested, KeptResponse, Keying,
+    Mode, Registered, Removed, Render, ReportOutcome, Retracted, Retraction, SelectedOutcome,
+    Signal, Unkeyed, UpdateOutcome, Writer, MAX_UNBLOCKED,
 };
 pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};

@@ -366,7 +366,10 @@ fn verify_live(trees: &super::Trees, problems: &mut Vec<String>) -> Result<()> {
             problems.push(format!("{what}: the roster of no stored item"));
         }
         if held.get(key).copied().unwrap_or(0) != roster.len() {
-            problems.push(format!("{what}: {} sources in its roster, other reports", roster.len()));
+            problems.push(format!(
+                "{what}: {} sources in its roster, other reports",
+                roster.len()
+            ));
         }
     }
     Ok(())

@@ -119,8 +119,14 @@ mod tests {
         };
         assert_eq!(errors.len(), 4, "{errors:?}");
         assert!(errors[0].starts_with("items[0].id: "), "{errors:?}");
-        assert!(errors[1].contains("items[1] (id \"n2\").details.k"), "{errors:?}");
+        assert!(
+            errors[1].contains("items[1] (id \"n2\").details.k"),
+            "{errors:?}"
+        );
         assert!(errors[2].contains(".extra: unknown field"), "{errors:?}");
-        assert!(errors[3].contains("items[3]: must be an object"), "{errors:?}");
+        assert!(
+            errors[3].contains("items[3]: must be an object"),
+            "{errors:?}"
+        );
     }
 }

@@ -124,9 +124,19 @@ impl Drop for Server {
 /// Debian's Prometheus (`/usr/bin/prometheus`), scraping `target` and evaluating `rules`
 /// (a rule file's YAML) every second, sending its alerts to the Alertmanager at `am`.
 /// `None` (after the skip-or-fail rule) when it is not installed.
-pub fn prometheus(dir: &Path, target: SocketAddr, am: SocketAddr, rules: &str, test: &str) -> Option<Server> {
+pub fn prometheus(
+    dir: &Path,
+    target: SocketAddr,
+    am: SocketAddr,
+    rules: &str,
+    test: &str,
+) -> Option<Server> {
     let binary = Path::new("/usr/bin/prometheus");
-    if !available("Prometheus is not installed (Debian: prometheus)", binary.exists(), test) {
+    if !available(
+        "Prometheus is not installed (Debian: prometheus)",
+        binary.exists(),
+        test,
+    ) {
         return None;
     }
     let dir = dir.join("prometheus");
@@ -149,8 +159,14 @@ pub fn prometheus(dir: &Path, target: SocketAddr, am: SocketAddr, rules: &str, t
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let log = dir.join("prometheus.log");
     let child = Command::new(binary)
-        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address={addr}"))
         .arg(format!("--web.external-url=http://{addr}/"))
         .arg("--rules.alert.resend-delay=1s")
@@ -177,7 +193,11 @@ pub fn alertmanager_binary(release: AlertmanagerRelease, test: &str) -> Option<P
         AlertmanagerRelease::Built => {
             let built = build_server("alertmanager-0.31");
             let ok = built.is_ok();
-            if !available("Alertmanager 0.31 could not be built (Go toolchain)", ok, test) {
+            if !available(
+                "Alertmanager 0.31 could not be built (Go toolchain)",
+                ok,
+                test,
+            ) {
                 return None;
             }
             Some(built.unwrap().join("alertmanager"))
@@ -185,8 +205,12 @@ pub fn alertmanager_binary(release: AlertmanagerRelease, test: &str) -> Option<P
         AlertmanagerRelease::Debian => {
             let binary = PathBuf::from("/usr/bin/prometheus-alertmanager");
             let ok = binary.exists();
-            available("Alertmanager is not installed (Debian: prometheus-alertmanager)", ok, test)
-                .then_some(binary)
+            available(
+                "Alertmanager is not installed (Debian: prometheus-alertmanager)",
+                ok,
+                test,
+            )
+            .then_some(binary)
         }
     }
 }
@@ -226,7 +250,10 @@ pub fn alertmanager(
     std::fs::write(dir.join("alertmanager.yml"), config).unwrap();
     let log = dir.join("alertmanager.log");
     let child = Command::new(binary)
-        .arg(format!("--config.file={}", dir.join("alertmanager.yml").display()))
+        .arg(format!(
+            "--config.file={}",
+            dir.join("alertmanager.yml").display()
+        ))
         .arg(format!("--storage.path={}", dir.join("data").display()))
         .arg(format!("--web.listen-address={addr}"))
         .arg(format!("--web.external-url=http://{addr}/"))

@@ -12,11 +12,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 mod allow;
 mod policy;
 mod remove;
+mod retract;
 mod update;
 
 pub use allow::{AllowAddArgs, AllowCommand};
 pub use policy::{PermanentArg, PolicyCommand, PolicyFields, PolicySetArgs, Setting};
 pub use remove::RemoveArgs;
+pub use retract::RetractArgs;
 pub use update::UpdateArgs;
 
 /// Default daemon address: the daemon's own default `--listen`.
@@ -126,6 +128,10 @@ pub enum Api {
                                 blocklist remove <KIND> --by-source <NAME> | --by-cause <TEXT> | \
                                 --all [OPTIONS]")]
     Remove(RemoveArgs),
+    /// Take back one source's report of task managers or nodes: each block is then what
+    /// the other sources' reports ask for, or ends when none is left. Retracting what is
+    /// not there changes nothing (exit 0).
+    Retract(RetractArgs),
     /// Is a task manager blocked (itself or through its node), or a node?
     ///
     /// `check tm-1` asks about task manager tm-1; `check node n1`, `check --node n1` about

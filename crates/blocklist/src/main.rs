@@ -28,6 +28,7 @@ mod output;
 mod policy;
 mod provenance;
 mod render;
+mod retract;
 mod unblock;
 mod update;
 mod watch;
@@ -128,6 +129,7 @@ async fn run(
         Api::Add(args) => add(&client, args, json).await,
         Api::Update(args) => update::update(&client, args, json).await,
         Api::Remove(args) => unblock::remove(&client, args, json).await,
+        Api::Retract(args) => retract::retract(&client, args, json).await,
         Api::Check(args) => {
             let (kind, id) = args.resolve().map_err(Failure::refused)?;
             check(&client, kind, &id, json).await

@@ -54,6 +54,10 @@ pub async fn get(client: &Client, kind: Kind, id: &str, json: bool) -> Result<()
             tz,
         ));
     }
+    if !detail.live_reports.is_empty() {
+        text.push_str("\nheld by:\n");
+        text.push_str(&render::live_reports_table(&detail.live_reports, tz));
+    }
     if !detail.reports.is_empty() {
         let shown = detail.reports.len() as u64;
         if shown < item.report_count {

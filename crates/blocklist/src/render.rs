@@ -19,8 +19,8 @@ pub use allow::{
 };
 pub use policy::{policy_status_text, policy_table};
 pub use provenance::{
-    enforcement_text, past_blocks_table, provenance_text, reports_table, ItemDetailView,
-    PastBlockView,
+    enforcement_text, live_reports_table, past_blocks_table, provenance_text, reports_table,
+    ItemDetailView, PastBlockView,
 };
 
 /// An item as the API shows it. Deserialized leniently (unknown fields ignored, optional
@@ -58,6 +58,20 @@ pub struct ItemView {
     /// Present when escalation lengthened the add that created it.
     #[serde(default)]
     pub escalated: Option<EscalatedView>,
+    /// The sources that hold it, when that is not `source` alone.
+    #[serde(default)]
+    pub held_by: Vec<String>,
+}
+
+impl ItemView {
+    /// The sources that hold it: `heldBy`, or its `source` alone.
+    pub fn holders(&self) -> Vec<String> {
+        if self.held_by.is_empty() {
+            vec![self.source.clone()]
+        } else {
+            self.held_by.clone()
+        }
+    }
 }
 
 fn unknown() -> String {

@@ -326,3 +326,137 @@ pub fn encode_roster(sources: &[String]) -> Vec<u8> {
 pub fn decode_roster(bytes: &[u8]) -> Result<Vec<String>, CodecError> {
     decode_framed(ROSTER_V1, bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    // The formats are written here byte by byte, varints' little-endian tails included.
+    #![allow(clippy::little_endian_bytes)]
+
+    use super::*;
+    use crate::model::{Action, Details, Provenance, PERMANENT};
+    use crate::provenance::Ended;
+
+    const AT: i64 = 1_700_000_000_000;
+
+    /// bincode's varint of a zigzagged i64 this large: 0xFD, then the u64 little-endian.
+    fn wide(value: i64) -> Vec<u8> {
+        let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+        [&[0xFD][..], &zigzag.to_le_bytes()].concat()
+    }
+
+    #[test]
+    fn a_live_report_and_a_roster_are_pinned_byte_for_byte() {
+        let report = LiveReport {
+            source: "am".into(),
+            action: Action::MarkBlockedAndEvacuateTasks,
+            end: PERMANENT,
+            cause: "disk".into(),
+            first_report: AT,
+            last_report: AT + 5,
+            reports: 2,
+            details: Details::from([("fingerprint".into(), "f1".into())]),
+        };
+        let bytes = encode_live(&report);
+        let want = [
+            &[LIVE_V1, 1][..],
+            &wide(PERMANENT - AT),
+            &[4],
+            b"disk",
+            &wide(AT),
+            &[10, 2, 1, 11],
+            b"fingerprint",
+            &[2],
+            b"f1",
+        ]
+        .concat();
+        assert_eq!(bytes, want);
+        assert_eq!(decode_live("am", &bytes), Ok(report));
+        assert!(bytes.len() <= max_live_bytes(4));
+
+        let roster = vec!["op".to_owned(), "am".to_owned()];
+        let bytes = encode_roster(&roster);
+        assert_eq!(bytes, [ROSTER_V1, 2, 2, b'o', b'p', 2, b'a', b'm']);
+        assert_eq!(decode_roster(&bytes), Ok(roster));
+        assert!(decode_roster(&[ROSTER_V1 + 1, 0]).is_err());
+    }
+
+    #[test]
+    fn the_largest_live_values_stay_within_their_bound() {
+        let details: Details = (0..MAX_DETAILS)
+            .map(|i| {
+                let key = format!("{i:0>64}");
+                (key, "v".repeat(MAX_DETAILS_BYTES / MAX_DETAILS - 64))
+            })
+            .collect();
+        assert!(crate::model::validate_details(&details).is_ok());
+        let cause = "c".repeat(crate::model::MAX_MERGED_CAUSE_BYTES);
+        let report = LiveReport {
+            source: "s".repeat(MAX_SOURCE_BYTES),
+            action: Action::MarkBlocked,
+            end: i64::MIN,
+            cause,
+            first_report: i64::MAX,
+            last_report: i64::MIN,
+            reports: u64::MAX,
+            details,
+        };
+        let bound = max_live_bytes(crate::model::MAX_MERGED_CAUSE_BYTES);
+        assert!(encode_live(&report).len() <= bound);
+        let roster: Vec<String> = (0..MAX_HOLDERS).map(|i| format!("{i:0>128}")).collect();
+        assert!(encode_roster(&roster).len() <= bound);
+    }
+
+    #[test]
+    fn a_retraction_and_a_retracted_past_block_are_pinned_byte_for_byte() {
+        let report = Report {
+            timestamp: AT,
+            source: "am".into(),
+            operation: Operation::Retract,
+            action: Action::MarkBlocked,
+            end_timestamp: AT,
+            cause: "c".into(),
+        };
+        let bytes = encode_report(&report);
+        let want = [
+            &[REPORT_V1][..],
+            &wide(AT),
+            &[2, b'a', b'm', 2, 0],
+            &wide(AT),
+            &[1, b'c'],
+        ]
+        .concat();
+        assert_eq!(bytes, want);
+        assert_eq!(decode_report(&bytes), Ok(report));
+
+        let block = Block {
+            action: Action::MarkBlocked,
+            start: AT,
+            end: AT + 1_000,
+            cause: "c".into(),
+            forced: None,
+            provenance: Provenance::first("am", AT),
+            revision: 3,
+            escalated: None,
+        };
+        let ending = Ending {
+            how: Ended::Retracted,
+            timestamp: AT + 10,
+            source: Some("am".into()),
+            reason: None,
+        };
+        let bytes = encode_past(&block, &ending);
+        // The block as an items value without its format byte, then how (0xF0), when
+        // (its end − 990 ms, zigzagged), who and no reason.
+        let block_v4 = &super::super::encode_block(&block)[1..];
+        let want = [
+            &[PAST_V2][..],
+            block_v4,
+            &[HOW_RETRACTED, 0xFB],
+            &1_979u16.to_le_bytes(),
+            &[1, 2, b'a', b'm', 0],
+        ]
+        .concat();
+        assert_eq!(bytes, want);
+        assert_eq!(decode_past(&bytes), Ok((block, ending)));
+    }
+}

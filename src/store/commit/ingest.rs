@@ -73,10 +73,12 @@ impl Command for Ingest {
                         Err(e) => return Ok(Err(e)),
                     }
                 }
-                Signal::Retract(kind, retraction) => match retract(tx, *kind, retraction, self.now)? {
-                    Ok(applied) => (Ingested::Retracted(applied.outcome), applied.earliest_end),
-                    Err(e) => return Ok(Err(e)),
-                },
+                Signal::Retract(kind, retraction) => {
+                    match retract(tx, *kind, retraction, self.now)? {
+                        Ok(applied) => (Ingested::Retracted(applied.outcome), applied.earliest_end),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                }
             };
             earliest_end = earlier(earliest_end, end);
             outcomes.push(outcome);

@@ -182,10 +182,12 @@ impl Tx<'_> {
         let Some(bytes) = self.live.get(keys::item_key(kind, id))? else {
             return Ok(Ok(Vec::new()));
         };
-        Ok(codec::decode_roster(&bytes).map_err(|source| StoreError::Corrupt {
-            key: format!("live/{}/{id}", kind.plural()),
-            source,
-        }))
+        Ok(
+            codec::decode_roster(&bytes).map_err(|source| StoreError::Corrupt {
+                key: format!("live/{}/{id}", kind.plural()),
+                source,
+            }),
+        )
     }
 
     /// The holders of `(kind, id)`'s active block, as stored.
@@ -300,7 +302,10 @@ mod tests {
         let mut h = Holders::none();
         h.report(&b, "alerts", (EV, 50, "smart"), 20, &fingerprint("f1"))
             .unwrap();
-        assert!(h.retract(&b, "alerts", &fingerprint("f0")).is_none(), "another episode");
+        assert!(
+            h.retract(&b, "alerts", &fingerprint("f0")).is_none(),
+            "another episode"
+        );
         assert!(h.retract(&b, "nobody", &Details::new()).is_none());
         let taken = h.retract(&b, "alerts", &fingerprint("f1")).unwrap();
         assert_eq!(taken.source, "alerts");

@@ -17,9 +17,50 @@ pub struct ItemDetailView {
     pub item: ItemView,
     #[serde(default)]
     pub reports: Vec<ReportView>,
+    /// The live reports that hold the block, when kept apart (absent: `source` alone).
+    #[serde(default, rename = "liveReports")]
+    pub live_reports: Vec<LiveReportView>,
     /// What each enforcer reported it did about the block, by enforcer name.
     #[serde(default)]
     pub enforcement: std::collections::BTreeMap<String, EnforcementView>,
+}
+
+/// One source's live report of the item (`docs/api.md`, "Live reports and retraction").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveReportView {
+    pub source: String,
+    pub action: String,
+    pub end_timestamp: i64,
+    pub cause: String,
+    #[serde(default)]
+    pub details: std::collections::BTreeMap<String, String>,
+}
+
+/// The live reports table of `get`: who holds the block, asking for what, with what
+/// evidence.
+pub fn live_reports_table<Tz: TimeZone>(live: &[LiveReportView], tz: &Tz) -> String
+where
+    Tz::Offset: Display,
+{
+    let rows: Vec<Vec<String>> = live
+        .iter()
+        .map(|r| {
+            let details: Vec<String> = r.details.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            vec![
+                clean(&r.source),
+                action_name(&r.action).to_owned(),
+                at(r.end_timestamp, tz),
+                clean(&r.cause),
+                if details.is_empty() {
+                    "-".to_owned()
+                } else {
+                    clean(&details.join(" "))
+                },
+            ]
+        })
+        .collect();
+    table(&["SOURCE", "ACTION", "END", "CAUSE", "DETAILS"], &rows)
 }
 
 /// One enforcer's status of the item (`docs/api.md`, "Enforcement").
@@ -137,6 +178,9 @@ where
         local_time(item.first_report_timestamp, tz),
         item.revision
     );
+    if !item.held_by.is_empty() {
+        let _ = writeln!(text, "held by {}", clean(&item.held_by.join(", ")));
+    }
     if let Some(escalated) = &item.escalated {
         let _ = writeln!(
             text,

@@ -349,3 +349,78 @@ async fn get_shows_the_enforcers_statuses() {
         "{run:?}"
     );
 }
+
+#[test]
+fn get_shows_who_holds_a_block_and_retract_takes_back_a_sources_report() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    for (cause, source) in [("disk", "operator:alice"), ("smart errors", "alerts")] {
+        cli(
+            &d,
+            &[
+                "add", "node", "n1", "--cause", cause, "--merge", "--source", source,
+            ],
+        )
+        .ok();
+    }
+    let run = cli(&d, &["get", "node", "n1"]).ok();
+    assert!(
+        run.stdout.contains("\nheld by operator:alice, alerts\n"),
+        "{run:?}"
+    );
+    let held = run
+        .stdout
+        .split("\nheld by:\n")
+        .nth(1)
+        .expect("a held by table");
+    let lines: Vec<&str> = held.lines().collect();
+    assert!(
+        lines[0].starts_with("SOURCE") && lines[0].contains("DETAILS"),
+        "{run:?}"
+    );
+    assert!(
+        lines[1].starts_with("operator:alice") && lines[2].starts_with("alerts"),
+        "{run:?}"
+    );
+
+    let run = cli(
+        &d,
+        &["retract", "node", "n1", "--source", "alerts", "--dry-run"],
+    )
+    .ok();
+    assert_eq!(
+        run.stdout,
+        "would retract alerts's report of node n1; still blocked (block), held by operator:alice\n"
+    );
+    let run = cli(&d, &["retract", "node", "n1", "--source", "alerts"]).ok();
+    assert!(
+        run.stdout
+            .starts_with("retracted alerts's report of node n1; still blocked"),
+        "{run:?}"
+    );
+    let run = cli(&d, &["retract", "node", "n1", "--source", "alerts"]).ok();
+    assert_eq!(
+        run.stdout,
+        "alerts holds no report of node n1: nothing to retract\n"
+    );
+    let run = cli(
+        &d,
+        &[
+            "retract",
+            "node",
+            "n1",
+            "--source",
+            "operator:alice",
+            "--reason",
+            "fixed",
+        ],
+    )
+    .ok();
+    assert_eq!(
+        run.stdout,
+        "retracted operator:alice's report of node n1, the last: node n1 is unblocked\n"
+    );
+    let past = cli(&d, &["history", "node", "n1", "--json"]).ok().json();
+    assert_eq!(past[0]["ended"]["how"], "retracted", "{past}");
+    assert_eq!(past[0]["ended"]["reason"], "fixed", "{past}");
+}
