@@ -59,10 +59,34 @@ pub struct Payload {
     pub version: String,
     #[serde(default)]
     pub receiver: String,
-    /// Alerts `max_alerts` left out of this delivery.
-    #[serde(default)]
+    /// Alerts `max_alerts` left out of this delivery (Alertmanager's `uint64`).
+    #[serde(default, deserialize_with = "non_negative_integer")]
+    #[schema(schema_with = non_negative_integer_schema)]
     pub truncated_alerts: u64,
     pub alerts: Vec<Alert>,
+}
+
+/// A JSON integer of any size from 0 (as JSON Schema's `integer` counts them: `1e20` too),
+/// saturated to a `u64`: it is only counted.
+fn non_negative_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let number = serde_json::Number::deserialize(d)?;
+    match (number.as_u64(), number.as_f64()) {
+        (Some(n), _) => Ok(n),
+        (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 => Ok(u64::MAX),
+        _ => Err(serde::de::Error::custom(format!(
+            "must be a whole number from 0, got {number}"
+        ))),
+    }
+}
+
+fn non_negative_integer_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::Integer)
+        .minimum(Some(0))
+        .description(Some(
+            "Alerts `max_alerts` left out of this delivery (Alertmanager's `uint64`).",
+        ))
+        .into()
 }
 
 /// One alert of a delivery, firing or resolved (its own status, not the delivery's).

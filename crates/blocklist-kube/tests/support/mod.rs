@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test file uses its own part.
 
+pub mod scheduling;
 pub mod workload;
 
 use std::process::Command;
