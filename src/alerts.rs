@@ -32,7 +32,7 @@ use crate::model::{
     validate_id, Action, Details, Kind, NewItem, CAUSE_SEPARATOR, MAX_CAUSE_BYTES,
     MAX_DETAILS_VALUE_BYTES, MAX_SOURCE_BYTES, PERMANENT,
 };
-use crate::store::{Retraction, Signal};
+use crate::provenance::{Retraction, Signal};
 
 /// The payload version this receiver reads.
 pub const VERSION: &str = "4";

@@ -421,7 +421,7 @@ mod tests {
             allow_merge: false,
             source: "test".to_owned(),
             timeout: None,
-            details: Default::default(),
+            details: crate::model::Details::new(),
         }
     }
 

@@ -11,12 +11,15 @@
 //! picks every active item of a kind that a source reported first, or whose cause says
 //! something, or all of them.
 //!
+//! A source takes back its own report by a [`Retraction`]; a detector's reports and
+//! retractions are its [`Signal`]s.
+//!
 //! Pure types and rules, like [`crate::model`]: the store writes them, the API shows them.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::model::{Action, Block, Item};
+use crate::model::{Action, Block, Details, Item, Kind, NewItem};
 
 /// How many reports an item keeps: the most recent ones (the count goes on).
 pub const MAX_REPORTS: u64 = 32;
@@ -175,6 +178,36 @@ impl Selector {
                 .cause
                 .as_ref()
                 .is_none_or(|cause| block.cause.contains(cause.as_str()))
+    }
+}
+
+/// One retraction: `source`'s live report of `id`, if its details hold every entry of
+/// `details` (empty: whatever they are).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retraction {
+    pub id: String,
+    pub source: String,
+    pub details: Details,
+    /// Why, kept with the past block when the retraction ends the block.
+    pub reason: Option<String>,
+}
+
+/// One signal of a detector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// A report of an item, as an add element.
+    Report(Kind, NewItem),
+    /// A retraction of the source's report.
+    Retract(Kind, Retraction),
+}
+
+impl Signal {
+    /// The item it is about.
+    pub fn item(&self) -> (Kind, &str) {
+        match self {
+            Signal::Report(kind, item) => (*kind, &item.id),
+            Signal::Retract(kind, retraction) => (*kind, &retraction.id),
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 use serde_json::{Map, Value};
 
 use crate::model::{
-    validate_id, validate_source, Action, ItemChange, NewItem, CAUSE_SEPARATOR, MAX_CAUSE_BYTES,
-    PERMANENT, UNKNOWN_SOURCE,
+    validate_details, validate_id, validate_source, Action, Details, ItemChange, NewItem,
+    CAUSE_SEPARATOR, MAX_CAUSE_BYTES, PERMANENT, UNKNOWN_SOURCE,
 };
 
 /// Why a request was refused before it reached the store.
@@ -163,7 +163,7 @@ fn add_item(element: &Value, now: i64, source: &str) -> Result<NewItem, Vec<Stri
         },
         Some(other) => wrong_type("source", "a string", other, &mut errors),
     };
-    let details = detect::details(map, &mut errors);
+    let details = details(map, &mut errors);
     match (id, action, cause, end, allow_merge, source) {
         (
             Some(id),
@@ -207,6 +207,32 @@ fn cause(value: &Value, errors: &mut Vec<String>) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         other => wrong_type("cause", "a string", other, errors),
     }
+}
+
+/// An element's `details`: an object of strings (absent or `null`: none).
+fn details(map: &Map<String, Value>, errors: &mut Vec<String>) -> Details {
+    let Some(value) = optional(map, "details") else {
+        return Details::new();
+    };
+    let Value::Object(entries) = value else {
+        wrong_type::<()>("details", "an object of strings", value, errors);
+        return Details::new();
+    };
+    let mut details = Details::new();
+    for (key, value) in entries {
+        match value {
+            Value::String(s) => {
+                details.insert(key.clone(), s.clone());
+            }
+            other => {
+                wrong_type::<()>(&format!("details.{key}"), "a string", other, errors);
+            }
+        }
+    }
+    if let Err(e) = validate_details(&details) {
+        errors.push(format!(".details{e}"));
+    }
+    details
 }
 
 /// The fields of an update (`PATCH /blocklist/{kind}/{id}`).

@@ -15,7 +15,7 @@ const PATH: &str = "/webhooks/alertmanager";
 const STARTS: &str = "2026-12-07T05:00:00.123456789Z";
 
 /// One alert of a delivery.
-fn alert(status: &str, name: &str, node: &str, fingerprint: &str, extra: Value) -> Value {
+fn alert(status: &str, name: &str, node: &str, fingerprint: &str, extra: &Value) -> Value {
     let mut labels = json!({"alertname": name, "blocklist_kind": "node", "node": node,
         "severity": "critical"});
     for (k, v) in extra.as_object().unwrap() {
@@ -49,7 +49,7 @@ fn delivery(alerts: Vec<Value>) -> Value {
         "commonLabels": {},
         "commonAnnotations": {},
         "externalURL": "http://alertmanager:9093",
-        "alerts": alerts,
+        "alerts": Value::Array(alerts),
     })
 }
 
@@ -90,7 +90,7 @@ async fn a_firing_alert_blocks_its_node_and_its_resolve_retracts_it() {
         "NodeDiskErrors",
         "n1",
         "6d2a1c0e4f3b8a91",
-        json!({}),
+        &json!({}),
     );
     let (status, revision, body) = deliver(&d, delivery(vec![firing.clone()])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -125,7 +125,7 @@ async fn a_firing_alert_blocks_its_node_and_its_resolve_retracts_it() {
         "NodeDiskErrors",
         "n1",
         "6d2a1c0e4f3b8a91",
-        json!({}),
+        &json!({}),
     );
     let (_, revision, body) = deliver(&d, delivery(vec![resolved.clone()])).await;
     assert_eq!(outcomes(&body), ["retracted"], "{body}");
@@ -165,10 +165,10 @@ async fn an_operators_block_outlives_the_resolve_and_two_alerts_need_both_resolv
             "NodeDiskErrors",
             "n1",
             "f-disk",
-            json!({"blocklist_action": "evacuate"}),
+            &json!({"blocklist_action": "evacuate"}),
         )
     };
-    let ecc = |s| alert(s, "NodeECCErrors", "n1", "f-ecc", json!({}));
+    let ecc = |s| alert(s, "NodeECCErrors", "n1", "f-ecc", &json!({}));
     let (_, _, body) = deliver(&d, delivery(vec![disk("firing"), ecc("firing")])).await;
     assert_eq!(outcomes(&body), ["blocked", "blocked"], "{body}");
     let (_, item) = d.get("/blocklist/nodes/n1").await;
@@ -193,17 +193,17 @@ async fn an_operators_block_outlives_the_resolve_and_two_alerts_need_both_resolv
     // Without the operator, the last resolve ends it.
     let (_, _, _) = deliver(
         &d,
-        delivery(vec![alert("firing", "A", "n2", "f2", json!({}))]),
+        delivery(vec![alert("firing", "A", "n2", "f2", &json!({}))]),
     )
     .await;
     let (_, _, _) = deliver(
         &d,
-        delivery(vec![alert("firing", "B", "n2", "f3", json!({}))]),
+        delivery(vec![alert("firing", "B", "n2", "f3", &json!({}))]),
     )
     .await;
     deliver(
         &d,
-        delivery(vec![alert("resolved", "A", "n2", "f2", json!({}))]),
+        delivery(vec![alert("resolved", "A", "n2", "f2", &json!({}))]),
     )
     .await;
     assert_eq!(
@@ -213,7 +213,7 @@ async fn an_operators_block_outlives_the_resolve_and_two_alerts_need_both_resolv
     );
     deliver(
         &d,
-        delivery(vec![alert("resolved", "B", "n2", "f3", json!({}))]),
+        delivery(vec![alert("resolved", "B", "n2", "f3", &json!({}))]),
     )
     .await;
     assert_eq!(d.get("/blocklist/nodes/n2").await.0, StatusCode::NOT_FOUND);
@@ -238,7 +238,7 @@ async fn a_storm_blocks_up_to_the_cap_and_refuses_the_rest_per_alert() {
                 "KernelDeadlock",
                 &format!("n{i}"),
                 &format!("f{i}"),
-                json!({}),
+                &json!({}),
             )
         })
         .collect();
@@ -275,16 +275,16 @@ async fn what_names_nothing_is_ignored_per_alert_and_bad_payloads_are_400_writin
             json!({"status": "firing", "labels": {"alertname": "Watchdog"}, "annotations": {},
                 "startsAt": STARTS, "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "",
                 "fingerprint": "w"}),
-            alert("firing", "Bad", "n\u{1}x", "f1", json!({})),
-            alert("firing", "Bad", &"x".repeat(300), "f2", json!({})),
+            alert("firing", "Bad", "n\u{1}x", "f1", &json!({})),
+            alert("firing", "Bad", &"x".repeat(300), "f2", &json!({})),
             alert(
                 "firing",
                 "Bad",
                 "n1",
                 "f3",
-                json!({"blocklist_kind": "rack"}),
+                &json!({"blocklist_kind": "rack"}),
             ),
-            alert("firing", "Good", "n1", "f4", json!({})),
+            alert("firing", "Good", "n1", "f4", &json!({})),
         ]),
     )
     .await;
@@ -340,7 +340,7 @@ async fn what_names_nothing_is_ignored_per_alert_and_bad_payloads_are_400_writin
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let huge: Vec<Value> = (0..51)
-        .map(|i| alert("firing", "A", &format!("n{i}"), &format!("f{i}"), json!({})))
+        .map(|i| alert("firing", "A", &format!("n{i}"), &format!("f{i}"), &json!({})))
         .collect();
     let (status, _, body) = deliver(&d, delivery(huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
@@ -361,7 +361,7 @@ async fn the_webhook_takes_a_detector_token_and_reports_under_its_name() {
     )
     .unwrap();
     let d = ws.start(&["--token-file", tokens.to_str().unwrap()]);
-    let firing = delivery(vec![alert("firing", "A", "n1", "f1", json!({}))]);
+    let firing = delivery(vec![alert("firing", "A", "n1", "f1", &json!({}))]);
     let (status, _, _) = deliver_as(&d, None, firing.clone()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _, _) = deliver_as(&d, Some("reader-token"), firing.clone()).await;

@@ -265,7 +265,7 @@ fn the_blocking_rules_block_what_they_name_and_alertmanager_takes_their_route() 
         .unwrap();
         let decision = blocklistd::alerts::decide(&alert, "alertmanager", now_ms());
         assert!(
-            matches!(&decision, blocklistd::alerts::Decision::Signal(blocklistd::store::Signal::Report(_, item)) if item.id == "the-id"),
+            matches!(&decision, blocklistd::alerts::Decision::Signal(blocklistd::provenance::Signal::Report(_, item)) if item.id == "the-id"),
             "{}: {decision:?}",
             rule["alert"]
         );

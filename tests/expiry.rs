@@ -324,7 +324,7 @@ fn a_write_whose_end_the_watermark_passed_announces_itself() {
         allow_merge: false,
         source: "unknown".to_owned(),
         timeout: None,
-        details: Default::default(),
+        details: blocklistd::model::Details::new(),
     };
     let events = runtime.block_on(async {
         store

@@ -553,7 +553,7 @@ mod caps_hold {
                                 allow_merge: merge,
                                 source: "unknown".into(),
                                 timeout: timeout_ms,
-                                details: Default::default(),
+                                details: blocklistd::model::Details::new(),
                             })
                             .collect();
                         let policy = policy();

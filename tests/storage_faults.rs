@@ -221,7 +221,7 @@ fn a_clear_that_meets_a_corrupt_item_removes_nothing() {
                 allow_merge: false,
                 source: "unknown".into(),
                 timeout: None,
-                details: Default::default(),
+                details: blocklistd::model::Details::new(),
             })
             .collect();
         runtime

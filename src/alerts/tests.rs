@@ -6,16 +6,18 @@ use super::*;
 const NOW: i64 = 1_800_003_600_500;
 
 fn alert(status: &str, labels: serde_json::Value) -> Alert {
-    serde_json::from_value(json!({
+    let mut alert: Alert = serde_json::from_value(json!({
         "status": status,
-        "labels": labels,
+        "labels": {},
         "annotations": {"summary": "disk errors on sda, sdb"},
         "startsAt": "2027-01-15T08:00:00.5Z",
         "endsAt": "0001-01-01T00:00:00Z",
         "generatorURL": "http://prometheus/graph?g0.expr=x",
         "fingerprint": "6d2a1c0e4f3b8a91",
     }))
-    .unwrap()
+    .unwrap();
+    alert.labels = serde_json::from_value(labels).unwrap();
+    alert
 }
 
 fn node_alert(status: &str) -> Alert {

@@ -26,16 +26,15 @@ use super::error::{
 };
 use super::extract::DryRun;
 use super::idempotency::KeyedBody;
+use super::routes::ALERTMANAGER_WEBHOOK;
 use super::state::AppState;
 use crate::alerts::{self, Decision, Payload};
 use crate::model::{Id, Kind};
-use crate::store::{AddOutcome, Ingested, Retracted, Signal};
-
-/// The receiver's path.
-pub const PATH: &str = "/webhooks/alertmanager";
+use crate::provenance::Signal;
+use crate::store::{AddOutcome, Ingested, Retracted};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route(PATH, post(receive))
+    Router::new().route(ALERTMANAGER_WEBHOOK, post(receive))
 }
 
 /// What became of one alert.

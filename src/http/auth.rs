@@ -107,7 +107,7 @@ impl Auth {
             // run. What a detector reports: blocks and their retraction, under its own name
             // (the handlers fix the source). Everything else that writes needs a writer.
             let enforced = path.starts_with("/enforcement/") || path.starts_with("/taskmanagers");
-            let detected = *method == Method::POST && super::detectors::is_detector_route(path);
+            let detected = *method == Method::POST && super::routes::is_detector_route(path);
             Some(if enforced {
                 Role::Enforcer
             } else if detected {

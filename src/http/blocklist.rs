@@ -424,7 +424,7 @@ async fn remove(
 
 /// The answer to an unblock that removed an item.
 fn unblocked(dry: DryRun, removed: &Removed, revision: u64) -> Response {
-    let hold_off = removed.hold_off.clone();
+    let hold_off = removed.hold_off.as_deref().cloned();
     dry.written(revision, Json(Removal { hold_off }))
 }
 

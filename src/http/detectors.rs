@@ -25,7 +25,8 @@ use super::provenance::{ReasonParam, RequestSource, SourceHeader};
 use super::schema;
 use super::state::AppState;
 use crate::model::{Id, Item, Kind};
-use crate::store::{Retracted, Retraction};
+use crate::provenance::Retraction;
+use crate::store::Retracted;
 use crate::validate;
 
 pub fn router() -> Router<AppState> {
@@ -35,18 +36,6 @@ pub fn router() -> Router<AppState> {
             post(retract_task_managers),
         )
         .route("/blocklist/retract/nodes", post(retract_nodes))
-}
-
-/// Whether a POST to `path` is one a detector may send: a report, a retraction, an alert.
-pub fn is_detector_route(path: &str) -> bool {
-    matches!(
-        path,
-        "/blocklist/taskmanagers"
-            | "/blocklist/nodes"
-            | "/blocklist/retract/taskmanagers"
-            | "/blocklist/retract/nodes"
-            | super::alertmanager::PATH
-    )
 }
 
 /// The source a caller reports or retracts as, given the one its request names: for a

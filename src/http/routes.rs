@@ -50,3 +50,19 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/metrics"),
     ("GET", "/openapi.json"),
 ];
+
+/// The path of Alertmanager's webhook receiver (`super::alertmanager`).
+pub const ALERTMANAGER_WEBHOOK: &str = "/webhooks/alertmanager";
+
+/// Whether a POST to `path` is one a `detector` token may send: a report, a retraction, an
+/// alert (the handlers fix the source to the token's name).
+pub fn is_detector_route(path: &str) -> bool {
+    matches!(
+        path,
+        "/blocklist/taskmanagers"
+            | "/blocklist/nodes"
+            | "/blocklist/retract/taskmanagers"
+            | "/blocklist/retract/nodes"
+            | ALERTMANAGER_WEBHOOK
+    )
+}

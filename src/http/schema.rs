@@ -132,48 +132,6 @@ pub(super) fn digits_up_to(max: i64) -> String {
     alternatives.join("|")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decimal_patterns_spell_out_their_range() {
-        assert_eq!(decimal_up_to(1), r"^\+?0*(?:1)$");
-        assert_eq!(decimal_up_to(9), r"^\+?0*(?:[1-8]|9)$");
-        assert_eq!(decimal_up_to(10), r"^\+?0*(?:[1-9]|10)$");
-        assert_eq!(decimal_up_to(25), r"^\+?0*(?:[1-9]|1[0-9]|2[0-4]|25)$");
-        assert_eq!(
-            decimal_up_to(1_000_000_000_000_000_000),
-            r"^\+?0*(?:[1-9][0-9]{0,17}|1000000000000000000)$"
-        );
-        assert_eq!(
-            decimal_up_to(307),
-            r"^\+?0*(?:[1-9][0-9]{0,1}|[1-2][0-9]{2}|30[0-6]|307)$"
-        );
-    }
-
-    #[test]
-    fn at_most_one_names_every_pair() {
-        let not =
-            serde_json::to_value(at_most_one_of_each(&[&["a", "b", "c"], &["d", "e"]])).unwrap();
-        let pairs: Vec<&Value> = not["not"]["anyOf"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| &p["required"])
-            .collect();
-        assert_eq!(
-            pairs,
-            [
-                &json!(["a", "b"]),
-                &json!(["a", "c"]),
-                &json!(["b", "c"]),
-                &json!(["d", "e"])
-            ]
-        );
-    }
-}
-
 /// A source given in a body (`"source"`): 1–128 bytes of UTF-8 without control characters
 /// (`maxLength` counts characters), or `null` for the request's.
 pub(super) fn source(description: &str) -> RefOr<Schema> {
@@ -219,4 +177,46 @@ pub(super) fn details(description: &str) -> RefOr<Schema> {
         .item(ObjectBuilder::new().schema_type(Type::Null))
         .description(Some(description))
         .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_patterns_spell_out_their_range() {
+        assert_eq!(decimal_up_to(1), r"^\+?0*(?:1)$");
+        assert_eq!(decimal_up_to(9), r"^\+?0*(?:[1-8]|9)$");
+        assert_eq!(decimal_up_to(10), r"^\+?0*(?:[1-9]|10)$");
+        assert_eq!(decimal_up_to(25), r"^\+?0*(?:[1-9]|1[0-9]|2[0-4]|25)$");
+        assert_eq!(
+            decimal_up_to(1_000_000_000_000_000_000),
+            r"^\+?0*(?:[1-9][0-9]{0,17}|1000000000000000000)$"
+        );
+        assert_eq!(
+            decimal_up_to(307),
+            r"^\+?0*(?:[1-9][0-9]{0,1}|[1-2][0-9]{2}|30[0-6]|307)$"
+        );
+    }
+
+    #[test]
+    fn at_most_one_names_every_pair() {
+        let not =
+            serde_json::to_value(at_most_one_of_each(&[&["a", "b", "c"], &["d", "e"]])).unwrap();
+        let pairs: Vec<&Value> = not["not"]["anyOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| &p["required"])
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                &json!(["a", "b"]),
+                &json!(["a", "c"]),
+                &json!(["b", "c"]),
+                &json!(["d", "e"])
+            ]
+        );
+    }
 }

@@ -86,7 +86,7 @@ async fn update(
     let key = key.render(
         dry,
         move |outcome: &UpdateOutcome, revision| match outcome {
-            UpdateOutcome::Updated(item) => Some(updated(dry, item.clone(), revision)),
+            UpdateOutcome::Updated(item) => Some(updated(dry, (**item).clone(), revision)),
             UpdateOutcome::NotFound
             | UpdateOutcome::Mismatch { .. }
             | UpdateOutcome::Refused(_) => None,
@@ -107,7 +107,7 @@ async fn update(
         )
         .await?;
     match outcome {
-        UpdateOutcome::Updated(item) => Ok(updated(dry, item, revision)),
+        UpdateOutcome::Updated(item) => Ok(updated(dry, *item, revision)),
         UpdateOutcome::NotFound => Err(not_blocked(kind, &id)),
         UpdateOutcome::Mismatch { revision } => Err(ApiError::PreconditionFailed(format!(
             "If-Match: {} {id:?} is at {} now, not the state named; nothing was written \

@@ -256,7 +256,7 @@ mod tests {
             allow_merge: false,
             source: "unknown".into(),
             timeout: None,
-            details: Default::default(),
+            details: crate::model::Details::new(),
         }
     }
 

@@ -297,7 +297,7 @@ mod tests {
                     allow_merge: true,
                     source: "unknown".into(),
                     timeout: None,
-                    details: Default::default(),
+                    details: crate::model::Details::new(),
                 })
                 .collect();
             runtime

@@ -85,8 +85,8 @@ pub use blobs::SEGMENT_BYTES;
 pub use codec::CodecError;
 pub use commit::{
     AddOutcome, AllowOutcome, Expired, Force, HoldOff, Idempotency, Ingested, KeptResponse, Keying,
-    Mode, Registered, Removed, Render, ReportOutcome, Retracted, Retraction, SelectedOutcome,
-    Signal, Unkeyed, UpdateOutcome, Writer, MAX_UNBLOCKED,
+    Mode, Registered, Removed, Render, ReportOutcome, Retracted, SelectedOutcome, Unkeyed,
+    UpdateOutcome, Writer, MAX_UNBLOCKED,
 };
 pub use config::{HistoryRetention, Retention, StoreConfig};
 pub use durable::{Seen, READ_TIMEOUT};

@@ -32,21 +32,8 @@ impl Store {
     /// may be implied by the block rather than stored ([`Block::first_report`]).
     pub fn reports(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<Report>> {
         let trees = &self.handles()?.trees;
-        let key = keys::item_key(kind, id);
-        let block = || -> Result<Option<Block>> {
-            trees
-                .items
-                .get(&key)?
-                .map(|bytes| decode(&key, &bytes))
-                .transpose()
-        };
-        // The block's report count orders the ring (its newest report is number count - 1);
-        // its revision tells whether a write came between the reads.
-        let state =
-            |block: &Option<Block>| block.as_ref().map(|b| (b.provenance.reports, b.revision));
         let prefix = keys::numbered_prefix(kind, id);
-        let (block, mut slots) = loop {
-            let before = block()?;
+        let (block, mut slots) = self.beside_block(kind, id, || {
             let mut slots = std::collections::HashMap::new();
             for entry in trees.reports.scan_prefix(&prefix) {
                 let (slot_key, bytes) = entry?;
@@ -58,10 +45,8 @@ impl Store {
                     })?;
                 slots.insert(slot, report);
             }
-            if state(&block()?) == state(&before) {
-                break (before, slots);
-            }
-        };
+            Ok(slots)
+        })?;
         self.saw(seen, Watched::Item(kind, id));
         let Some(block) = block else {
             return Ok(Vec::new());
@@ -74,6 +59,36 @@ impl Store {
             .rev()
             .filter_map(|n| slots.remove(&(n % MAX_REPORTS)))
             .collect())
+    }
+
+    /// What `read` finds stored beside `(kind, id)`'s block, read between two reads of the
+    /// block that agree (its revision, and its report count, which orders its ring): a
+    /// write between them changes one, and `read` runs again. The block as it was, and
+    /// what `read` returned.
+    fn beside_block<T>(
+        &self,
+        kind: Kind,
+        id: &str,
+        mut read: impl FnMut() -> Result<T>,
+    ) -> Result<(Option<Block>, T)> {
+        let trees = &self.handles()?.trees;
+        let key = keys::item_key(kind, id);
+        let block = || -> Result<Option<Block>> {
+            trees
+                .items
+                .get(&key)?
+                .map(|bytes| decode(&key, &bytes))
+                .transpose()
+        };
+        let state =
+            |block: &Option<Block>| block.as_ref().map(|b| (b.provenance.reports, b.revision));
+        loop {
+            let before = block()?;
+            let found = read()?;
+            if state(&block()?) == state(&before) {
+                return Ok((before, found));
+            }
+        }
     }
 
     /// The roster of `(kind, id)`'s block: the sources whose live reports hold it, in the
@@ -100,17 +115,7 @@ impl Store {
     /// [`Store::reports`].
     pub fn live_reports(&self, kind: Kind, id: &str, seen: &mut Seen) -> Result<Vec<LiveReport>> {
         let trees = &self.handles()?.trees;
-        let key = keys::item_key(kind, id);
-        let block = || -> Result<Option<Block>> {
-            trees
-                .items
-                .get(&key)?
-                .map(|bytes| decode(&key, &bytes))
-                .transpose()
-        };
-        // Read between two reads of the block: a write between them changes its revision.
-        let (block, reports) = loop {
-            let before = block()?;
+        let (block, reports) = self.beside_block(kind, id, || {
             let mut reports = Vec::new();
             for source in self.roster(kind, id, seen)? {
                 let Some(bytes) = trees.live.get(keys::live_key(kind, id, &source))? else {
@@ -123,11 +128,8 @@ impl Store {
                     })?;
                 reports.push(report);
             }
-            let revision = |b: &Option<Block>| b.as_ref().map(|b| b.revision);
-            if revision(&block()?) == revision(&before) {
-                break (before, reports);
-            }
-        };
+            Ok(reports)
+        })?;
         self.saw(seen, Watched::Item(kind, id));
         Ok(match block {
             Some(block) if reports.is_empty() => vec![LiveReport::implied(&block)],

@@ -29,6 +29,6 @@ pub(crate) fn new_item(id: &str) -> NewItem {
         allow_merge: false,
         source: "unknown".into(),
         timeout: None,
-        details: Default::default(),
+        details: crate::model::Details::new(),
     }
 }

@@ -319,7 +319,8 @@ fn verify_enforcement(trees: &super::Trees, problems: &mut Vec<String>) -> Resul
 /// every report decodes and asks for no more than its block (the merge takes the strongest
 /// action and the latest end).
 fn verify_live(trees: &super::Trees, problems: &mut Vec<String>) -> Result<()> {
-    let mut rosters: std::collections::HashMap<Vec<u8>, Vec<String>> = Default::default();
+    let mut rosters: std::collections::HashMap<Vec<u8>, Vec<String>> =
+        std::collections::HashMap::new();
     let mut reports = Vec::new();
     for entry in &trees.live {
         let (key, bytes) = entry?;

@@ -1,40 +1,13 @@
-//! What detectors send: the details of a report, and retractions
-//! (`POST /blocklist/retract/{kind}`).
+//! What detectors send beside their reports: retractions (`POST /blocklist/retract/{kind}`).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{
-    batch_elements, element_errors, element_object, optional, required_id, unknown_fields,
+    batch_elements, details, element_errors, element_object, optional, required_id, unknown_fields,
     wrong_type, Invalid,
 };
-use crate::model::{validate_details, validate_source, Details};
-use crate::store::Retraction;
-
-/// An element's `details`: an object of strings (absent or `null`: none).
-pub(super) fn details(map: &Map<String, Value>, errors: &mut Vec<String>) -> Details {
-    let Some(value) = optional(map, "details") else {
-        return Details::new();
-    };
-    let Value::Object(entries) = value else {
-        wrong_type::<()>("details", "an object of strings", value, errors);
-        return Details::new();
-    };
-    let mut details = Details::new();
-    for (key, value) in entries {
-        match value {
-            Value::String(s) => {
-                details.insert(key.clone(), s.clone());
-            }
-            other => {
-                wrong_type::<()>(&format!("details.{key}"), "a string", other, errors);
-            }
-        }
-    }
-    if let Err(e) = validate_details(&details) {
-        errors.push(format!(".details{e}"));
-    }
-    details
-}
+use crate::model::validate_source;
+use crate::provenance::Retraction;
 
 /// The fields of a retraction.
 const RETRACT_FIELDS: &[&str] = &["id", "source", "details"];

@@ -56,7 +56,7 @@ fn minimal_item_is_permanent_without_merge() {
             allow_merge: false,
             source: "unknown".into(),
             timeout: None,
-            details: Default::default(),
+            details: crate::model::Details::new(),
         }]
     );
 }

@@ -4,6 +4,7 @@
 //! webhook with a detector token.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,12 +52,13 @@ impl Exporter {
                             Ok(n) => head.extend_from_slice(&buf[..n]),
                         }
                     }
-                    let body: String = values
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .map(|(series, value)| format!("{series} {value}\n"))
-                        .collect();
+                    let body = values.lock().unwrap().iter().fold(
+                        String::new(),
+                        |mut body, (series, value)| {
+                            let _ = writeln!(body, "{series} {value}");
+                            body
+                        },
+                    );
                     let response = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
                          content-length: {}\r\nconnection: close\r\n\r\n{body}",

@@ -289,7 +289,7 @@ fn run(ops: Vec<Op>) {
                             allow_merge: merge,
                             source: "prop".into(),
                             timeout: timeout_ms,
-                            details: Default::default(),
+                            details: blocklistd::model::Details::new(),
                         })
                         .collect();
                     writer.add(kind, items, now).await.unwrap();
@@ -399,7 +399,7 @@ fn an_update_to_an_end_the_sweeper_has_passed_announces_it() {
             allow_merge: false,
             source: "prop".into(),
             timeout: Some(timeout),
-            details: Default::default(),
+            details: blocklistd::model::Details::new(),
         };
         let kind = Kind::TaskManager;
         writer

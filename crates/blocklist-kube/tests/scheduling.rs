@@ -8,7 +8,7 @@
 //! The alert is posted as Alertmanager posts it (`tests/alert_loop.rs` proves that path
 //! with real Prometheus and Alertmanager processes). No kubelet and no controllers run: the
 //! test marks the Nodes ready, lets evicted pods go, and creates the replacement a
-//! ReplicaSet would.
+//! `ReplicaSet` would.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;

@@ -117,14 +117,7 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, CodecError> {
         2 => Operation::Retract,
         other => return Err(CodecError::Decode(format!("unknown operation {other}"))),
     };
-    // The action's code is a block's: decode it as one.
-    let action = block_from_v1(BlockV1 {
-        action: value.action,
-        start: 0,
-        end: 0,
-        cause: String::new(),
-    })?
-    .action;
+    let action = action_from_code(value.action)?;
     Ok(Report {
         timestamp: value.at,
         source: value.source,
@@ -138,6 +131,17 @@ pub fn decode_report(bytes: &[u8]) -> Result<Report, CodecError> {
 /// The `how` of a past block ended by a retraction (schema 10): not an event code (its
 /// event is `removed`), and above every one.
 pub const HOW_RETRACTED: u8 = 0xF0;
+
+/// A report's action code, which is a block's: decoded as one.
+fn action_from_code(code: u8) -> Result<crate::model::Action, CodecError> {
+    let block = block_from_v1(BlockV1 {
+        action: code,
+        start: 0,
+        end: 0,
+        cause: String::new(),
+    })?;
+    Ok(block.action)
+}
 
 fn how_code(how: Ended) -> u8 {
     match how {
@@ -298,14 +302,7 @@ pub fn encode_live(report: &LiveReport) -> Vec<u8> {
 /// The live report of `source` stored as `bytes`.
 pub fn decode_live(source: &str, bytes: &[u8]) -> Result<LiveReport, CodecError> {
     let value: LiveV1 = decode_framed(LIVE_V1, bytes)?;
-    // The action's code is a block's: decode it as one.
-    let action = block_from_v1(BlockV1 {
-        action: value.action,
-        start: 0,
-        end: 0,
-        cause: String::new(),
-    })?
-    .action;
+    let action = action_from_code(value.action)?;
     Ok(LiveReport {
         source: source.to_owned(),
         action,

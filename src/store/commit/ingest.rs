@@ -4,34 +4,16 @@
 //! delivery: everything that could be stored is durable before it answers.
 
 use super::add::{Add, AddOutcome};
-use super::retract::{retract, Retracted, Retraction};
+use super::retract::{retract, Retracted};
 use super::{earlier, Applied, Command, Keying, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
-use crate::model::{Kind, NewItem};
+use crate::provenance::Signal;
 use crate::store::{Result, Watched};
 
 pub(crate) struct Ingest {
     signals: Vec<Signal>,
     /// Request time.
     now: i64,
-}
-
-/// One signal of a detector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Signal {
-    /// A report of an item, as an add element.
-    Report(Kind, NewItem),
-    /// A retraction of the source's report.
-    Retract(Kind, Retraction),
-}
-
-impl Signal {
-    fn item(&self) -> (Kind, &str) {
-        match self {
-            Signal::Report(kind, item) => (*kind, &item.id),
-            Signal::Retract(kind, retraction) => (*kind, &retraction.id),
-        }
-    }
 }
 
 /// What one signal did.

@@ -85,10 +85,10 @@ pub use allow::{AllowOutcome, MAX_UNBLOCKED};
 pub use announce::Expired;
 pub use enforcement::ReportOutcome;
 pub use idempotency::{Idempotency, KeptResponse, Keying, Render, Unkeyed};
-pub use ingest::{Ingested, Signal};
+pub use ingest::Ingested;
 pub use register::Registered;
 pub use remove::{HoldOff, Removed};
-pub use retract::{Retracted, Retraction};
+pub use retract::Retracted;
 pub use select::SelectedOutcome;
 pub use update::UpdateOutcome;
 

@@ -28,8 +28,9 @@ pub struct HoldOff {
 pub struct Removed {
     pub item: Item,
     /// The allowlist entry now covering the id, with a hold-off (a longer-lasting one
-    /// already there is kept as it is).
-    pub hold_off: Option<Entry>,
+    /// already there is kept as it is). Boxed: rare, and it would double the size of every
+    /// unblock's outcome.
+    pub hold_off: Option<Box<Entry>>,
 }
 
 impl Command for Remove {
@@ -73,7 +74,7 @@ impl Command for Remove {
         if let Some(old) = old.as_ref().filter(|e| lasts(e)) {
             let removed = Removed {
                 item,
-                hold_off: Some(old.clone()),
+                hold_off: Some(Box::new(old.clone())),
             };
             return Ok(Ok(Applied::endless(Some(removed))));
         }
@@ -90,7 +91,7 @@ impl Command for Remove {
         Ok(Ok(Applied {
             outcome: Some(Removed {
                 item,
-                hold_off: Some(entry),
+                hold_off: Some(Box::new(entry)),
             }),
             earliest_end: Some(hold_off.until),
         }))

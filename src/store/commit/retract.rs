@@ -7,8 +7,8 @@
 
 use super::{earlier, Applied, Command, Keying, Op, Request, Tx, TxResult, Writer};
 use crate::metrics::Metrics;
-use crate::model::{Details, EventType, Item, Kind};
-use crate::provenance::{Ended, Operation, Report, Unblock};
+use crate::model::{EventType, Item, Kind};
+use crate::provenance::{Ended, Operation, Report, Retraction, Unblock};
 use crate::store::{Result, Watched};
 
 pub(crate) struct Retract {
@@ -16,17 +16,6 @@ pub(crate) struct Retract {
     items: Vec<Retraction>,
     /// Request time: the retraction's report.
     now: i64,
-}
-
-/// One retraction: `source`'s live report of `id`, if its details hold every entry of
-/// `details` (empty: whatever they are).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retraction {
-    pub id: String,
-    pub source: String,
-    pub details: Details,
-    /// Why, kept with the past block when the retraction ends the block.
-    pub reason: Option<String>,
 }
 
 /// What one retraction did.

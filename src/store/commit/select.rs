@@ -200,7 +200,7 @@ mod tests {
             allow_merge: true,
             source: source.to_owned(),
             timeout: None,
-            details: Default::default(),
+            details: crate::model::Details::new(),
         }
     }
 

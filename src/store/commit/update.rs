@@ -32,7 +32,8 @@ pub(crate) struct Update {
 pub enum UpdateOutcome {
     /// The item as stored now (unchanged, and nothing written, when the update changed
     /// nothing).
-    Updated(Item),
+    /// Boxed: an item is the largest of the outcomes by far.
+    Updated(Box<Item>),
     /// No active item.
     NotFound,
     /// The item is at another revision than `If-Match` named; nothing was written.
@@ -80,7 +81,7 @@ impl Command for Update {
         }
         if (new.action, new.end, &new.cause) == (old.action, old.end, &old.cause) {
             let item = Item::new(id.to_owned(), old);
-            return Ok(Ok(Applied::endless(UpdateOutcome::Updated(item))));
+            return Ok(Ok(Applied::endless(UpdateOutcome::Updated(Box::new(item)))));
         }
         // The guardrails see the updated block as an add of it would be seen, against the
         // item as it stands: a raise to evacuate counts against the caps and the rate, and
@@ -95,7 +96,7 @@ impl Command for Update {
                 allow_merge: true,
                 source: self.source.clone(),
                 timeout: None,
-                details: Default::default(),
+                details: crate::model::Details::new(),
             }],
             self.now,
             self.force.clone(),
@@ -140,7 +141,7 @@ impl Command for Update {
         tx.add_reports(kind, id, Some(&old), &new, &[report])?;
         let earliest_end = (!new.is_permanent()).then_some(new.end);
         Ok(Ok(Applied {
-            outcome: UpdateOutcome::Updated(Item::new(id.to_owned(), new)),
+            outcome: UpdateOutcome::Updated(Box::new(Item::new(id.to_owned(), new))),
             earliest_end,
         }))
     }

@@ -21,9 +21,10 @@
 //! - `reference`: the ceilings and the Redis peer, measured once per run, and `ratio`;
 //! - `etcd`: etcd's rows for `add` and `check`, measured once per run;
 //! - `feed`: `feed`, the change feed's delivery to W subscribers, ours and etcd's watches;
-//! - `failover`, `kube`, `kube-evacuation` (not part of `all`): the writer's failover on
-//!   etcd; the Kubernetes bridge against a real kube-apiserver, its taints and membership,
-//!   and its evacuation.
+//! - `failover`, `kube`, `kube-evacuation`, `alerts` (not part of `all`): the writer's
+//!   failover on etcd; the Kubernetes bridge against a real kube-apiserver, its taints and
+//!   membership, and its evacuation; the alert loop from a metric's change to a Node's
+//!   taint, with real Prometheus and Alertmanager.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -144,6 +145,7 @@ impl Bench {
             "failover" => self.failover().await,
             "kube" => self.kube().await,
             "kube-evacuation" => self.kube_evacuation().await,
+            "alerts" => self.alerts().await,
             other => Err(format!("unknown scenario {other:?}")),
         }
     }

@@ -3,11 +3,12 @@
 //! with an audit log of every write (who, what, when, the answer); the bridge run as a
 //! process; the pods' kubelets played by the bench.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -49,20 +50,6 @@ impl Cluster {
     /// Starts one in `dir`; with `audit`, the API server logs every write (a cost on each
     /// of its requests: only the scenarios that read the log ask for it).
     pub(super) async fn start(dir: &Path, audit: bool) -> Result<Cluster, String> {
-        let built = |name: &str| -> Result<PathBuf, String> {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/build");
-            let out = Command::new(&script)
-                .arg(name)
-                .output()
-                .map_err(|e| format!("{}: {e}", script.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "building {name}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-        };
         let etcd_dir = built("etcd-3.6")?;
         let kube_dir = built("kube-1.37")?;
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -338,6 +325,103 @@ impl Cluster {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
     }
+}
+
+/// Each Node's taint as the watcher last saw it, and when it changed: `(tainted, at)`.
+pub(super) type Seen = Arc<Mutex<HashMap<String, (bool, Instant)>>>;
+
+/// Watches every Node from now on: each one's taint, and when it last changed.
+pub(super) async fn watch_taints(cluster: &Cluster) -> Result<Seen, String> {
+    let listing: Value = cluster
+        .http
+        .get(format!("{}/api/v1/nodes?limit=1", cluster.url))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let version = listing["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_owned();
+    let mut watch = cluster
+        .http
+        .get(format!(
+            "{}/api/v1/nodes?watch=1&resourceVersion={version}",
+            cluster.url
+        ))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let seen: Seen = Arc::default();
+    let shared = seen.clone();
+    tokio::spawn(async move {
+        let mut buffer = Vec::new();
+        while let Ok(Some(chunk)) = watch.chunk().await {
+            let at = Instant::now();
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let Ok(event) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                let node = &event["object"];
+                let tainted = node["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["key"] == super::TAINT));
+                if let Some(name) = node["metadata"]["name"].as_str() {
+                    let mut seen = shared.lock().expect("the watcher's map");
+                    let changed = seen.get(name).is_none_or(|(was, _)| *was != tainted);
+                    if changed {
+                        seen.insert(name.to_owned(), (tainted, at));
+                    }
+                }
+            }
+        }
+    });
+    Ok(seen)
+}
+
+/// When Node `node` was seen `tainted` (or not), at or after `since`; an error after 30 s.
+pub(super) async fn until_seen(
+    seen: &Seen,
+    node: &str,
+    tainted: bool,
+    since: Instant,
+) -> Result<Instant, String> {
+    loop {
+        let now = seen.lock().map_err(|_| "poisoned")?.get(node).copied();
+        if let Some((state, at)) = now {
+            if state == tainted && at >= since {
+                return Ok(at);
+            }
+        }
+        if since.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "{node} not {} in 30 s",
+                if tainted { "tainted" } else { "untainted" }
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The directory of server `name`'s binaries, built from its Go module by
+/// `tests/servers/build` when they are missing or older than the module.
+pub(super) fn built(name: &str) -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/build");
+    let out = Command::new(&script)
+        .arg(name)
+        .output()
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "building {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 pub(super) fn log(dir: &Path, name: &str) -> Result<std::fs::File, String> {

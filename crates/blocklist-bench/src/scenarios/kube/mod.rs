@@ -8,21 +8,21 @@
 //! writes and the bridge's RSS. The writes are the API server's own count
 //! (`apiserver_request_total`, PATCH on nodes).
 
+mod alerts;
 mod cluster;
 mod evacuation;
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use tokio::sync::Mutex;
+use serde_json::json;
 
 use crate::procstat;
 use crate::report::{Role, Row, Target};
 
 use super::Bench;
-use cluster::{block_nodes, ms, registered, spawn_bridge, wait_ready, Cluster};
+use cluster::{
+    block_nodes, ms, registered, spawn_bridge, until_seen, wait_ready, watch_taints, Cluster,
+};
 
 const NODES: usize = 5_000;
 const BLOCKED: usize = 1_000;
@@ -97,55 +97,8 @@ impl Bench {
         tokio::time::sleep(STEADY).await;
         let steady_writes = cluster.node_patches().await? - quiet;
 
-        // The watcher: from a listing's resourceVersion, each Node first seen tainted.
-        let listing: Value = cluster
-            .http
-            .get(format!("{}/api/v1/nodes?limit=1", cluster.url))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
-        let version = listing["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or("0")
-            .to_owned();
-        let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-        let mut watch = cluster
-            .http
-            .get(format!(
-                "{}/api/v1/nodes?watch=1&resourceVersion={version}&allowWatchBookmarks=false",
-                cluster.url
-            ))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let watcher = {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buffer = Vec::new();
-                while let Ok(Some(chunk)) = watch.chunk().await {
-                    let at = Instant::now();
-                    buffer.extend_from_slice(&chunk);
-                    while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
-                        let line: Vec<u8> = buffer.drain(..=end).collect();
-                        let Ok(event) = serde_json::from_slice::<Value>(&line) else {
-                            continue;
-                        };
-                        let node = &event["object"];
-                        let tainted = node["spec"]["taints"]
-                            .as_array()
-                            .is_some_and(|t| t.iter().any(|t| t["key"] == TAINT));
-                        if tainted {
-                            if let Some(name) = node["metadata"]["name"].as_str() {
-                                seen.lock().await.entry(name.to_owned()).or_insert(at);
-                            }
-                        }
-                    }
-                }
-            })
-        };
+        // The watcher: from now on, each Node's taint and when it came.
+        let seen = watch_taints(&cluster).await?;
         let mut sent = Vec::with_capacity(TIMED_BLOCKS);
         let mut tick = tokio::time::interval(Duration::from_millis(1000 / RATE));
         for i in 0..TIMED_BLOCKS {
@@ -162,27 +115,11 @@ impl Bench {
             .await?;
             sent.push((id, at));
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let all = {
-                let seen = seen.lock().await;
-                sent.iter().all(|(id, _)| seen.contains_key(id))
-            };
-            if all {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err("not every timed block reached its Node in 30 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut latencies = Vec::with_capacity(TIMED_BLOCKS);
+        for (id, at) in &sent {
+            let tainted = until_seen(&seen, id, true, *at).await?;
+            latencies.push(tainted.saturating_duration_since(*at));
         }
-        watcher.abort();
-        let mut latencies: Vec<Duration> = {
-            let seen = seen.lock().await;
-            sent.iter()
-                .map(|(id, at)| seen[id].saturating_duration_since(*at))
-                .collect()
-        };
         latencies.sort();
         let at = |p: f64| {
             #[expect(
