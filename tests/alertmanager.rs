@@ -340,7 +340,15 @@ async fn what_names_nothing_is_ignored_per_alert_and_bad_payloads_are_400_writin
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let huge: Vec<Value> = (0..51)
-        .map(|i| alert("firing", "A", &format!("n{i}"), &format!("f{i}"), &json!({})))
+        .map(|i| {
+            alert(
+                "firing",
+                "A",
+                &format!("n{i}"),
+                &format!("f{i}"),
+                &json!({}),
+            )
+        })
         .collect();
     let (status, _, body) = deliver(&d, delivery(huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");

@@ -15,6 +15,9 @@ use serde_json::Value;
 
 use crate::server::free_port;
 
+/// The bridge's taint key (its default).
+const TAINT: &str = "blocklistd.io/blocked";
+
 /// The administrator's bearer token on the API server.
 const TOKEN: &str = "blocklist-bench-admin";
 
@@ -369,7 +372,7 @@ pub(super) async fn watch_taints(cluster: &Cluster) -> Result<Seen, String> {
                 let node = &event["object"];
                 let tainted = node["spec"]["taints"]
                     .as_array()
-                    .is_some_and(|t| t.iter().any(|t| t["key"] == super::TAINT));
+                    .is_some_and(|t| t.iter().any(|t| t["key"] == TAINT));
                 if let Some(name) = node["metadata"]["name"].as_str() {
                     let mut seen = shared.lock().expect("the watcher's map");
                     let changed = seen.get(name).is_none_or(|(was, _)| *was != tainted);

@@ -30,8 +30,6 @@ const PODS: usize = 10_000;
 /// Blocks a second while block → taint is measured, and how many.
 const RATE: u64 = 20;
 const TIMED_BLOCKS: usize = 200;
-/// The bridge's taint key (its default).
-const TAINT: &str = "blocklistd.io/blocked";
 /// How long the steady state is watched for writes.
 const STEADY: Duration = Duration::from_secs(30);
 
