@@ -382,3 +382,24 @@ async fn the_webhook_takes_a_detector_token_and_reports_under_its_name() {
     let (_, item) = d.get("/blocklist/nodes/n1").await;
     assert_eq!(item["source"], "alertmanager-prod/A/f1");
 }
+
+#[tokio::test]
+async fn a_keyed_retry_of_a_delivery_is_answered_as_the_first() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let body = delivery(vec![
+        alert("firing", "A", "n1", "f1", &json!({})),
+        alert("resolved", "B", "n2", "f2", &json!({})),
+    ]);
+    let key = [("Idempotency-Key", "2d1f7a3e-5b6c-4d8e-9f0a-1b2c3d4e5f60")];
+    let (status, headers, first) = request(&d, Method::POST, PATH, &key, Some(body.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert!(headers.get("idempotent-replayed").is_none());
+    let at = d.revision().await;
+    let (status, headers, again) = request(&d, Method::POST, PATH, &key, Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again, first, "the first answer, replayed");
+    assert_eq!(outcomes(&again), ["blocked", "absent"]);
+    assert_eq!(d.revision().await, at, "applied once");
+}

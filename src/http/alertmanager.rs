@@ -25,7 +25,7 @@ use super::error::{
     Unauthorized, Unavailable, UnsupportedMediaType,
 };
 use super::extract::DryRun;
-use super::idempotency::KeyedBody;
+use super::idempotency::{Key, KeyedBody};
 use super::routes::ALERTMANAGER_WEBHOOK;
 use super::state::AppState;
 use crate::alerts::{self, Decision, Payload};
@@ -146,12 +146,17 @@ pub(super) async fn receive(
     State(state): State<AppState>,
     caller: Caller,
     dry: DryRun,
-    KeyedBody(_, body): KeyedBody,
+    KeyedBody(key, body): KeyedBody,
 ) -> Response {
-    dry.answer(deliver(&state, &caller, dry, body).await)
+    dry.answer(deliver(&state, &caller, dry, (key, body)).await)
 }
 
-async fn deliver(state: &AppState, caller: &Caller, dry: DryRun, body: Value) -> Result<Response> {
+async fn deliver(
+    state: &AppState,
+    caller: &Caller,
+    dry: DryRun,
+    (key, body): (Key, Value),
+) -> Result<Response> {
     let payload = payload(body)?;
     if payload.alerts.len() > state.limits.max_batch {
         return Err(ApiError::PayloadTooLarge(format!(
@@ -206,39 +211,57 @@ async fn deliver(state: &AppState, caller: &Caller, dry: DryRun, body: Value) ->
         }
         results.push(result);
     }
-    let (outcomes, revision) = if signals.is_empty() {
-        (Vec::new(), state.store.revision())
-    } else {
-        state
-            .store
-            .with_mode(dry.mode())
-            .ingest(signals, now)
-            .await?
-    };
-    for (result, at) in results.iter_mut().zip(signalled) {
-        if let Some(at) = at {
-            let (outcome, reason) = outcome_of(&outcomes[at]);
-            result.outcome = outcome;
-            result.reason = reason;
-        }
-        if !dry.is_set() {
+    if signals.is_empty() {
+        let delivery = delivered(results, &signalled, &[]);
+        return Ok(dry.written(state.store.revision(), Json(delivery)));
+    }
+    // A retry with the same Idempotency-Key is answered as the first delivery was.
+    let (decided, by) = (results.clone(), signalled.clone());
+    let key = key.render(dry, move |outcomes: &Vec<Ingested>, revision| {
+        let delivery = delivered(decided.clone(), &by, outcomes);
+        Some(dry.written(revision, Json(delivery)))
+    });
+    let (outcomes, revision) = state
+        .store
+        .with_mode(dry.mode())
+        .keyed(key)
+        .ingest(signals, now)
+        .await?;
+    let delivery = delivered(results, &signalled, &outcomes);
+    if !dry.is_set() {
+        for result in &delivery.alerts {
             state
                 .metrics
                 .detectors
                 .alert(result.outcome, &result.alertname);
         }
     }
+    Ok(dry.written(revision, Json(delivery)))
+}
+
+/// The answer to a delivery: each alert's result (`results`, as decided before the store),
+/// completed by what the store did with its signal (`signalled[i]`: the index of alert
+/// `i`'s signal among `outcomes`), and the counts.
+fn delivered(
+    mut results: Vec<AlertResult>,
+    signalled: &[Option<usize>],
+    outcomes: &[Ingested],
+) -> Delivery {
+    for (result, at) in results.iter_mut().zip(signalled) {
+        if let Some(ingested) = at.and_then(|at| outcomes.get(at)) {
+            let (outcome, reason) = outcome_of(ingested);
+            result.outcome = outcome;
+            result.reason = reason;
+        }
+    }
     let mut counts = std::collections::BTreeMap::new();
     for result in &results {
         *counts.entry(result.outcome).or_insert(0) += 1;
     }
-    Ok(dry.written(
-        revision,
-        Json(Delivery {
-            counts,
-            alerts: results,
-        }),
-    ))
+    Delivery {
+        counts,
+        alerts: results,
+    }
 }
 
 /// An alert's outcome from what the store did with its signal, and why when refused.
