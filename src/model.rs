@@ -11,7 +11,7 @@ mod live;
 
 pub use live::{
     merge_claim, validate_details, Details, LiveReport, MAX_DETAILS, MAX_DETAILS_BYTES,
-    MAX_DETAILS_KEY_BYTES, MAX_DETAILS_VALUE_BYTES, MAX_HOLDERS,
+    MAX_DETAILS_KEY_BYTES, MAX_DETAILS_VALUE_BYTES, MAX_HOLDERS, OTHER_SOURCES,
 };
 
 /// `endTimestamp` of a permanent item: Java's `Long.MAX_VALUE`, as FLIP-224 uses it.

@@ -387,30 +387,39 @@ async fn bad_retractions_are_refused_whole_and_named() {
 }
 
 #[tokio::test]
-async fn one_source_more_than_a_block_may_have_is_refused() {
+async fn past_32_sources_the_others_hold_the_block_together() {
     let mut ws = Workspace::new();
     let d = ws.start(&[]);
-    for n in 0..32 {
+    for n in 0..34 {
         let (status, body) = add(
             &d,
             "nodes",
             json!([report("n1", MB, "c", &format!("s{n}"))]),
         )
         .await;
-        assert!(status.is_success(), "{body}");
+        assert!(status.is_success(), "FLIP-224 refuses no report: {body}");
     }
-    let (status, body) = add(&d, "nodes", json!([report("n1", MB, "c", "s32")])).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert!(
-        body["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("held by 32 sources"),
-        "{body}"
+    let (_, item) = d.get("/blocklist/nodes/n1").await;
+    let held = item["heldBy"].as_array().expect("held by: {item}");
+    assert_eq!(held.len(), 33, "{item}");
+    assert_eq!(held[32], "(other sources)", "{item}");
+    assert_eq!(item["liveReports"][32]["reportCount"], 2, "{item}");
+    // One of the others retracts nothing alone; naming them all takes them back.
+    let (_, _, body) = retract(&d, "nodes", json!([{"id": "n1", "source": "s33"}])).await;
+    assert_eq!(body["retracted"][0]["outcome"], "absent", "{body}");
+    let (_, _, body) = retract(
+        &d,
+        "nodes",
+        json!([{"id": "n1", "source": "(other sources)"}]),
+    )
+    .await;
+    assert_eq!(body["retracted"][0]["outcome"], "kept", "{body}");
+    assert_eq!(
+        body["retracted"][0]["item"]["heldBy"]
+            .as_array()
+            .map(Vec::len),
+        Some(32)
     );
-    // One of them reports again: still fine.
-    let (status, _) = add(&d, "nodes", json!([report("n1", EVAC, "c", "s7")])).await;
-    assert_eq!(status, StatusCode::ACCEPTED);
 }
 
 fn token_file(ws: &Workspace) -> String {

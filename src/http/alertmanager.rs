@@ -279,13 +279,6 @@ fn outcome_of(ingested: &Ingested) -> (&'static str, Option<String>) {
                     .join("; "),
             ),
         ),
-        Ingested::Reported(AddOutcome::Crowded(_)) => (
-            "refused",
-            Some(format!(
-                "held by {} sources already, the most one block may have",
-                crate::model::MAX_HOLDERS
-            )),
-        ),
         Ingested::Reported(AddOutcome::Conflict(_)) => {
             ("refused", Some("the item is already blocked".to_owned()))
         }

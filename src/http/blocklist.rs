@@ -23,7 +23,7 @@ use super::state::AppState;
 use crate::allowlist::Entry;
 use crate::enforcement::{EnforcementStatus, Statuses};
 use crate::listing::Listing;
-use crate::model::{Item, Kind, LiveReport, MAX_HOLDERS};
+use crate::model::{Item, Kind, LiveReport};
 use crate::policy::{Guard, Refusal};
 use crate::provenance::{Report, Unblock};
 use crate::store::{self, AddOutcome, HoldOff, Removed, Seen, Store};
@@ -315,7 +315,7 @@ async fn add(
         AddOutcome::Written {
             merged, escalated, ..
         } => Some(added(dry, merged.clone(), escalated.clone(), revision)),
-        AddOutcome::Refused(_) | AddOutcome::Conflict(_) | AddOutcome::Crowded(_) => None,
+        AddOutcome::Refused(_) | AddOutcome::Conflict(_) => None,
     });
     let writer = state.store.with_mode(dry.mode()).keyed(key);
     let (outcome, revision) = writer.add_forced(kind, items, now, force).await?;
@@ -324,18 +324,6 @@ async fn add(
             merged, escalated, ..
         } => Ok(added(dry, merged, escalated, revision)),
         AddOutcome::Refused(refusals) => Err(refused(&state, kind, refusals, now).await),
-        AddOutcome::Crowded(crowded) => Err(ApiError::Conflict(
-            crowded
-                .into_iter()
-                .map(|(index, id)| {
-                    format!(
-                        "items[{index}] (id {id:?}): {} {id:?} is held by {MAX_HOLDERS} sources \
-                         already, the most one block may have; nothing of the batch was written",
-                        kind.singular()
-                    )
-                })
-                .collect(),
-        )),
         AddOutcome::Conflict(conflicts) => Err(ApiError::Conflict(
             conflicts
                 .into_iter()
@@ -548,7 +536,7 @@ macro_rules! kind_handlers {
                 (status = 401, response = Unauthorized),
                 (status = 403, response = Forbidden),
                 (status = 408, response = RequestTimeout),
-                (status = 409, description = "Some element met an active item and had allowMerge false, or came from one source more than the 32 that may hold an item; nothing was written", body = ErrorBody),
+                (status = 409, description = "Some element met an active item and had allowMerge false; nothing was written", body = ErrorBody),
                 (status = 422, description = "A guardrail refused the batch for good (an allowlisted id, a block longer than the policy's maxBlockDurationSecs, a permanent one where none is allowed, more items or evacuations than a cap or the burst allow at all): every offending element named; nothing was written", body = ErrorBody),
                 (status = 429, description = "A guardrail refused the batch for now (a share or count cap, the evacuation rate, a hold-off): every offending element named, with the current figure, the cap and the figure after the batch; nothing was written", body = ErrorBody,
                     headers(("Retry-After" = u64, description = "Seconds until the batch could pass: the next evacuation token, the end of the first timed block, or of the hold-off; absent when the daemon cannot tell"))),

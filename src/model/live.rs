@@ -20,9 +20,15 @@ use utoipa::ToSchema;
 
 use super::{merge_causes, validate_text, Action, Block};
 
-/// The most sources that may hold one block at once. A report by one more source is
-/// refused (409): a block held by this many reports is a detector storm, not evidence.
+/// The most sources whose reports of one block are kept apart. The reports of any further
+/// source are merged into one more live report, [`OTHER_SOURCES`]'s: nothing FLIP-224
+/// accepts is refused, and a roster stays small.
 pub const MAX_HOLDERS: usize = 32;
+
+/// The source of the live report that holds the reports of every source past the first
+/// [`MAX_HOLDERS`]. No source retracts it alone (each of them retracts nothing); an unblock
+/// ends it with the block, and a retraction naming it takes it back whole.
+pub const OTHER_SOURCES: &str = "(other sources)";
 
 /// The most entries a report's details hold.
 pub const MAX_DETAILS: usize = 16;

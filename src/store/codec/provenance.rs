@@ -272,7 +272,8 @@ pub const fn max_live_bytes(cause: usize) -> usize {
         + VARINT
         + MAX_DETAILS * 2 * VARINT
         + MAX_DETAILS_BYTES;
-    let roster = 1 + VARINT + MAX_HOLDERS * (VARINT + MAX_SOURCE_BYTES);
+    // The holders kept apart, and the others' report.
+    let roster = 1 + VARINT + (MAX_HOLDERS + 1) * (VARINT + MAX_SOURCE_BYTES);
     if report > roster {
         report
     } else {
@@ -399,7 +400,7 @@ mod tests {
         };
         let bound = max_live_bytes(crate::model::MAX_MERGED_CAUSE_BYTES);
         assert!(encode_live(&report).len() <= bound);
-        let roster: Vec<String> = (0..MAX_HOLDERS).map(|i| format!("{i:0>128}")).collect();
+        let roster: Vec<String> = (0..=MAX_HOLDERS).map(|i| format!("{i:0>128}")).collect();
         assert!(encode_roster(&roster).len() <= bound);
     }
 

@@ -49,9 +49,6 @@ pub enum AddOutcome {
     /// Nothing was written: the batch would break a guardrail ([`crate::policy`]); one
     /// refusal per offending element and guard.
     Refused(Vec<Refusal>),
-    /// Nothing was written: these elements `(index, id)` came from a source that would be
-    /// one more than [`crate::model::MAX_HOLDERS`] holding the item.
-    Crowded(Vec<(usize, String)>),
 }
 
 impl Command for Add {
@@ -84,7 +81,6 @@ impl Command for Add {
         let mut merged: Vec<&str> = Vec::new();
         let mut escalated: Vec<&str> = Vec::new();
         let mut conflicts = Vec::new();
-        let mut crowded = Vec::new();
         let mut repeated = 0;
         // The ids an element changed: a repeat alone writes nothing.
         let mut changed: BTreeSet<&str> = BTreeSet::new();
@@ -134,12 +130,7 @@ impl Command for Add {
                     continue;
                 }
                 Some(block) if new.allow_merge => {
-                    if held
-                        .report(block, &new.source, claim, start, &new.details)
-                        .is_err()
-                    {
-                        crowded.push((index, new.id.clone()));
-                    }
+                    held.report(block, &new.source, claim, start, &new.details);
                     block.merge(new.action, new.end, &new.cause);
                     block.reported(start);
                     if !merged.contains(&id) {
@@ -160,9 +151,6 @@ impl Command for Add {
         }
         if !conflicts.is_empty() {
             return Ok(Ok(Applied::endless(AddOutcome::Conflict(conflicts))));
-        }
-        if !crowded.is_empty() {
-            return Ok(Ok(Applied::endless(AddOutcome::Crowded(crowded))));
         }
         let refusals = self.guard(tx, &order, &stored, &state)?;
         let forced = !refusals.is_empty()
@@ -220,7 +208,7 @@ impl Command for Add {
                 metrics.conflicts.inc();
             }
             AddOutcome::Refused(refusals) => metrics.refused(refusals.iter().map(|r| r.guard)),
-            AddOutcome::Written { .. } | AddOutcome::Crowded(_) => {}
+            AddOutcome::Written { .. } => {}
         }
     }
 }

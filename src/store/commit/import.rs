@@ -64,9 +64,7 @@ impl Command for Import {
                         Err(e) => return Ok(Err(e)),
                     };
                     let claim = (item.action, item.end_timestamp, item.cause.as_str());
-                    // Past the most holders, the import still merges into the block: what
-                    // it restores is kept, if not as a report of its own.
-                    let _ = holders.report(existing, &item.source, claim, tx.now, &Details::new());
+                    holders.report(existing, &item.source, claim, tx.now, &Details::new());
                     holders.store(tx, kind, id)?;
                     let mut merged = existing.clone();
                     merged.merge(item.action, item.end_timestamp, &item.cause);

@@ -14,7 +14,7 @@
 //! [`LiveReport::implied`]: crate::model::LiveReport::implied
 
 use super::{Tx, TxResult};
-use crate::model::{Action, Block, Details, Kind, LiveReport, MAX_HOLDERS};
+use crate::model::{Action, Block, Details, Kind, LiveReport, MAX_HOLDERS, OTHER_SOURCES};
 use crate::store::{codec, keys, Result, StoreError};
 
 /// The live reports of one block as a transaction changes them.
@@ -27,10 +27,6 @@ pub(super) struct Holders {
     pub(super) reports: Option<Vec<LiveReport>>,
     changed: bool,
 }
-
-/// A report by a source that would be one holder more than [`MAX_HOLDERS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Crowded;
 
 impl Holders {
     /// The holders of a block that has none stored (a new one).
@@ -54,7 +50,8 @@ impl Holders {
     /// Takes `source`'s report (at `at`, asking for `claim`, with `details`) into the live
     /// reports of `block`, as it was before the report merged into it. A block that its
     /// first source alone held by itself gets its reports kept apart once another source
-    /// reports, or a report carries details.
+    /// reports, or a report carries details. Past [`MAX_HOLDERS`] sources, a new source's
+    /// report merges into [`OTHER_SOURCES`]'s.
     pub(super) fn report(
         &mut self,
         block: &Block,
@@ -62,21 +59,24 @@ impl Holders {
         claim: (Action, i64, &str),
         at: i64,
         details: &Details,
-    ) -> Result<(), Crowded> {
+    ) {
         let reports = match &mut self.reports {
             Some(reports) => reports,
-            None if source == block.provenance.source && details.is_empty() => return Ok(()),
+            None if source == block.provenance.source && details.is_empty() => return,
             None => self.reports.insert(vec![LiveReport::implied(block)]),
         };
         self.changed = true;
-        if let Some(report) = reports.iter_mut().find(|r| r.source == source) {
-            report.merge(claim, at, details);
-        } else if reports.len() >= MAX_HOLDERS {
-            return Err(Crowded);
+        let own = |r: &LiveReport| r.source == source;
+        let holders = reports.iter().filter(|r| r.source != OTHER_SOURCES).count();
+        let held = if reports.iter().any(own) || holders < MAX_HOLDERS {
+            source
         } else {
-            reports.push(LiveReport::new(source, claim, at, details.clone()));
+            OTHER_SOURCES
+        };
+        match reports.iter_mut().find(|r| r.source == held) {
+            Some(report) => report.merge(claim, at, details),
+            None => reports.push(LiveReport::new(held, claim, at, details.clone())),
         }
-        Ok(())
     }
 
     /// The first report of a new block, made by `source` with `details`: kept apart only
@@ -267,8 +267,7 @@ mod tests {
     #[test]
     fn the_first_source_alone_keeps_nothing_apart() {
         let mut h = Holders::none();
-        h.report(&block("op"), "op", (EV, 50, "x"), 20, &Details::new())
-            .unwrap();
+        h.report(&block("op"), "op", (EV, 50, "x"), 20, &Details::new());
         assert!(h.reports.is_none() && !h.changed);
         assert!(h.roster().is_empty());
     }
@@ -277,8 +276,7 @@ mod tests {
     fn a_second_source_keeps_both_apart_in_order() {
         let b = block("op");
         let mut h = Holders::none();
-        h.report(&b, "alerts", (EV, 50, "smart"), 20, &fingerprint("f1"))
-            .unwrap();
+        h.report(&b, "alerts", (EV, 50, "smart"), 20, &fingerprint("f1"));
         assert_eq!(h.roster(), ["op", "alerts"]);
         let all = h.all(&b);
         assert_eq!(all[0], LiveReport::implied(&b));
@@ -300,8 +298,7 @@ mod tests {
     fn a_retraction_takes_the_sources_report_if_its_details_match() {
         let b = block("op");
         let mut h = Holders::none();
-        h.report(&b, "alerts", (EV, 50, "smart"), 20, &fingerprint("f1"))
-            .unwrap();
+        h.report(&b, "alerts", (EV, 50, "smart"), 20, &fingerprint("f1"));
         assert!(
             h.retract(&b, "alerts", &fingerprint("f0")).is_none(),
             "another episode"
@@ -317,28 +314,36 @@ mod tests {
     }
 
     #[test]
-    fn one_holder_too_many_is_refused() {
+    fn past_the_most_holders_the_others_hold_together() {
         let b = block("s0");
         let mut h = Holders::none();
         for n in 1..MAX_HOLDERS {
-            h.report(&b, &format!("s{n}"), (MB, 50, "c"), 20, &Details::new())
-                .unwrap();
+            h.report(&b, &format!("s{n}"), (MB, 50, "c"), 20, &Details::new());
         }
         assert_eq!(h.roster().len(), MAX_HOLDERS);
-        assert_eq!(
-            h.report(&b, "one-more", (MB, 50, "c"), 20, &Details::new()),
-            Err(Crowded)
-        );
-        h.report(&b, "s3", (EV, 50, "c"), 30, &Details::new())
+        h.report(&b, "one-more", (EV, 60, "x"), 30, &Details::new());
+        h.report(&b, "and-another", (MB, 70, "y"), 40, &Details::new());
+        let roster = h.roster();
+        assert_eq!(roster.len(), MAX_HOLDERS + 1);
+        assert_eq!(roster.last().map(String::as_str), Some(OTHER_SOURCES));
+        let others = h
+            .all(&b)
+            .into_iter()
+            .find(|r| r.source == OTHER_SOURCES)
             .unwrap();
+        assert_eq!((others.action, others.end, others.reports), (EV, 70, 2));
+        // A source kept apart still merges into its own.
+        h.report(&b, "s3", (EV, 50, "c"), 50, &Details::new());
+        assert_eq!(h.roster().len(), MAX_HOLDERS + 1);
+        // One of the others retracts nothing alone.
+        assert!(h.retract(&b, "one-more", &Details::new()).is_none());
     }
 
     #[test]
     fn an_update_is_said_by_every_live_report() {
         let b = block("op");
         let mut h = Holders::none();
-        h.report(&b, "alerts", (EV, 50, "smart"), 20, &Details::new())
-            .unwrap();
+        h.report(&b, "alerts", (EV, 50, "smart"), 20, &Details::new());
         h.update(Some(99), Some(MB), Some("patched"));
         for r in h.all(&b) {
             assert_eq!((r.action, r.end), (MB, 99));
