@@ -199,7 +199,7 @@ async fn a_token_has_the_role_its_line_gives_and_a_bare_token_writes() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(
         body,
-        json!({"errors": ["POST /blocklist/nodes needs a writer token; this token's role is reader"]})
+        json!({"errors": ["POST /blocklist/nodes needs a detector or writer token; this token's role is reader"]})
     );
     let (status, _) = with_token(&d, Method::DELETE, "/blocklist/nodes/n1", reader, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
@@ -273,7 +273,7 @@ secret-token-value name=bob role=superuser
     assert!(
         stderr.contains(&format!("the token file {tokens}, line 3"))
             && stderr.contains(
-                "the field `role` must be admin, writer, enforcer or reader, not `superuser`"
+                "the field `role` must be admin, writer, enforcer, detector or reader, not `superuser`"
             ),
         "{stderr}"
     );

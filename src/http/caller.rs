@@ -60,12 +60,14 @@ impl Role {
         }
     }
 
-    /// The role with its article, for "needs an admin token".
+    /// The roles that grant this one, with an article, for "needs an admin token". The
+    /// side roles name the writer too: "needs a detector token" would send a reader's owner
+    /// for the narrower token when the one they hold elsewhere already does it.
     fn with_article(self) -> &'static str {
         match self {
             Role::Reader => "a reader",
-            Role::Enforcer => "an enforcer",
-            Role::Detector => "a detector",
+            Role::Enforcer => "an enforcer or writer",
+            Role::Detector => "a detector or writer",
             Role::Writer => "a writer",
             Role::Admin => "an admin",
         }
@@ -265,8 +267,12 @@ mod tests {
         );
         let reader = Caller::with_token(None, Role::Reader);
         assert_eq!(
-            refusal(reader.require(Role::Writer, "POST /blocklist/nodes")),
-            "POST /blocklist/nodes needs a writer token; this token's role is reader"
+            refusal(reader.require(Role::Writer, "DELETE /blocklist/nodes/n1")),
+            "DELETE /blocklist/nodes/n1 needs a writer token; this token's role is reader"
+        );
+        assert_eq!(
+            refusal(reader.require(Role::Detector, "POST /blocklist/nodes")),
+            "POST /blocklist/nodes needs a detector or writer token; this token's role is reader"
         );
         assert_eq!(
             refusal(Caller::anonymous().require(Role::Admin, "changing the policy")),
