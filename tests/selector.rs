@@ -366,10 +366,17 @@ async fn concurrent_adds_never_leave_a_matching_item_half_removed() {
 
     let last = d.revision().await;
     let events = events_upto(&d, last).await;
+    // The items det-a holds: those it reported first, and det-b's that it merged into
+    // (only det-a's merges bring the cause `y`): `source=` takes both, whole.
     let by_source = |state: &BTreeMap<String, Value>, source: &str| -> BTreeSet<String> {
         state
             .iter()
-            .filter(|(_, item)| item["source"] == source)
+            .filter(|(_, item)| {
+                item["source"] == source
+                    || item["cause"]
+                        .as_str()
+                        .is_some_and(|cause| cause.split(',').any(|part| part == "y"))
+            })
             .map(|(id, _)| id.clone())
             .collect()
     };
@@ -410,9 +417,10 @@ async fn concurrent_adds_never_leave_a_matching_item_half_removed() {
         }
     }
     for n in (0..400).step_by(4) {
+        let id = format!("pre-{n:03}");
         assert!(
-            listed.contains(&format!("pre-{n:03}")),
-            "det-b's pre-{n:03}"
+            listed.contains(&id) || removed.contains(&id),
+            "det-b's {id} stayed unless det-a held it too"
         );
     }
     for id in &removed {
