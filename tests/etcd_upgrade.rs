@@ -220,6 +220,11 @@ fn probe_readiness(
                 }
                 probes += 1;
                 if let Sent::Cut(why) = send(&http, target, "tm-0", &Call::Check).await {
+                    // A daemon taken out of `up` is being stopped on purpose: its
+                    // readiness was read before its SIGTERM, and its read cut by it.
+                    if !up.lock().unwrap().contains(&target) {
+                        continue;
+                    }
                     not_truthful.push(format!(
                         "d{} was ready, then answered a check: {why}",
                         target.incarnation
