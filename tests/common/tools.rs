@@ -35,7 +35,8 @@ pub fn runs(program: &str, arg: &str) -> bool {
 }
 
 /// `tests/servers/build <name>`: the directory the server's binaries are in, built from
-/// the Go module of that name if they are missing or older than the module's files.
+/// the Go module (or Maven project) of that name if they are missing or older than its
+/// files.
 pub fn build_server(name: &str) -> Result<PathBuf, String> {
     // The workspace's root: this harness is also compiled into other members' tests.
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -50,7 +51,7 @@ pub fn build_server(name: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("{}: {e}", script.display()))?;
     if !output.status.success() {
         return Err(format!(
-            "{} {name} failed (it needs the Go toolchain and the Go module proxy)",
+            "{} {name} failed (it needs the Go toolchain and the Go module proxy, or Maven and Maven Central)",
             script.display()
         ));
     }

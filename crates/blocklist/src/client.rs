@@ -457,7 +457,7 @@ fn read_token(path: &Path) -> Result<HeaderValue, Failure> {
 
 /// An error with its causes: reqwest's own message ("error sending request for url …")
 /// says little; the cause ("Connection refused") is what helps.
-fn chain(e: &dyn std::error::Error) -> String {
+pub fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

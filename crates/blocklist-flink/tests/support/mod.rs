@@ -1,0 +1,242 @@
+//! What the watcher's tests share: a real Flink 2.3 cluster (the harness built from
+//! `tests/servers/flink-2.3` by Maven: a `JobManager` and task managers of chosen ids in one
+//! JVM, driven over its stdin) and the watcher run as a process.
+
+#![allow(dead_code)] // Each test file uses its own part.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// How long a Flink cluster may take to start (a JVM, a `JobManager`, four task managers).
+const FLINK_START: Duration = Duration::from_secs(90);
+
+/// The harness's directory (`harness.jar`, `lib/`, `plugins/`), built if needed; `None`
+/// (after the skip-or-fail rule) without Java or Maven.
+pub fn harness(test: &str) -> Option<PathBuf> {
+    let tools = runs("java", "-version") && runs("mvn", "-v");
+    if !available(
+        "java and mvn are not installed (Debian: default-jdk-headless maven)",
+        tools,
+        test,
+    ) {
+        return None;
+    }
+    Some(build_server("flink-2.3").unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A running Flink cluster, stopped (SIGKILL) on drop.
+pub struct Flink {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub log: PathBuf,
+}
+
+pub struct FlinkSpec<'a> {
+    pub task_managers: &'a [&'a str],
+    /// Load the `FailureEnricher` that labels failures `type=System` (an `IOException`) or
+    /// `type=User` (anything else).
+    pub enricher: bool,
+    /// The REST port: 0 for a free one.
+    pub port: u16,
+}
+
+impl Flink {
+    pub fn start(harness: &Path, dir: &Path, spec: &FlinkSpec) -> Flink {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = dir.join(format!("flink-{}.log", std::process::id()));
+        let mut command = Command::new("java");
+        command
+            .arg(format!("-Djava.io.tmpdir={}", dir.display()))
+            .arg("-Xmx768m")
+            .arg("-jar")
+            .arg(harness.join("harness.jar"))
+            .args(["--rest-port", &spec.port.to_string()])
+            .args(["--taskmanagers", &spec.task_managers.join(",")])
+            .args(["--slots", "4"])
+            .arg("--dir")
+            .arg(dir);
+        if spec.enricher {
+            command.arg("--plugins").arg(harness.join("plugins"));
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the Flink harness");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut flink = Flink {
+            child,
+            stdin,
+            lines,
+            port: 0,
+            dir: dir.to_owned(),
+            log,
+        };
+        let ready = flink.answer(FLINK_START);
+        flink.port = ready
+            .strip_prefix("READY ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the harness said {ready:?}\n{}", flink.log_text()));
+        flink
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn answer(&self, within: Duration) -> String {
+        self.lines
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("the harness did not answer ({e}):\n{}", self.log_text()))
+    }
+
+    /// Submits a job of `parallelism` whose subtasks on `fail_on` (task manager ids, `*`
+    /// for all, none for none) throw `exception` `times` times each, `delay_ms` after they
+    /// start: its job id.
+    pub fn submit(
+        &mut self,
+        name: &str,
+        parallelism: u32,
+        fail_on: &[&str],
+        exception: &str,
+        times: u32,
+    ) -> String {
+        let fail_on = if fail_on.is_empty() {
+            "-".to_owned()
+        } else {
+            fail_on.join(",")
+        };
+        writeln!(
+            self.stdin,
+            "submit {name} {parallelism} {fail_on} {exception} {times} 300"
+        )
+        .unwrap();
+        self.stdin.flush().unwrap();
+        let answer = self.answer(Duration::from_secs(60));
+        let prefix = format!("JOB {name} ");
+        answer
+            .strip_prefix(&prefix)
+            .unwrap_or_else(|| panic!("submit {name}: {answer}\n{}", self.log_text()))
+            .trim()
+            .to_owned()
+    }
+
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Flink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The watcher, killed (SIGKILL) on drop.
+pub struct Watcher {
+    child: Child,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Watcher {
+    /// `blocklist-flink` following `flink` (named `test`) for `daemon`, polling every 200 ms.
+    pub fn start(dir: &Path, flink: &str, daemon: &Daemon, extra: &[&str]) -> Watcher {
+        let log = dir.join(format!(
+            "watcher-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blocklist-flink"))
+            .args(["--flink", &format!("test={flink}")])
+            .args(["--daemon", &daemon.url("")])
+            .args(["--listen", "127.0.0.1:0", "--poll", "200ms"])
+            .args(extra)
+            .env("RUST_LOG", "info,blocklist_flink=debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start blocklist-flink");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next().and_then(Result::ok));
+            for _ in lines {}
+        });
+        let first = rx.recv_timeout(DEADLINE).ok().flatten().unwrap_or_else(|| {
+            panic!(
+                "the watcher did not start:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+        let addr = first
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("the watcher said {first:?}"))
+            .to_owned();
+        Watcher { child, addr, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The watcher's `/metrics` text.
+    pub async fn scrape(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.addr))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    pub async fn metric(&self, name_and_labels: &str) -> f64 {
+        metric(&self.scrape().await, name_and_labels)
+    }
+
+    pub async fn ready(&self) -> bool {
+        reqwest::get(format!("http://{}/readyz", self.addr))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
