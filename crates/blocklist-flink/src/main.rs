@@ -1,7 +1,6 @@
 //! `blocklist-flink`: the Flink watcher of blocklistd (the library, `blocklist_flink`, holds
 //! what it does; this is its command line).
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blocklist::client::{Client, TlsFiles};
+use blocklist::sidecar::{self, Command, LogFormat};
 use blocklist_flink::filter::{self, Filter, Label, Pattern};
 use blocklist_flink::flink::{Auth, Flink};
 use blocklist_flink::judge::Rules;
@@ -16,9 +16,7 @@ use blocklist_flink::metrics::Metrics;
 use blocklist_flink::report::Daemon;
 use blocklist_flink::serve;
 use blocklist_flink::watch::{Settings, Watcher};
-use blocklistd::shell::Shell;
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use tracing_subscriber::EnvFilter;
+use clap::{CommandFactory, Parser, ValueEnum};
 
 /// The Flink watcher of blocklistd: task managers whose tasks keep failing, more than the
 /// others running the same job, are blocked in the daemon, and the nodes under enough of
@@ -100,6 +98,12 @@ struct Args {
     #[arg(long, env = "BLOCKLIST_FLINK_CACERT", value_name = "PATH")]
     flink_cacert: Option<PathBuf>,
 
+    /// How many entries Flink keeps of a job's exception history (its
+    /// `web.exception-history-size`): a full one whose entries are all new may have lost
+    /// some, which is logged and counted.
+    #[arg(long, env = "BLOCKLIST_FLINK_HISTORY_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    flink_history_size: u32,
+
     /// How often each cluster's exception histories are read.
     #[arg(long, env = "BLOCKLIST_FLINK_POLL", default_value = "1s", value_parser = humantime::parse_duration)]
     poll: Duration,
@@ -129,8 +133,9 @@ struct Args {
     node_task_managers: u32,
 
     /// Exception classes whose failures may count (a class, or a prefix ending in `*`);
-    /// the platform's by default.
-    #[arg(long, env = "BLOCKLIST_FLINK_COUNT_EXCEPTIONS", value_delimiter = ',', value_parser = Pattern::parse, default_values = filter::DEFAULT_COUNT)]
+    /// the platform's by default: java.*, javax.*, jdk.*, sun.*, org.apache.flink.*,
+    /// org.apache.hadoop.*, org.apache.pekko.*, io.netty.*, org.rocksdb.*.
+    #[arg(long, env = "BLOCKLIST_FLINK_COUNT_EXCEPTIONS", value_delimiter = ',', value_parser = Pattern::parse, default_values = filter::DEFAULT_COUNT, hide_default_value = true)]
     count_exceptions: Vec<Pattern>,
 
     /// Exception classes whose failures never count: what is certainly the job's fault
@@ -179,12 +184,6 @@ struct Args {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Action {
     #[value(name = "MARK_BLOCKED")]
     MarkBlocked,
@@ -192,64 +191,13 @@ enum Action {
     MarkBlockedAndEvacuateTasks,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Print a shell completion script.
-    Completion { shell: Shell },
-    /// Print the manual page, or write the pages into a directory.
-    Man {
-        /// Write the pages here (one per command) instead of printing the first.
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
-    },
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
-    let printed = match &args.command {
-        Some(Command::Completion { shell }) => Some(blocklistd::shell::print_completion(
-            &Args::command(),
-            *shell,
-        )),
-        Some(Command::Man { dir }) => Some(blocklistd::shell::print_man(
-            &Args::command(),
-            dir.as_deref(),
-        )),
-        None => None,
-    };
-    if let Some(printed) = printed {
-        return match printed {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("blocklist-flink: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(command) = &args.command {
+        return command.print(&Args::command());
     }
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&args.log_level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => logs.json().with_current_span(false).init(),
-    }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("blocklist-flink: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("blocklist-flink: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sidecar::init_logs(&args.log_level, args.log_format);
+    sidecar::run("blocklist-flink", run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -308,6 +256,7 @@ async fn run(args: Args) -> Result<(), String> {
         duration: args.duration,
         dry_run: args.dry_run,
         register: args.register_task_managers,
+        history_size: args.flink_history_size as usize,
     });
     let metrics = Arc::new(Metrics::new(clusters.iter().map(|c| c.name.as_str())));
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -324,24 +273,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     tokio::select! {
         _ = tasks.join_next() => Err("a task of the watcher stopped".into()),
-        signal = stopped() => {
+        signal = sidecar::stopped() => {
             tracing::info!(%signal, "stopping");
             Ok(())
         }
-    }
-}
-
-/// Until SIGTERM (Kubernetes stopping the pod) or SIGINT: the signal's name.
-async fn stopped() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
     }
 }

@@ -35,6 +35,9 @@ pub struct Settings {
     pub dry_run: bool,
     /// Register Flink's task managers on their hosts in the daemon's membership.
     pub register: bool,
+    /// How many entries Flink keeps of a job's exception history
+    /// (`web.exception-history-size`).
+    pub history_size: usize,
 }
 
 /// Most failure times a report's details carry (the newest).
@@ -187,9 +190,14 @@ impl Watcher {
     fn take_in(&mut self, job: &str, name: &str, history: &crate::history::History) {
         let cluster = self.flink.name.clone();
         let newest_before = self.newest.get(job).copied();
-        let lost = history.truncated
-            || matches!((newest_before, history.oldest()), (Some(before), Some(oldest)) if oldest > before && history.entries.len() >= 16);
-        if lost && history.entries.first().map(|e| e.timestamp) != newest_before {
+        // Flink keeps the newest `history_size` entries: a full history none of whose
+        // entries was seen before may have lost older ones (the watcher fell behind, or
+        // started late). `truncated` says the answer itself was cut.
+        let full = history.entries.len() >= self.settings.history_size;
+        let all_new = history
+            .oldest()
+            .is_some_and(|oldest| newest_before.is_none_or(|before| oldest > before));
+        if history.truncated || (full && all_new) {
             self.metrics
                 .truncated
                 .get_or_create(&labels(&[("cluster", &cluster)]))

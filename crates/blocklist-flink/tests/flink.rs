@@ -88,8 +88,9 @@ async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
 
     // A job's own exception, three times on tm-3: its code's, never the machine's.
     let user = flink.submit("user-bug", 4, &["tm-3"], USER, 3);
-    // A job failing on every task manager: its own bug, blamed on nobody.
-    let everywhere = flink.submit("everywhere", 4, &["*"], RUNTIME, 2);
+    // A job failing on every task manager: its own bug, blamed on nobody. Five times on
+    // each of four: 20 entries, more than the 16 Flink keeps.
+    let everywhere = flink.submit("everywhere", 4, &["*"], RUNTIME, 5);
     // The machine: tm-2 fails twice.
     let disk = flink.submit("disk", 4, &["tm-2"], IO, 2);
 
@@ -133,6 +134,29 @@ async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
         "the job failing everywhere is named: {}",
         watcher.log_text()
     );
+    // A watcher that starts once the job's 20 failures are in finds its history full (16
+    // entries) of entries it never saw: older failures were lost, and it says so.
+    let url = format!("{}/jobs/{everywhere}/exceptions", flink.url());
+    eventually("the job failing everywhere fills its history", || async {
+        let history: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        history["exceptionHistory"]["entries"]
+            .as_array()
+            .is_some_and(|entries| entries.len() >= 16)
+    })
+    .await;
+    let late = Watcher::start(
+        ws.tmp.path(),
+        &flink.url(),
+        &daemon,
+        &["--name", "late", "--dry-run"],
+    );
+    let series = "blocklist_flink_history_truncated_total{cluster=\"test\"}";
+    eventually("the history cut short is counted", || async {
+        late.metric(series).await >= 1.0
+    })
+    .await;
+    assert!(late.log_text().contains("cut short"), "{}", late.log_text());
+    drop(late);
     for healthy in ["tm-1", "tm-3"] {
         assert!(
             blocked(&daemon, "taskmanagers", healthy).await.is_none(),
@@ -189,13 +213,41 @@ async fn with_an_enricher_only_the_failures_it_labels_system_count() {
         &daemon,
         &["--require-label", "type=System"],
     );
+    // Beside it, a dry run under another name: it says what it would block, and blocks
+    // nothing.
+    let dry = Watcher::start(
+        ws.tmp.path(),
+        &flink.url(),
+        &daemon,
+        &["--name", "flink-dry", "--dry-run"],
+    );
     // A platform's class, but the enricher says it is the job's.
     flink.submit("labelled-user", 4, &["tm-1"], RUNTIME, 3);
     // The enricher says it is the system's.
     flink.submit("labelled-system", 4, &["tm-3"], IO, 2);
-    until_blocked(&daemon, "taskmanagers", "tm-3", &watcher).await;
+    let tm3 = until_blocked(&daemon, "taskmanagers", "tm-3", &watcher).await;
     until_seen(&watcher, "label", 3.0).await;
     assert!(blocked(&daemon, "taskmanagers", "tm-1").await.is_none());
+
+    let series = "blocklist_flink_reports_total{kind=\"taskmanagers\",outcome=\"dry-run\"}";
+    eventually("the dry run would have blocked tm-3", || async {
+        dry.metric(series).await >= 1.0
+    })
+    .await;
+    assert!(
+        dry.log_text().contains("dry run: would block"),
+        "{}",
+        dry.log_text()
+    );
+    let (_, item) = daemon.get("/blocklist/taskmanagers/tm-3").await;
+    assert_eq!(
+        item["reportCount"], tm3["reportCount"],
+        "the dry run wrote nothing: {item}"
+    );
+    assert!(
+        !item.to_string().contains("flink-dry"),
+        "no report of the dry run's: {item}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -205,7 +257,14 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
     };
     let _one = ONE_AT_A_TIME.lock().await;
     let mut ws = Workspace::new();
-    let daemon = ws.start(&[]);
+    // The watcher's token is a detector's, named as the watcher: it reports under
+    // flink/<cluster> only.
+    let tokens = ws.tmp.path().join("tokens");
+    std::fs::write(&tokens, "flink-token-value name=flink role=detector\n").unwrap();
+    let daemon = ws.start(&["--token-file", tokens.to_str().unwrap()]);
+    let token = ws.tmp.path().join("flink.token");
+    std::fs::write(&token, "flink-token-value\n").unwrap();
+    let token_flag = ["--token-file", token.to_str().unwrap()];
     let flink_dir = ws.tmp.path().join("flink");
     let spec = FlinkSpec {
         task_managers: &["tm-1", "tm-2", "tm-3", "tm-4"],
@@ -213,7 +272,7 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
         port: 0,
     };
     let mut flink = Flink::start(&harness, &flink_dir, &spec);
-    let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &[]);
+    let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &token_flag);
     // tm-1 fails once: not enough. tm-2 twice: blocked.
     flink.submit("once", 4, &["tm-1"], IO, 1);
     flink.submit("twice", 4, &["tm-2"], IO, 2);
@@ -223,7 +282,7 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
 
     // kill -9, and again: the same three failures, counted once each.
     watcher.kill9();
-    let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &[]);
+    let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &token_flag);
     until_seen(&watcher, "counted", 3.0).await;
     // A few more polls: nothing new is asked, nothing is blocked twice.
     eventually("the restarted watcher finds tm-2 held already", || async {

@@ -1,7 +1,6 @@
 //! `blocklist-kube`: the Kubernetes bridge of blocklistd (the library, `blocklist_kube`,
 //! holds what it does; this is its command line).
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blocklist::client::TlsFiles;
+use blocklist::sidecar::{self, Command, LogFormat};
 use blocklist_kube::bridge::Bridge;
 use blocklist_kube::daemon::Daemon;
 use blocklist_kube::evacuation::{Evacuation, Settings};
@@ -17,12 +17,10 @@ use blocklist_kube::marking::Marking;
 use blocklist_kube::pods::Labels;
 use blocklist_kube::reconcile::reconcile;
 use blocklist_kube::{follow, membership, node_watch, serve};
-use blocklistd::shell::Shell;
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tracing_subscriber::EnvFilter;
 
 /// The Kubernetes bridge of blocklistd: every blocked node becomes a NoSchedule taint of
 /// the bridge's own key, with annotations and an Event that say who blocked it and why;
@@ -215,70 +213,13 @@ struct Args {
     log_format: LogFormat,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Print a shell completion script.
-    Completion { shell: Shell },
-    /// Print the manual page, or write the pages into a directory.
-    Man {
-        /// Write the pages here (one per command) instead of printing the first.
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
-    },
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
-    let printed = match &args.command {
-        Some(Command::Completion { shell }) => Some(blocklistd::shell::print_completion(
-            &Args::command(),
-            *shell,
-        )),
-        Some(Command::Man { dir }) => Some(blocklistd::shell::print_man(
-            &Args::command(),
-            dir.as_deref(),
-        )),
-        None => None,
-    };
-    if let Some(printed) = printed {
-        return match printed {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("blocklist-kube: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(command) = &args.command {
+        return command.print(&Args::command());
     }
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&args.log_level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => logs.json().with_current_span(false).init(),
-    }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("blocklist-kube: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(Box::pin(run(args))) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("blocklist-kube: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sidecar::init_logs(&args.log_level, args.log_format);
+    sidecar::run("blocklist-kube", run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -395,25 +336,10 @@ async fn run(args: Args) -> Result<(), String> {
     };
     tokio::select! {
         () = running => {}
-        signal = stopped() => {
+        signal = sidecar::stopped() => {
             tracing::info!(%signal, "stopping");
             bridge.leader.release().await;
         }
     }
     Ok(())
-}
-
-/// Until SIGTERM (Kubernetes stopping the pod) or SIGINT: the signal's name.
-async fn stopped() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    }
 }

@@ -5,8 +5,11 @@
 //!   bearer token, writes retried with their `Idempotency-Key`, and every outcome mapped
 //!   onto "refused" or "unreachable".
 //! - [`sse`]: the change feed's Server-Sent Events, parsed incrementally.
-//! - [`status`]: the spinner on stderr while a request is slow, on a terminal only.
+//! - [`status`]: the spinner on stderr while a request is slow, on a terminal only;
+//! - [`sidecar`]: what the binaries beside a cluster share (their logs, `completion` and
+//!   `man`, their runtime and stop signal).
 
 pub mod client;
+pub mod sidecar;
 pub mod sse;
 pub mod status;
