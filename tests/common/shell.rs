@@ -104,3 +104,31 @@ pub fn render_man(page: &[u8], what: &str) -> String {
     }
     plain
 }
+
+/// Every flag (`--…`) and `BLOCKLIST_*` variable a deployment manifest uses outside its
+/// comments that `bin --help` does not know; panics unless it uses at least `least` (so a
+/// manifest the parse misreads cannot pass empty).
+pub fn unknown_to_help(bin: &Path, manifest: &Path, least: usize) -> Vec<String> {
+    let help = printed(bin, &["--help"]);
+    let text = std::fs::read_to_string(manifest).expect("the manifest");
+    let objects: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let named = |w: &str, prefix: &str| {
+        w.starts_with(prefix) && w[prefix.len()..].starts_with(|c: char| c.is_ascii_alphabetic())
+    };
+    let used: Vec<String> = words(&objects)
+        .into_iter()
+        .filter(|w| named(w, "--") || named(w, "BLOCKLIST_"))
+        .collect();
+    assert!(used.len() >= least, "{}: {used:?}", manifest.display());
+    let known = words(&help);
+    used.into_iter().filter(|w| !known.contains(w)).collect()
+}

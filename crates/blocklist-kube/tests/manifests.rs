@@ -23,8 +23,15 @@ const NAMESPACE: &str = "blocklist";
 
 /// Files in `docs/deploy/` that are no Kubernetes objects: the Prometheus rule files of the
 /// alerts and their unit tests (promtool's formats; `monitoring.yaml` carries the same rules
-/// as a `PrometheusRule`), and the systemd unit.
-const NOT_MANIFESTS: [&str; 2] = ["alerts.yaml", "alerts.test.yaml"];
+/// as a `PrometheusRule`), the example rules that block what they name and Alertmanager's
+/// route to the daemons' webhook (Prometheus' and Alertmanager's own formats,
+/// `tests/alerts.rs` checks them), and the systemd unit.
+const NOT_MANIFESTS: [&str; 4] = [
+    "alerts.yaml",
+    "alerts.test.yaml",
+    "blocking-rules.yaml",
+    "alertmanager.yaml",
+];
 
 /// `tests/crds/fetch`: the directory of the CRDs the manifests use, copied out of their
 /// projects' release modules through the Go module proxy.
@@ -183,6 +190,8 @@ fn every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run() {
         "kubernetes.yaml: Service",
         "blocklist-kube.yaml: Deployment",
         "blocklist-kube.yaml: ClusterRole",
+        "blocklist-flink.yaml: Deployment",
+        "blocklist-flink.yaml: Secret",
         "certificates.yaml: Certificate",
         "certificates.yaml: Issuer",
         "monitoring.yaml: PrometheusRule",
@@ -222,42 +231,11 @@ fn every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run() {
 /// `blocklist-kube --help` knows.
 #[test]
 fn the_bridges_manifest_uses_only_flags_and_variables_it_knows() {
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_blocklist-kube"))
-        .arg("--help")
-        .output()
-        .expect("blocklist-kube --help");
-    let help = String::from_utf8_lossy(&help.stdout).into_owned();
-    let manifest = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../docs/deploy/blocklist-kube.yaml"),
-    )
-    .expect("the manifest");
-    // What the objects say, not the comments.
-    let manifest: String = manifest
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let words = |prefix: &str| -> Vec<String> {
-        manifest
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-            .filter(|w| {
-                w.starts_with(prefix)
-                    && w[prefix.len()..].starts_with(|c: char| c.is_ascii_alphabetic())
-            })
-            .map(str::to_owned)
-            .collect()
-    };
-    let used: Vec<String> = words("--").into_iter().chain(words("BLOCKLIST_")).collect();
-    assert!(used.len() >= 6, "{used:?}");
-    let unknown: Vec<&String> = used
-        .iter()
-        .filter(|w| {
-            !help
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-                .any(|h| h == w.as_str())
-        })
-        .collect();
+    let unknown = unknown_to_help(
+        Path::new(env!("CARGO_BIN_EXE_blocklist-kube")),
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy/blocklist-kube.yaml"),
+        6,
+    );
     assert!(
         unknown.is_empty(),
         "unknown to `blocklist-kube --help`: {unknown:?}"
