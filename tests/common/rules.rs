@@ -122,15 +122,17 @@ pub fn feed_through_the_rules(
     let Some(alerts) = alerts_of(group, test) else {
         return;
     };
-    let prefix = if job == "blocklist-kube" {
-        "blocklist_kube_"
-    } else {
-        "blocklist_"
+    // The daemon's metrics are `blocklist_…`; those of the binaries beside it (the bridge,
+    // the watcher) their own name's: `blocklist_kube_…`, `blocklist_flink_…`.
+    let others = ["blocklist_kube_", "blocklist_flink_"];
+    let prefix = match job {
+        "blocklistd" => "blocklist_".to_owned(),
+        beside => format!("{}_", beside.replace('-', "_")),
     };
     let named: BTreeSet<String> = alerts
         .iter()
-        .flat_map(|(_, expr)| selectors(expr, prefix))
-        .filter(|s| job == "blocklist-kube" || !s.starts_with("blocklist_kube_"))
+        .flat_map(|(_, expr)| selectors(expr, &prefix))
+        .filter(|s| job != "blocklistd" || !others.iter().any(|o| s.starts_with(o)))
         .filter(|s| !elsewhere.contains(&metric_of(s)))
         .collect();
     assert!(!named.is_empty(), "no metric named by the {group} rules");

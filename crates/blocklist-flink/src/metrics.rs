@@ -79,6 +79,13 @@ impl Metrics {
                 .expect("never poisoned")
                 .insert(cluster.to_owned(), false);
         }
+        for kind in ["taskmanagers", "nodes"] {
+            for outcome in ["blocked", "held", "paid", "refused", "error", "dry-run"] {
+                let _ = metrics
+                    .reports
+                    .get_or_create(&labels(&[("kind", kind), ("outcome", outcome)]));
+            }
+        }
         let r = &mut metrics.registry;
         r.register(
             "polls",

@@ -2,7 +2,8 @@
 //! chosen ids in one JVM) and a real daemon: a task manager whose tasks keep failing is
 //! blocked with its evidence and the healthy ones are not; a job's own exceptions and a
 //! job failing everywhere block nothing; two sick task managers on one node block the
-//! node; a restarted watcher counts nothing twice; Flink stopped blocks nothing.
+//! node; a restarted watcher counts nothing twice; Flink stopped blocks nothing; its
+//! alerting rules select a real watcher's series and fire nothing while it is healthy.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -188,6 +189,14 @@ async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
     }
     let reports = "blocklist_flink_reports_total{kind=\"taskmanagers\",outcome=\"blocked\"}";
     assert_eq!(watcher.metric(reports).await, 2.0);
+
+    // The alerting rules of its group (docs/deploy/alerts.yaml) select its series, and none
+    // fires while it is healthy.
+    let test = "the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is";
+    if have_promtool(test) {
+        let scrape = watcher.scrape().await;
+        feed_through_the_rules(&scrape, "blocklist-flink", "blocklist-flink", &[], test);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
