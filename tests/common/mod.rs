@@ -4,6 +4,8 @@
 //! - `process`: starting, killing and stopping the daemon; its offline subcommands;
 //! - `alerting`: real Prometheus and Alertmanager processes, and a scrape target to flip;
 //! - `etcd`: an etcd cluster of the test's own (`--store etcd`);
+//! - `flink`: a real Flink cluster (a `JobManager` and task managers of chosen ids in one JVM)
+//!   and the Flink watcher;
 //! - `kube`: a kube-apiserver of the test's own, on an etcd member of its own;
 //! - `http`: JSON requests and the pieces of their answers;
 //! - `sse`: the change feed's client;
@@ -23,6 +25,7 @@
 
 mod alerting;
 mod etcd;
+mod flink;
 mod http;
 mod kube;
 mod metrics;
@@ -42,6 +45,7 @@ use std::time::{Duration, Instant};
 
 pub use alerting::*;
 pub use etcd::*;
+pub use flink::*;
 pub use http::*;
 pub use kube::*;
 pub use metrics::*;

@@ -13,8 +13,14 @@ use super::{raw_request, DEADLINE};
 /// The daemon binary. Cargo names it to the daemon package's own tests; the tests of another
 /// workspace member (the CLI) find it in the same target directory, where the workspace's
 /// test command (`cargo test --workspace`) builds it.
-pub static BIN: LazyLock<PathBuf> = LazyLock::new(|| {
-    if let Some(bin) = option_env!("CARGO_BIN_EXE_blocklistd") {
+pub static BIN: LazyLock<PathBuf> =
+    LazyLock::new(|| workspace_binary("blocklistd", option_env!("CARGO_BIN_EXE_blocklistd")));
+
+/// A binary of the workspace: `cargo_env` (Cargo's `CARGO_BIN_EXE_<name>`, set for the tests
+/// of the binary's own package), else `name` beside this test executable's directory
+/// (`target/<profile>/`), where `cargo test --workspace` builds every member's binaries.
+pub fn workspace_binary(name: &str, cargo_env: Option<&str>) -> PathBuf {
+    if let Some(bin) = cargo_env {
         return PathBuf::from(bin);
     }
     // A test executable lives in `target/<profile>/deps/`; the binaries one level up.
@@ -23,15 +29,15 @@ pub static BIN: LazyLock<PathBuf> = LazyLock::new(|| {
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/deps")
-        .join("blocklistd");
+        .join(name);
     assert!(
         bin.is_file(),
-        "no daemon binary at {}: build it with `cargo build -p blocklistd` \
+        "no {name} binary at {}: build it with `cargo build -p {name}` \
          (`cargo test --workspace` does)",
         bin.display()
     );
     bin
-});
+}
 
 /// Whether the suites' daemons run on etcd (`BLOCKLISTD_TEST_STORE=etcd`; else on sled).
 pub fn on_etcd() -> bool {

@@ -7,12 +7,10 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
-mod support;
 
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::*;
 
 const IO: &str = "java.io.IOException";
 const USER: &str = "blocklist.flinkharness.UserFunctionException";
@@ -59,7 +57,7 @@ async fn until_seen(watcher: &Watcher, outcome: &str, n: f64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
-    let Some(harness) = harness("the watcher against Flink") else {
+    let Some(harness) = flink_harness("the watcher against Flink") else {
         return;
     };
     let _one = ONE_AT_A_TIME.lock().await;
@@ -201,7 +199,7 @@ async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_an_enricher_only_the_failures_it_labels_system_count() {
-    let Some(harness) = harness("the watcher and Flink's failure labels") else {
+    let Some(harness) = flink_harness("the watcher and Flink's failure labels") else {
         return;
     };
     let _one = ONE_AT_A_TIME.lock().await;
@@ -261,7 +259,7 @@ async fn with_an_enricher_only_the_failures_it_labels_system_count() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothing() {
-    let Some(harness) = harness("the watcher restarted, and Flink stopped") else {
+    let Some(harness) = flink_harness("the watcher restarted, and Flink stopped") else {
         return;
     };
     let _one = ONE_AT_A_TIME.lock().await;

@@ -1,23 +1,31 @@
-//! What the watcher's tests share: a real Flink 2.3 cluster (the harness built from
-//! `tests/servers/flink-2.3` by Maven: a `JobManager` and task managers of chosen ids in one
-//! JVM, driven over its stdin) and the watcher run as a process.
-
-#![allow(dead_code)] // Each test file uses its own part.
+//! A real Flink 2.3 cluster (the harness built from `tests/servers/flink-2.3` by Maven: a
+//! `JobManager` and task managers of chosen ids in one JVM, driven over its stdin), and the
+//! Flink watcher (`blocklist-flink`) run as a process: the watcher's tests, and the loop
+//! through the Kubernetes bridge.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, LazyLock};
 use std::time::Duration;
 
-use crate::common::*;
+use super::{available, build_server, metric, runs, workspace_binary, Daemon, DEADLINE};
+
+/// The watcher's binary: Cargo names it to its own package's tests; another member's
+/// tests (the bridge's loop) find it beside them, where `cargo test --workspace` builds it.
+static WATCHER: LazyLock<PathBuf> = LazyLock::new(|| {
+    workspace_binary(
+        "blocklist-flink",
+        option_env!("CARGO_BIN_EXE_blocklist-flink"),
+    )
+});
 
 /// How long a Flink cluster may take to start (a JVM, a `JobManager`, four task managers).
 const FLINK_START: Duration = Duration::from_secs(90);
 
 /// The harness's directory (`harness.jar`, `lib/`, `plugins/`), built if needed; `None`
 /// (after the skip-or-fail rule) without Java or Maven.
-pub fn harness(test: &str) -> Option<PathBuf> {
+pub fn flink_harness(test: &str) -> Option<PathBuf> {
     let tools = runs("java", "-version") && runs("mvn", "-v");
     if !available(
         "java and mvn are not installed (Debian: default-jdk-headless maven)",
@@ -174,7 +182,7 @@ impl Watcher {
                 .unwrap()
                 .as_nanos()
         ));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_blocklist-flink"))
+        let mut child = Command::new(&*WATCHER)
             .args(["--flink", &format!("test={flink}")])
             .args(["--daemon", &daemon.url("")])
             .args(["--listen", "127.0.0.1:0", "--poll", "200ms"])
