@@ -154,7 +154,15 @@ impl Watcher {
             .set(i64::try_from(followed.len()).unwrap_or(i64::MAX));
         let mut names = HashMap::new();
         for job in &followed {
-            let history = self.flink.history(&job.jid).await?;
+            // A job that ended since the overview has no history to read: the others still
+            // count, and it is read again at the next poll if it is still there.
+            let history = match self.flink.history(&job.jid).await {
+                Ok(history) => history,
+                Err(e) => {
+                    tracing::debug!(cluster = %self.flink.name, job = %job.jid, error = %e, "cannot read the job's exception history");
+                    continue;
+                }
+            };
             self.take_in(&job.jid, &job.name, &history);
             names.insert(job.jid.clone(), job.name.clone());
         }

@@ -2,7 +2,7 @@
 //! chosen ids in one JVM) and a real daemon: a task manager whose tasks keep failing is
 //! blocked with its evidence and the healthy ones are not; a job's own exceptions and a
 //! job failing everywhere block nothing; two sick task managers on one node block the
-//! node; a restarted watcher counts nothing twice; Flink stopped blocks nothing; its
+//! node; Flink's failure labels, a dry run and the watcher's own registrations; a restarted watcher counts nothing twice; Flink stopped blocks nothing; its
 //! alerting rules select a real watcher's series and fire nothing while it is healthy.
 
 #[path = "../../../tests/common/mod.rs"]
@@ -218,7 +218,7 @@ async fn with_an_enricher_only_the_failures_it_labels_system_count() {
         ws.tmp.path(),
         &flink.url(),
         &daemon,
-        &["--require-label", "type=System"],
+        &["--require-label", "type=System", "--register-task-managers"],
     );
     // Beside it, a dry run under another name: it says what it would block, and blocks
     // nothing.
@@ -232,6 +232,15 @@ async fn with_an_enricher_only_the_failures_it_labels_system_count() {
     flink.submit("labelled-user", 4, &["tm-1"], RUNTIME, 3);
     // The enricher says it is the system's.
     flink.submit("labelled-system", 4, &["tm-3"], IO, 2);
+    // No bridge here: the watcher registers Flink's task managers on the hosts Flink
+    // reports for them.
+    eventually("the task managers are registered on their host", || async {
+        let (_, registered) = daemon.get("/taskmanagers").await;
+        registered
+            == json!([{"id": "tm-1", "node": "127.0.0.1"}, {"id": "tm-2", "node": "127.0.0.1"},
+                      {"id": "tm-3", "node": "127.0.0.1"}, {"id": "tm-4", "node": "127.0.0.1"}])
+    })
+    .await;
     let tm3 = until_blocked(&daemon, "taskmanagers", "tm-3", &watcher).await;
     until_seen(&watcher, "label", 3.0).await;
     assert!(blocked(&daemon, "taskmanagers", "tm-1").await.is_none());
