@@ -2,8 +2,9 @@
 //! chosen ids in one JVM) and a real daemon: a task manager whose tasks keep failing is
 //! blocked with its evidence and the healthy ones are not; a job's own exceptions and a
 //! job failing everywhere block nothing; two sick task managers on one node block the
-//! node; Flink's failure labels, a dry run and the watcher's own registrations; a restarted watcher counts nothing twice; Flink stopped blocks nothing; its
-//! alerting rules select a real watcher's series and fire nothing while it is healthy.
+//! node; Flink's failure labels, a dry run and the watcher's own registrations; a
+//! restarted watcher counts nothing twice; Flink stopped blocks nothing; its alerting
+//! rules select a real watcher's series and fire nothing while it is healthy.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
