@@ -173,7 +173,8 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// `blocklist-flink` following `flink` (named `test`) for `daemon`, polling every 200 ms.
+    /// `blocklist-flink` following `flink` (named `test`) for `daemon` (unless `extra` names
+    /// the daemons), polling every 200 ms.
     pub fn start(dir: &Path, flink: &str, daemon: &Daemon, extra: &[&str]) -> Watcher {
         let log = dir.join(format!(
             "watcher-{}.log",
@@ -184,7 +185,11 @@ impl Watcher {
         ));
         let mut child = Command::new(&*WATCHER)
             .args(["--flink", &format!("test={flink}")])
-            .args(["--daemon", &daemon.url("")])
+            .args(if extra.contains(&"--daemon") {
+                vec![]
+            } else {
+                vec!["--daemon".to_owned(), daemon.url("")]
+            })
             .args(["--listen", "127.0.0.1:0", "--poll", "200ms"])
             .args(extra)
             .env("RUST_LOG", "info,blocklist_flink=debug")

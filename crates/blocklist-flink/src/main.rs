@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blocklist::client::{Client, TlsFiles};
+use blocklist::client::TlsFiles;
+use blocklist::daemons::Daemons;
 use blocklist::sidecar::{self, Command, LogFormat};
 use blocklist_flink::filter::{self, Filter, Label, Pattern};
 use blocklist_flink::flink::{Auth, Flink};
@@ -43,13 +44,15 @@ struct Args {
     )]
     flink: Vec<String>,
 
-    /// The daemon's URL (a Service in front of every daemon of the prefix: any answers).
+    /// The daemons' URLs, comma-separated: every daemon of the prefix (any answers; the
+    /// watcher moves to the next when one fails).
     #[arg(
         long,
         env = "BLOCKLIST_SERVER",
+        value_delimiter = ',',
         default_value = "http://127.0.0.1:7224"
     )]
-    daemon: String,
+    daemon: Vec<String>,
 
     /// A file holding the bearer token for the daemon: a token of role `detector` named as
     /// --name (a `writer`'s with --register-task-managers).
@@ -229,9 +232,11 @@ async fn run(args: Args) -> Result<(), String> {
         cert: args.cert.clone(),
         key: args.key.clone(),
     };
-    let client = Client::new(&args.daemon, args.token_file.as_deref(), &tls, false)
-        .map_err(|e| format!("--daemon {}: {}", args.daemon, e.messages().join("; ")))?;
-    let daemon = Arc::new(Daemon::new(client));
+    let daemon = Arc::new(Daemon::new(Daemons::new(
+        &args.daemon,
+        args.token_file.as_deref(),
+        &tls,
+    )?));
     let settings = Arc::new(Settings {
         name: args.name.clone(),
         poll: args.poll,
@@ -264,7 +269,7 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     println!("listening on {bound}");
-    tracing::info!(clusters = ?names, daemon = %args.daemon, dry_run = args.dry_run, "watching");
+    tracing::info!(clusters = ?names, daemons = ?args.daemon, dry_run = args.dry_run, "watching");
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(serve::run(listener, metrics.clone()));
     for cluster in clusters {

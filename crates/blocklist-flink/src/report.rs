@@ -1,6 +1,7 @@
 //! The daemon's side: what a block the watcher asks for looks like, whether the daemon
 //! holds it already, and sending it (over the `blocklist` client's library: its TLS,
-//! token, and writes retried with their `Idempotency-Key`).
+//! token, writes retried with their `Idempotency-Key`, and every daemon of the prefix,
+//! moved on from when one fails).
 //!
 //! A report is a pure function of the failures behind it — its end is the newest failure's
 //! time plus the block's duration, not the time it is sent — so the same failures make the
@@ -11,7 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use blocklist::client::{segment, Client, Failure as ClientFailure};
+use blocklist::client::{segment, Failure as ClientFailure};
+use blocklist::daemons::Daemons;
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -75,9 +77,9 @@ struct Ended {
     timestamp: i64,
 }
 
-/// One daemon, and the source the watcher reports under.
+/// The daemons of the prefix.
 pub struct Daemon {
-    client: Client,
+    daemons: Daemons,
 }
 
 fn is_404(failure: &ClientFailure) -> bool {
@@ -89,15 +91,15 @@ fn text(failure: &ClientFailure) -> String {
 }
 
 impl Daemon {
-    pub fn new(client: Client) -> Daemon {
-        Daemon { client }
+    pub fn new(daemons: Daemons) -> Daemon {
+        Daemon { daemons }
     }
 
     /// Whether `source` holds the item already, or when its last block ended. `Err` when
     /// the daemon could not say (then nothing is sent: never act on what cannot be seen).
     pub async fn held(&self, kind: &str, id: &str, source: &str) -> Result<Held, String> {
         let path = format!("/blocklist/{kind}/{}", segment(id));
-        match self.client.send(Method::GET, &path, None).await {
+        match self.daemons.send(Method::GET, &path, None).await {
             Ok(reply) => {
                 let item: Item = reply.json().map_err(|e| text(&e))?;
                 let ours = match &item.live_reports {
@@ -112,7 +114,7 @@ impl Daemon {
             Err(failure) if is_404(&failure) => {
                 let history = format!("{path}/history?limit=1");
                 let reply = self
-                    .client
+                    .daemons
                     .send(Method::GET, &history, None)
                     .await
                     .map_err(|e| text(&e))?;
@@ -138,7 +140,7 @@ impl Daemon {
             "details": report.details,
         }]);
         let path = format!("/blocklist/{}", report.kind);
-        match self.client.send(Method::POST, &path, Some(&body)).await {
+        match self.daemons.send(Method::POST, &path, Some(&body)).await {
             Ok(_) => Ok(Sent::Blocked),
             Err(ClientFailure::Refused(messages))
                 if !messages.iter().any(|m| m.starts_with('5')) =>
@@ -156,7 +158,7 @@ impl Daemon {
             node: String,
         }
         let path = format!("/taskmanagers/{}", segment(id));
-        match self.client.send(Method::GET, &path, None).await {
+        match self.daemons.send(Method::GET, &path, None).await {
             Ok(reply) => Ok(Some(
                 reply.json::<Registration>().map_err(|e| text(&e))?.node,
             )),
@@ -171,7 +173,7 @@ impl Daemon {
             .iter()
             .map(|(id, node)| json!({"id": id, "node": node}))
             .collect();
-        self.client
+        self.daemons
             .send(Method::PUT, "/taskmanagers", Some(&body))
             .await
             .map(|_| ())

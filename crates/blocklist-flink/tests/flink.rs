@@ -297,9 +297,16 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
     until_seen(&watcher, "counted", 3.0).await;
     assert!(blocked(&daemon, "taskmanagers", "tm-1").await.is_none());
 
-    // kill -9, and again: the same three failures, counted once each.
+    // kill -9, and again: the same three failures, counted once each. Given a dead daemon
+    // first, it moves on to the one that answers.
     watcher.kill9();
-    let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &token_flag);
+    let daemons = format!("http://127.0.0.1:{},{}", free_port(), daemon.url(""));
+    let watcher = Watcher::start(
+        ws.tmp.path(),
+        &flink.url(),
+        &daemon,
+        &[&token_flag[..], &["--daemon", &daemons]].concat(),
+    );
     until_seen(&watcher, "counted", 3.0).await;
     // A few more polls: nothing new is asked, nothing is blocked twice.
     eventually("the restarted watcher finds tm-2 held already", || async {

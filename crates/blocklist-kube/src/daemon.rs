@@ -1,27 +1,22 @@
 //! The daemon's side: the blocked items (`GET /blocklist/{kind}`), the change feed
 //! (`GET /blocklist/events`), the membership (`/taskmanagers`) and the bridge's statuses
 //! (`PUT /enforcement/{name}`), over the `blocklist` client's library (its TLS, token,
-//! and writes retried with their `Idempotency-Key`).
-//!
-//! Any daemon of a prefix answers (replicas serve reads and send writes on to the writer,
-//! and the feed resumes anywhere by its event ids), so the bridge is given them all and
-//! moves to the next one whenever the one it uses fails: a writer killed, a replica gone.
+//! writes retried with their `Idempotency-Key`, and every daemon of the prefix, moved on
+//! from when one fails).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use blocklist::client::{refusal, revision_header, segment, Client, Failure, TlsFiles};
+use blocklist::client::{refusal, revision_header, segment, Failure, TlsFiles};
+use blocklist::daemons::Daemons;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::marking::Block;
 
-/// The daemons of one prefix, each with a client for requests and one for the feed.
+/// The daemons of one prefix.
 pub struct Daemon {
-    daemons: Vec<(Client, Client)>,
-    /// The daemon requests go to now.
-    current: AtomicUsize,
+    daemons: Daemons,
 }
 
 /// Why the feed could not be followed from a revision.
@@ -63,54 +58,18 @@ impl Daemon {
         token_file: Option<&Path>,
         tls: &TlsFiles,
     ) -> Result<Daemon, String> {
-        if urls.is_empty() {
-            return Err("--daemon names no daemon".into());
-        }
-        let client = |url: &str, streaming| {
-            Client::new(url, token_file, tls, streaming)
-                .map_err(|e| format!("--daemon {url}: {}", e.messages().join("; ")))
-        };
-        let daemons = urls
-            .iter()
-            .map(|url| Ok((client(url, false)?, client(url, true)?)))
-            .collect::<Result<_, String>>()?;
         Ok(Daemon {
-            daemons,
-            current: AtomicUsize::new(0),
+            daemons: Daemons::new(urls, token_file, tls)?,
         })
     }
 
-    /// The daemon requests go to now: its client, and its client for the feed.
-    fn current(&self) -> &(Client, Client) {
-        &self.daemons[self.current.load(Ordering::SeqCst) % self.daemons.len()]
-    }
-
-    /// The daemon in use failed: later requests go to the next one.
-    fn failed(&self) {
-        if self.daemons.len() > 1 {
-            let next = self.current.fetch_add(1, Ordering::SeqCst) + 1;
-            let failed = self.daemons[(next - 1) % self.daemons.len()].0.base();
-            let next = self.daemons[next % self.daemons.len()].0.base();
-            tracing::warn!(%failed, %next, "a daemon failed; moving to the next");
-        }
-    }
-
-    /// A failure, after moving on from the daemon when it could not be reached or was not
-    /// able to answer (5xx): another may.
     fn failure(&self, what: &str, failure: &Failure) -> String {
-        let moves = match failure {
-            Failure::Unreachable(_) => true,
-            Failure::Refused(messages) => messages.iter().any(|m| m.starts_with('5')),
-        };
-        if moves {
-            self.failed();
-        }
-        format!("{what}: {}", failure.messages().join("; "))
+        self.daemons.failure(what, failure)
     }
 
     /// A JSON read with the revision it reflects (`X-Blocklist-Revision`).
     async fn read<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<(T, u64), String> {
-        let client = &self.current().0;
+        let client = self.daemons.client();
         let response = match client.request(Method::GET, path).send().await {
             Ok(response) => response,
             Err(e) => return Err(self.failure(path, &client.unreachable(&e))),
@@ -137,7 +96,7 @@ impl Daemon {
 
     /// The change feed from after `revision` (`Last-Event-ID`), open.
     pub async fn feed(&self, revision: u64) -> Result<reqwest::Response, FeedError> {
-        let client = &self.current().1;
+        let client = self.daemons.streams();
         let request = client
             .request(Method::GET, "/blocklist/events")
             .header("Last-Event-ID", revision.to_string());
@@ -160,7 +119,7 @@ impl Daemon {
     /// The feed broke after it was opened on the current daemon: the next attempt goes
     /// to another.
     pub fn feed_broke(&self) {
-        self.failed();
+        self.daemons.failed();
     }
 
     /// A write with a JSON body.
@@ -170,7 +129,7 @@ impl Daemon {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, String> {
-        let client = &self.current().0;
+        let client = self.daemons.client();
         match client.send(method, path, body).await {
             Ok(reply) => Ok(serde_json::from_slice(&reply.body).unwrap_or(Value::Null)),
             Err(failure) => Err(self.failure(path, &failure)),
@@ -195,7 +154,7 @@ impl Daemon {
     /// Unregisters task manager `id` (one not registered is no error).
     pub async fn unregister(&self, id: &str) -> Result<(), String> {
         let path = format!("/taskmanagers/{}", segment(id));
-        let client = &self.current().0;
+        let client = self.daemons.client();
         match client.send(Method::DELETE, &path, None).await {
             Ok(_) => Ok(()),
             Err(Failure::Refused(messages)) if messages.iter().any(|m| m.starts_with("404")) => {

@@ -6,10 +6,13 @@
 //!   onto "refused" or "unreachable".
 //! - [`sse`]: the change feed's Server-Sent Events, parsed incrementally.
 //! - [`status`]: the spinner on stderr while a request is slow, on a terminal only;
+//! - [`daemons`]: every daemon of a prefix, moved on from when one fails, for the binaries
+//!   beside a cluster;
 //! - [`sidecar`]: what the binaries beside a cluster share (their logs, `completion` and
 //!   `man`, their runtime and stop signal).
 
 pub mod client;
+pub mod daemons;
 pub mod sidecar;
 pub mod sse;
 pub mod status;
