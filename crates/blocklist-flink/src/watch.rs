@@ -152,6 +152,9 @@ impl Watcher {
             .jobs
             .get_or_create(&labels(&[("cluster", &self.flink.name)]))
             .set(i64::try_from(followed.len()).unwrap_or(i64::MAX));
+        // Only the jobs followed now are remembered.
+        self.newest
+            .retain(|job, _| followed.iter().any(|j| j.jid == *job));
         let mut names = HashMap::new();
         for job in &followed {
             // A job that ended since the overview has no history to read: the others still
@@ -468,7 +471,37 @@ impl Watcher {
             .filter_map(|(tm, node)| Some((tm.as_str(), node.as_deref()?)))
             .collect();
         let nodes = self.settings.rules.sick_nodes(pairs);
-        for (node, tms) in nodes {
+        for (node, mut tms) in nodes {
+            if self.held.contains_key(&("nodes", node.clone())) {
+                continue;
+            }
+            // A node's block rests on its task managers' blocks: each one still held, not
+            // lifted by an operator since (whose failures are then paid for).
+            if !self.settings.dry_run {
+                let mut lifted = Vec::new();
+                for tm in &tms {
+                    match self.daemon.held("taskmanagers", tm, &self.source).await {
+                        Ok(Held::Ours { .. }) => {}
+                        Ok(Held::No { last_end }) => lifted.push((tm.clone(), last_end)),
+                        Ok(Held::Others) => lifted.push((tm.clone(), None)),
+                        Err(e) => {
+                            tracing::warn!(%node, task_manager = %tm, error = %e, "cannot read the task manager's block; judging the node at the next poll");
+                            lifted.push((tm.clone(), None));
+                        }
+                    }
+                }
+                for (tm, last_end) in lifted {
+                    tms.remove(&tm);
+                    if let Some(end) = self.held.remove(&("taskmanagers", tm.clone())) {
+                        if let Some(last_end) = last_end {
+                            self.window.pay(&tm, last_end.min(end));
+                        }
+                    }
+                }
+                if tms.len() < self.settings.rules.per_node {
+                    continue;
+                }
+            }
             let end = tms
                 .iter()
                 .filter_map(|tm| self.held.get(&("taskmanagers", tm.clone())))

@@ -277,7 +277,11 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
     // The watcher's token is a detector's, named as the watcher: it reports under
     // flink/<cluster> only.
     let tokens = ws.tmp.path().join("tokens");
-    std::fs::write(&tokens, "flink-token-value name=flink role=detector\n").unwrap();
+    std::fs::write(
+        &tokens,
+        "flink-token-value name=flink role=detector\nops-token-value name=ops role=admin\n",
+    )
+    .unwrap();
     let daemon = ws.start(&["--token-file", tokens.to_str().unwrap()]);
     let token = ws.tmp.path().join("flink.token");
     std::fs::write(&token, "flink-token-value\n").unwrap();
@@ -339,6 +343,35 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
         "nothing written: {again}"
     );
 
+    // An operator lifts tm-2's block: the failures that caused it do not block it again,
+    // not even after the watcher's restart.
+    let lifted = daemon
+        .client
+        .delete(daemon.url("/blocklist/taskmanagers/tm-2?reason=replaced%20disk"))
+        .bearer_auth("ops-token-value")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lifted.status(), StatusCode::OK);
+    watcher.kill9();
+    let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &token_flag);
+    eventually(
+        "the restarted watcher finds tm-2's failures paid for",
+        || async {
+            watcher
+                .metric("blocklist_flink_reports_total{kind=\"taskmanagers\",outcome=\"paid\"}")
+                .await
+                >= 1.0
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        blocked(&daemon, "taskmanagers", "tm-2").await.is_none(),
+        "the operator's unblock stands: {}",
+        watcher.log_text()
+    );
+
     // Flink gone: the watcher is not ready, and nothing changes.
     let port = flink.port;
     flink.kill9();
@@ -351,7 +384,7 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
         0.0
     );
     let (_, all) = daemon.get("/blocklist/taskmanagers").await;
-    assert_eq!(all.as_array().map(Vec::len), Some(1), "{all}");
+    assert_eq!(all, json!([]), "nothing blocked by Flink's absence");
 
     // Flink back on its port: the watcher resumes.
     let mut flink = Flink::start(&harness, &flink_dir, &FlinkSpec { port, ..spec });
