@@ -62,6 +62,9 @@ pub struct Watcher {
     newest: HashMap<String, i64>,
     /// What this source holds, by kind and id: until when.
     held: HashMap<(&'static str, String), i64>,
+    /// The evidence each held block was last checked on: new failures of a held task
+    /// manager read the daemon again (an operator may have lifted the block since).
+    held_on: HashMap<(&'static str, String), String>,
     /// Reports refused, with the evidence they were refused on.
     refused: HashMap<(&'static str, String), String>,
     backoff: HashMap<(&'static str, String), Backoff>,
@@ -105,6 +108,7 @@ impl Watcher {
             source,
             newest: HashMap::new(),
             held: HashMap::new(),
+            held_on: HashMap::new(),
             refused: HashMap::new(),
             backoff: HashMap::new(),
             everywhere: HashSet::new(),
@@ -180,6 +184,7 @@ impl Watcher {
             .collect();
         for ((kind, id), end) in ended {
             self.held.remove(&(kind, id.clone()));
+            self.held_on.remove(&(kind, id.clone()));
             if kind == "taskmanagers" {
                 self.window.pay(&id, end);
             }
@@ -276,8 +281,12 @@ impl Watcher {
                             .into_iter()
                             .cloned()
                             .collect();
-                        let more = sick.get(&tm).is_none_or(|(_, f)| failures.len() > f.len());
-                        if more {
+                        // A task manager sick in several jobs is reported for the one it
+                        // failed in last (then the most): the freshest evidence, and the
+                        // latest end.
+                        let rank = |f: &[Failure]| (f.iter().map(|f| f.timestamp).max(), f.len());
+                        let fresher = sick.get(&tm).is_none_or(|(_, f)| rank(&failures) > rank(f));
+                        if fresher {
                             sick.insert(tm, (job.clone(), failures));
                         }
                     }
@@ -343,14 +352,17 @@ impl Watcher {
         }
     }
 
-    /// Asks the daemon for `report` unless this source holds it already, it was refused on
-    /// the same evidence, or the daemon failed a moment ago.
+    /// Asks the daemon for `report` unless this source holds it already (and no new
+    /// failure came since it was checked), it was refused on the same evidence, or the
+    /// daemon failed a moment ago.
     async fn ask(&mut self, report: Report, read_at: Instant) {
         let key = (report.kind, report.id.clone());
-        if self.held.contains_key(&key) {
+        let evidence = report.details.get("failures").cloned().unwrap_or_default();
+        if self.held.contains_key(&key)
+            && (self.settings.dry_run || self.held_on.get(&key) == Some(&evidence))
+        {
             return;
         }
-        let evidence = report.details.get("failures").cloned().unwrap_or_default();
         if self.refused.get(&key) == Some(&evidence) {
             return;
         }
@@ -368,6 +380,11 @@ impl Watcher {
         let outcome = match self.try_ask(&report).await {
             Ok(outcome) => {
                 self.backoff.remove(&key);
+                if self.held.contains_key(&key) {
+                    self.held_on.insert(key.clone(), evidence.clone());
+                } else {
+                    self.held_on.remove(&key);
+                }
                 outcome
             }
             Err(e) => {
@@ -417,13 +434,17 @@ impl Watcher {
             } if report.kind == "taskmanagers"
                 && report_oldest(report).is_some_and(|oldest| oldest <= last_end) =>
             {
+                self.held.remove(&key);
                 // An earlier block covered some of these failures (it expired, or an
                 // operator lifted it): they count toward no new one.
                 self.window.pay(&report.id, last_end);
                 tracing::info!(task_manager = %report.id, "failures before the end of its last block are paid for; counting what came after");
                 return Ok("paid");
             }
-            Held::No { .. } | Held::Others => {}
+            // Not (or no longer) ours: whatever was held before is not.
+            Held::No { .. } | Held::Others => {
+                self.held.remove(&key);
+            }
         }
         if self.settings.dry_run {
             tracing::info!(kind = report.kind, id = %report.id, action = %report.action, cause = %report.cause, end = report.end, source = %self.source, "dry run: would block");
@@ -492,6 +513,7 @@ impl Watcher {
                 }
                 for (tm, last_end) in lifted {
                     tms.remove(&tm);
+                    self.held_on.remove(&("taskmanagers", tm.clone()));
                     if let Some(end) = self.held.remove(&("taskmanagers", tm.clone())) {
                         if let Some(last_end) = last_end {
                             self.window.pay(&tm, last_end.min(end));

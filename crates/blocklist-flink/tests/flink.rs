@@ -37,6 +37,20 @@ async fn until_blocked(daemon: &Daemon, kind: &str, id: &str, watcher: &Watcher)
     }
 }
 
+/// An operator's unblock (an admin token of the restart test's token file).
+async fn lift(daemon: &Daemon, id: &str) {
+    let lifted = daemon
+        .client
+        .delete(daemon.url(&format!(
+            "/blocklist/taskmanagers/{id}?reason=replaced%20disk"
+        )))
+        .bearer_auth("ops-token-value")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lifted.status(), StatusCode::OK);
+}
+
 /// Until the watcher counted `n` failures (of any outcome) of cluster `test`.
 async fn until_seen(watcher: &Watcher, outcome: &str, n: f64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -343,16 +357,32 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
         "nothing written: {again}"
     );
 
-    // An operator lifts tm-2's block: the failures that caused it do not block it again,
-    // not even after the watcher's restart.
-    let lifted = daemon
-        .client
-        .delete(daemon.url("/blocklist/taskmanagers/tm-2?reason=replaced%20disk"))
-        .bearer_auth("ops-token-value")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(lifted.status(), StatusCode::OK);
+    // An operator lifts tm-2's block (its disk replaced, say): the failures that caused it
+    // do not block it again, but new ones do.
+    lift(&daemon, "tm-2").await;
+    let lifted_at = now_ms();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        blocked(&daemon, "taskmanagers", "tm-2").await.is_none(),
+        "the old failures do not undo the unblock: {}",
+        watcher.log_text()
+    );
+    flink.submit("again", 4, &["tm-2"], IO, 2);
+    let tm2 = until_blocked(&daemon, "taskmanagers", "tm-2", &watcher).await;
+    let times: Vec<i64> = tm2["liveReports"][0]["details"]["failures"]
+        .as_str()
+        .unwrap()
+        .split(' ')
+        .map(|t| t.parse().unwrap())
+        .collect();
+    assert_eq!(times.len(), 2, "only the failures since the unblock: {tm2}");
+    assert!(
+        times.iter().all(|t| *t > lifted_at),
+        "{times:?} after {lifted_at}"
+    );
+
+    // Lifted again, and the watcher restarted: the unblock still stands.
+    lift(&daemon, "tm-2").await;
     watcher.kill9();
     let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &token_flag);
     eventually(
