@@ -24,7 +24,9 @@
 //! - `failover`, `kube`, `kube-evacuation`, `alerts` (not part of `all`): the writer's
 //!   failover on etcd; the Kubernetes bridge against a real kube-apiserver, its taints and
 //!   membership, and its evacuation; the alert loop from a metric's change to a Node's
-//!   taint, with real Prometheus and Alertmanager.
+//!   taint, with real Prometheus and Alertmanager;
+//! - `flink` (not part of `all`): the Flink watcher, from a task failure in a real Flink
+//!   to the blocked task manager, and its cost polling 200 jobs (recorded payloads).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -42,6 +44,7 @@ mod expire;
 mod failover;
 mod feed;
 mod fixture;
+mod flink;
 mod kube;
 mod pages;
 mod read;
@@ -146,6 +149,7 @@ impl Bench {
             "kube" => self.kube().await,
             "kube-evacuation" => self.kube_evacuation().await,
             "alerts" => self.alerts().await,
+            "flink" => self.flink().await,
             other => Err(format!("unknown scenario {other:?}")),
         }
     }

@@ -23,7 +23,8 @@ use crate::server::free_port;
 
 use super::super::Bench;
 use super::cluster::{
-    built, log, ms, spawn_bridge, until_seen, wait_ready, watch_taints, Cluster, Killed, Seen,
+    built, log, ms, percentile, spawn_bridge, until_seen, wait_ready, watch_taints, Cluster,
+    Killed, Seen,
 };
 
 /// Metric flips (0 → 1, then back) timed end to end.
@@ -392,21 +393,4 @@ async fn resolve_storm(
         last = last.max(until_seen(seen, &format!("n{i:04}"), false, at).await?);
     }
     Ok((last.saturating_duration_since(at), answered))
-}
-
-/// The `p` quantile of `durations`, in ms (nearest rank); 0 for none.
-fn percentile(durations: &[Duration], p: f64) -> f64 {
-    let mut sorted = durations.to_vec();
-    sorted.sort();
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
-        reason = "an index into a few hundred"
-    )]
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    ms(sorted[i])
 }

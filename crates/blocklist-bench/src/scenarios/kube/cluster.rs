@@ -1,7 +1,8 @@
 //! What the Kubernetes scenarios share: a real kube-apiserver (1.37, built from
 //! `tests/servers/kube-1.37` by `tests/servers/build`) on an etcd 3.6 member of its own,
 //! with an audit log of every write (who, what, when, the answer); the bridge run as a
-//! process; the pods' kubelets played by the bench.
+//! process; the pods' kubelets played by the bench. The helpers for processes, built
+//! servers and figures serve the `flink` scenario too.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,7 +30,7 @@ pub(super) const NAMED: [&str; 2] = ["bridge-a", "bridge-b"];
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n  verbs: [create, update, patch, delete]\n- level: None\n";
 
 /// A child process killed on drop.
-pub(super) struct Killed(pub(super) Child);
+pub(in crate::scenarios) struct Killed(pub(in crate::scenarios) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -412,7 +413,7 @@ pub(super) async fn until_seen(
 
 /// The directory of server `name`'s binaries, built from its Go module by
 /// `tests/servers/build` when they are missing or older than the module.
-pub(super) fn built(name: &str) -> Result<PathBuf, String> {
+pub(in crate::scenarios) fn built(name: &str) -> Result<PathBuf, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/build");
     let out = Command::new(&script)
         .arg(name)
@@ -427,12 +428,29 @@ pub(super) fn built(name: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-pub(super) fn log(dir: &Path, name: &str) -> Result<std::fs::File, String> {
+pub(in crate::scenarios) fn log(dir: &Path, name: &str) -> Result<std::fs::File, String> {
     std::fs::File::create(dir.join(name)).map_err(|e| format!("{name}: {e}"))
 }
 
-pub(super) fn ms(d: Duration) -> f64 {
+pub(in crate::scenarios) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// The `p` quantile of `durations`, in ms (nearest rank); 0 for none.
+pub(in crate::scenarios) fn percentile(durations: &[Duration], p: f64) -> f64 {
+    let mut sorted = durations.to_vec();
+    sorted.sort();
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "an index into a few hundred"
+    )]
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    ms(sorted[i])
 }
 
 /// The bridge (`blocklist-kube`, next to the bench's binary) with `kubeconfig` against the

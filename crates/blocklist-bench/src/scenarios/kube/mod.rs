@@ -9,7 +9,8 @@
 //! (`apiserver_request_total`, PATCH on nodes).
 
 mod alerts;
-mod cluster;
+// Its process helpers serve the `flink` scenario too.
+pub(super) mod cluster;
 mod evacuation;
 
 use std::time::{Duration, Instant};
