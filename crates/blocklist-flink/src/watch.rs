@@ -42,6 +42,9 @@ pub struct Settings {
 
 /// Most failure times a report's details carry (the newest).
 const MAX_TIMES: usize = 32;
+/// How long where a job runs is taken as known: it is read as soon as the job has a
+/// counted failure, so the read is off the path of the failure that crosses a threshold.
+const PLACEMENT_FRESH: Duration = Duration::from_secs(10);
 /// Longest wait before asking the daemon again after it failed.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -72,6 +75,8 @@ pub struct Watcher {
     everywhere: HashSet<String>,
     /// The nodes of sick task managers, as the daemon's membership says.
     nodes: HashMap<String, Option<String>>,
+    /// Where each job with counted failures runs, and when that was read.
+    placement: HashMap<String, (Instant, BTreeSet<String>)>,
     /// The registrations sent, to send only changes.
     registered: BTreeMap<String, String>,
 }
@@ -114,6 +119,7 @@ impl Watcher {
             everywhere: HashSet::new(),
             nodes: HashMap::new(),
             registered: BTreeMap::new(),
+            placement: HashMap::new(),
         }
     }
 
@@ -145,7 +151,6 @@ impl Watcher {
 
     /// One poll: read, count, judge, report. `Err` when Flink did not answer.
     pub async fn poll(&mut self) -> Result<(), String> {
-        let read_at = Instant::now();
         let jobs = self.flink.jobs().await?;
         let followed: Vec<_> = jobs
             .jobs
@@ -171,7 +176,8 @@ impl Watcher {
                 }
             };
             self.take_in(&job.jid, &job.name, &history);
-            names.insert(job.jid.clone(), job.name.clone());
+            // When its failures were read: the start of the watcher's own part.
+            names.insert(job.jid.clone(), (job.name.clone(), Instant::now()));
         }
         let now = now_ms();
         self.window.slide(now);
@@ -191,7 +197,11 @@ impl Watcher {
         }
         let sick = self.judge().await;
         for (tm, (job, failures)) in &sick {
-            let name = names.get(job).map_or(job.as_str(), String::as_str);
+            let (name, read_at) = names
+                .get(job)
+                .map_or((job.as_str(), Instant::now()), |(name, at)| {
+                    (name.as_str(), *at)
+                });
             let report = self.task_manager_report(tm, job, name, failures);
             self.ask(report, read_at).await;
         }
@@ -259,18 +269,18 @@ impl Watcher {
             .collect();
         let mut sick: BTreeMap<String, (String, Vec<Failure>)> = BTreeMap::new();
         let mut quiet = HashSet::new();
+        self.placement
+            .retain(|job, _| jobs.iter().any(|(counted, _)| counted == job));
         for (job, counts) in jobs {
-            if self.settings.rules.candidates(&counts).is_empty() {
+            let candidates = !self.settings.rules.candidates(&counts).is_empty();
+            // Who runs the job: never judged blind.
+            let running = self.placement(&job, candidates).await;
+            if !candidates {
                 quiet.insert(job);
                 continue;
             }
-            // Who runs the job: never judged blind.
-            let running: BTreeSet<String> = match self.flink.running(&job).await {
-                Ok(running) => running.into_iter().collect(),
-                Err(e) => {
-                    tracing::warn!(cluster = %self.flink.name, job, error = %e, "cannot read where the job runs; judging it at the next poll");
-                    continue;
-                }
+            let Some(running) = running else {
+                continue;
             };
             match self.settings.rules.judge(&counts, &running) {
                 Verdict::Sick(tms) => {
@@ -307,6 +317,31 @@ impl Watcher {
         }
         self.everywhere.retain(|job| !quiet.contains(job));
         sick
+    }
+
+    /// Where `job` runs, read again when not fresh. Without `needed` (no task manager to
+    /// judge yet) a failed read is no matter: it is read ahead of the failure that will
+    /// need it.
+    async fn placement(&mut self, job: &str, needed: bool) -> Option<BTreeSet<String>> {
+        if let Some((at, running)) = self.placement.get(job) {
+            if at.elapsed() < PLACEMENT_FRESH {
+                return Some(running.clone());
+            }
+        }
+        match self.flink.running(job).await {
+            Ok(running) => {
+                let running: BTreeSet<String> = running.into_iter().collect();
+                self.placement
+                    .insert(job.to_owned(), (Instant::now(), running.clone()));
+                Some(running)
+            }
+            Err(e) => {
+                if needed {
+                    tracing::warn!(cluster = %self.flink.name, job, error = %e, "cannot read where the job runs; judging it at the next poll");
+                }
+                None
+            }
+        }
     }
 
     fn task_manager_report(&self, tm: &str, job: &str, name: &str, failures: &[Failure]) -> Report {
