@@ -1,13 +1,11 @@
 //! The daemon binary: flags, logging, signals; everything else is in the library.
 
 use std::future::Future;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use tracing_subscriber::EnvFilter;
 
-use blocklistd::config::{Cli, Command, LogFormat};
+use blocklistd::config::{Cli, Command};
 
 /// sled copies tree nodes on every write and frees them from other threads (its epoch
 /// reclamation); glibc's malloc spent a fifth of the committer's time on that and kept the
@@ -78,17 +76,7 @@ fn main() -> ExitCode {
         Some(Command::Offline(work)) if work.progress().quiet => "warn",
         _ => &cli.serve.log_level,
     };
-    // RUST_LOG wins over --log-level when set, as operators expect from Rust daemons.
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.serve.log_format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => logs.json().with_current_span(false).init(),
-    }
+    cli.serve.log_format.init(level);
     log_panics();
     if cli.command.is_none() {
         raise_open_files_limit(cli.serve.max_connections);

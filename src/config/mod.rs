@@ -121,10 +121,31 @@ pub enum ImportMode {
     Replace,
 }
 
+/// The log format: `json` for a log collector, one object per line. The daemon's, and the
+/// binaries' beside it (`blocklist::sidecar`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+impl LogFormat {
+    /// Logs to stderr at `level` in this format. `RUST_LOG` wins over the level when set,
+    /// as operators expect from Rust daemons; colours only on a terminal.
+    pub fn init(self, level: &str) {
+        use std::io::IsTerminal;
+        use tracing_subscriber::EnvFilter;
+        let filter = EnvFilter::try_from_default_env()
+            .or_else(|_| EnvFilter::try_new(level))
+            .unwrap_or_else(|_| EnvFilter::new("info"));
+        let logs = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        match self {
+            LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+            LogFormat::Json => logs.json().with_current_span(false).init(),
+        }
+    }
 }
 
 /// The daemon's flags.

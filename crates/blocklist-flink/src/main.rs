@@ -7,9 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blocklist::client::TlsFiles;
-use blocklist::daemons::Daemons;
-use blocklist::sidecar::{self, Command, LogFormat};
+use blocklist::sidecar::{self, Command, DaemonArgs, LogFormat};
 use blocklist_flink::filter::{self, Filter, Label, Pattern};
 use blocklist_flink::flink::{Auth, Flink};
 use blocklist_flink::judge::Rules;
@@ -44,32 +42,9 @@ struct Args {
     )]
     flink: Vec<String>,
 
-    /// The daemons' URLs, comma-separated: every daemon of the prefix (any answers; the
-    /// watcher moves to the next when one fails).
-    #[arg(
-        long,
-        env = "BLOCKLIST_SERVER",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:7224"
-    )]
-    daemon: Vec<String>,
-
-    /// A file holding the bearer token for the daemon: a token of role `detector` named as
-    /// --name (a `writer`'s with --register-task-managers).
-    #[arg(long, env = "BLOCKLIST_TOKEN_FILE", value_name = "PATH")]
-    token_file: Option<PathBuf>,
-
-    /// A CA certificate (PEM) to trust for an https:// daemon, besides the system's.
-    #[arg(long, env = "BLOCKLIST_CACERT", value_name = "PATH")]
-    cacert: Option<PathBuf>,
-
-    /// A client certificate (PEM) for a daemon that asks for one; with --key.
-    #[arg(long, env = "BLOCKLIST_CERT", value_name = "PATH", requires = "key")]
-    cert: Option<PathBuf>,
-
-    /// The client certificate's private key (PEM); with --cert.
-    #[arg(long, env = "BLOCKLIST_KEY", value_name = "PATH", requires = "cert")]
-    key: Option<PathBuf>,
+    /// How the daemons are reached.
+    #[command(flatten)]
+    connection: DaemonArgs,
 
     /// The watcher's name: its reports' source is NAME/<cluster>.
     #[arg(long, env = "BLOCKLIST_FLINK_NAME", default_value = "flink")]
@@ -199,7 +174,7 @@ fn main() -> ExitCode {
     if let Some(command) = &args.command {
         return command.print(&Args::command());
     }
-    sidecar::init_logs(&args.log_level, args.log_format);
+    args.log_format.init(&args.log_level);
     sidecar::run("blocklist-flink", run(args))
 }
 
@@ -227,16 +202,7 @@ async fn run(args: Args) -> Result<(), String> {
     if args.duration.is_zero() || args.window.is_zero() || args.poll.is_zero() {
         return Err("--poll, --window and --duration must be longer than zero".into());
     }
-    let tls = TlsFiles {
-        cacert: args.cacert.clone(),
-        cert: args.cert.clone(),
-        key: args.key.clone(),
-    };
-    let daemon = Arc::new(Daemon::new(Daemons::new(
-        &args.daemon,
-        args.token_file.as_deref(),
-        &tls,
-    )?));
+    let daemon = Arc::new(Daemon::new(args.connection.daemons()?));
     let settings = Arc::new(Settings {
         name: args.name.clone(),
         poll: args.poll,
@@ -269,7 +235,7 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     println!("listening on {bound}");
-    tracing::info!(clusters = ?names, daemons = ?args.daemon, dry_run = args.dry_run, "watching");
+    tracing::info!(clusters = ?names, daemons = ?args.connection.daemon, dry_run = args.dry_run, "watching");
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(serve::run(listener, metrics.clone()));
     for cluster in clusters {

@@ -62,7 +62,15 @@ impl Daemon {
             daemons: Daemons::new(urls, token_file, tls)?,
         })
     }
+}
 
+impl From<Daemons> for Daemon {
+    fn from(daemons: Daemons) -> Daemon {
+        Daemon { daemons }
+    }
+}
+
+impl Daemon {
     fn failure(&self, what: &str, failure: &Failure) -> String {
         self.daemons.failure(what, failure)
     }

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blocklist::client::TlsFiles;
-use blocklist::sidecar::{self, Command, LogFormat};
+use blocklist::sidecar::{self, Command, DaemonArgs, LogFormat};
 use blocklist_kube::bridge::Bridge;
 use blocklist_kube::daemon::Daemon;
 use blocklist_kube::evacuation::{Evacuation, Settings};
@@ -39,31 +38,9 @@ struct Args {
     #[command(subcommand)]
     command: Option<Command>,
 
-    /// The daemons' URLs, comma-separated: every daemon of the prefix (any answers; the
-    /// bridge moves to the next when one fails).
-    #[arg(
-        long,
-        env = "BLOCKLIST_SERVER",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:7224"
-    )]
-    daemon: Vec<String>,
-
-    /// A file holding the bearer token for the daemon (a token of role `enforcer`).
-    #[arg(long, env = "BLOCKLIST_TOKEN_FILE", value_name = "PATH")]
-    token_file: Option<PathBuf>,
-
-    /// A CA certificate (PEM) to trust for an https:// daemon, besides the system's.
-    #[arg(long, env = "BLOCKLIST_CACERT", value_name = "PATH")]
-    cacert: Option<PathBuf>,
-
-    /// A client certificate (PEM) for a daemon that asks for one; with --key.
-    #[arg(long, env = "BLOCKLIST_CERT", value_name = "PATH", requires = "key")]
-    cert: Option<PathBuf>,
-
-    /// The client certificate's private key (PEM); with --cert.
-    #[arg(long, env = "BLOCKLIST_KEY", value_name = "PATH", requires = "cert")]
-    key: Option<PathBuf>,
+    /// How the daemons are reached.
+    #[command(flatten)]
+    connection: DaemonArgs,
 
     /// The bridge's name: its statuses in the daemon are reported under it (a token of
     /// role `enforcer` with a name reports only under that name).
@@ -218,7 +195,7 @@ fn main() -> ExitCode {
     if let Some(command) = &args.command {
         return command.print(&Args::command());
     }
-    sidecar::init_logs(&args.log_level, args.log_format);
+    args.log_format.init(&args.log_level);
     sidecar::run("blocklist-kube", run(args))
 }
 
@@ -239,12 +216,7 @@ async fn run(args: Args) -> Result<(), String> {
     let mut config = config;
     config.default_retry = false;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-    let tls = TlsFiles {
-        cacert: args.cacert.clone(),
-        cert: args.cert.clone(),
-        key: args.key.clone(),
-    };
-    let daemon = Daemon::new(&args.daemon, args.token_file.as_deref(), &tls)?;
+    let daemon = Daemon::from(args.connection.daemons()?);
     let marking = Marking {
         taint_key: args.taint_key.clone(),
         annotation_prefix: args.annotation_prefix.clone(),

@@ -1,21 +1,60 @@
 //! What the binaries that run beside a cluster (`blocklist-kube`, `blocklist-flink`) share
-//! besides the client: their `completion` and `man` subcommands, their logs (text on a
-//! terminal, JSON for a log collector), their runtime, and the signal that stops them.
+//! besides the client: how they reach the daemons (their flags), their `completion` and
+//! `man` subcommands, their log format (the daemon's), their runtime, and the signal that
+//! stops them.
 
 use std::future::Future;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+pub use blocklistd::config::LogFormat;
 use blocklistd::shell::Shell;
-use clap::{Subcommand, ValueEnum};
-use tracing_subscriber::EnvFilter;
+use clap::{Args, Subcommand};
 
-/// The log format: `json` for a log collector, one object per line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+use crate::client::TlsFiles;
+
+/// How a binary beside a cluster reaches the daemons: the same flags and variables as the
+/// CLI's (`BLOCKLIST_SERVER`, `BLOCKLIST_TOKEN_FILE`, …).
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    /// The daemons' URLs, comma-separated: every daemon of the prefix (any answers; it
+    /// moves to the next when one fails).
+    #[arg(
+        long,
+        env = "BLOCKLIST_SERVER",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7224"
+    )]
+    pub daemon: Vec<String>,
+
+    /// A file holding the bearer token for the daemons (its first line; the role each
+    /// binary needs is in its documentation).
+    #[arg(long, env = "BLOCKLIST_TOKEN_FILE", value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+
+    /// A CA certificate (PEM) to trust for an https:// daemon, besides the system's.
+    #[arg(long, env = "BLOCKLIST_CACERT", value_name = "PATH")]
+    pub cacert: Option<PathBuf>,
+
+    /// A client certificate (PEM) for a daemon that asks for one; with --key.
+    #[arg(long, env = "BLOCKLIST_CERT", value_name = "PATH", requires = "key")]
+    pub cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM); with --cert.
+    #[arg(long, env = "BLOCKLIST_KEY", value_name = "PATH", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl DaemonArgs {
+    /// The daemons, each with its clients.
+    pub fn daemons(&self) -> Result<crate::daemons::Daemons, String> {
+        let tls = TlsFiles {
+            cacert: self.cacert.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        };
+        crate::daemons::Daemons::new(&self.daemon, self.token_file.as_deref(), &tls)
+    }
 }
 
 /// The subcommands that print what shells and `man` need, and exit.
@@ -45,20 +84,6 @@ impl Command {
                 ExitCode::FAILURE
             }
         }
-    }
-}
-
-/// Logs to stderr at `level` (a `RUST_LOG` filter wins when set), in `format`.
-pub fn init_logs(level: &str, format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => logs.json().with_current_span(false).init(),
     }
 }
 
