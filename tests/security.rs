@@ -380,9 +380,25 @@ async fn a_client_that_trickles_its_body_gets_408() {
 async fn connections_over_the_cap_are_refused_with_503() {
     let mut ws = Workspace::new();
     let d = ws.start(&["--max-connections", "2"]);
-    let idle: Vec<TcpStream> = (0..2)
-        .map(|_| TcpStream::connect(d.addr).unwrap())
-        .collect();
+    // A connection of the harness's own (its readiness reads on etcd) may hold a slot a
+    // moment after its answer: take the two slots once both are ours (neither answered
+    // with the 503 within 200 ms).
+    let started = std::time::Instant::now();
+    let idle: Vec<TcpStream> = loop {
+        let idle: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(d.addr).unwrap())
+            .collect();
+        let refused = idle.iter().any(|mut conn| {
+            conn.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            conn.read(&mut [0u8; 1]).is_ok()
+        });
+        if !refused {
+            break idle;
+        }
+        assert!(started.elapsed() < DEADLINE, "no two slots free");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     // The third gets a 503 and is closed; nothing hangs.
     let mut extra = TcpStream::connect(d.addr).unwrap();
     extra.set_read_timeout(Some(DEADLINE)).unwrap();
