@@ -56,6 +56,17 @@ pub struct FlinkSpec<'a> {
     pub port: u16,
 }
 
+impl FlinkSpec<'static> {
+    /// Four task managers, `tm-1` to `tm-4`, REST on a free port.
+    pub fn four(enricher: bool) -> FlinkSpec<'static> {
+        FlinkSpec {
+            task_managers: &["tm-1", "tm-2", "tm-3", "tm-4"],
+            enricher,
+            port: 0,
+        }
+    }
+}
+
 impl Flink {
     pub fn start(harness: &Path, dir: &Path, spec: &FlinkSpec) -> Flink {
         std::fs::create_dir_all(dir).unwrap();

@@ -81,11 +81,7 @@ async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
     let mut flink = Flink::start(
         &harness,
         &ws.tmp.path().join("flink"),
-        &FlinkSpec {
-            task_managers: &["tm-1", "tm-2", "tm-3", "tm-4"],
-            enricher: false,
-            port: 0,
-        },
+        &FlinkSpec::four(false),
     );
     // tm-2 and tm-4 share node n1: both sick, the node is.
     let (status, _) = daemon
@@ -223,11 +219,7 @@ async fn with_an_enricher_only_the_failures_it_labels_system_count() {
     let mut flink = Flink::start(
         &harness,
         &ws.tmp.path().join("flink"),
-        &FlinkSpec {
-            task_managers: &["tm-1", "tm-2", "tm-3", "tm-4"],
-            enricher: true,
-            port: 0,
-        },
+        &FlinkSpec::four(true),
     );
     let watcher = Watcher::start(
         ws.tmp.path(),
@@ -301,11 +293,7 @@ async fn a_restarted_watcher_counts_nothing_twice_and_flink_stopped_blocks_nothi
     std::fs::write(&token, "flink-token-value\n").unwrap();
     let token_flag = ["--token-file", token.to_str().unwrap()];
     let flink_dir = ws.tmp.path().join("flink");
-    let spec = FlinkSpec {
-        task_managers: &["tm-1", "tm-2", "tm-3", "tm-4"],
-        enricher: false,
-        port: 0,
-    };
+    let spec = FlinkSpec::four(false);
     let mut flink = Flink::start(&harness, &flink_dir, &spec);
     let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &token_flag);
     // tm-1 fails once: not enough. tm-2 twice: blocked.

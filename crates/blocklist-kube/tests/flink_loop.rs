@@ -58,11 +58,7 @@ async fn a_task_manager_failing_in_flink_has_its_pod_labelled_then_evicted() {
     let mut flink = Flink::start(
         &harness,
         &ws.tmp.path().join("flink"),
-        &FlinkSpec {
-            task_managers: &["tm-1", "tm-2", "tm-3", "tm-4"],
-            enricher: false,
-            port: 0,
-        },
+        &FlinkSpec::four(false),
     );
     let watcher = Watcher::start(ws.tmp.path(), &flink.url(), &daemon, &[]);
     flink.submit("disk", 4, &["tm-2"], "java.io.IOException", 2);
