@@ -580,3 +580,27 @@ async fn a_retraction_acknowledged_survives_kill_9() {
         assert_check_passes(&ws.data_dir());
     }
 }
+
+#[tokio::test]
+async fn a_block_several_sources_held_leaves_nothing_behind_once_it_expires_and_is_reclaimed() {
+    let mut ws = Workspace::new();
+    let d = ws.start(&[]);
+    let timed = |source: &str| {
+        json!({"id": "n1", "action": MB, "cause": source, "source": source,
+               "allowMerge": true, "timeout": 300})
+    };
+    for source in ["det-a", "det-b"] {
+        let (status, body) = add(&d, "nodes", json!([timed(source)])).await;
+        assert!(status.is_success(), "{status}: {body}");
+    }
+    let (_, item) = d.get("/blocklist/nodes/n1").await;
+    assert_eq!(item["heldBy"], json!(["det-a", "det-b"]), "{item}");
+    eventually("the expired block to be reclaimed", || async {
+        d.reclaimed().await >= 1
+    })
+    .await;
+    if !on_etcd() {
+        d.terminate();
+        assert_check_passes(&ws.data_dir());
+    }
+}

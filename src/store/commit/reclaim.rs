@@ -29,7 +29,8 @@ impl Command for Reclaim {
     }
 
     /// Deletes the entries that are still there and at or before the watermark, and each
-    /// one's item where it is still the announced one (same end).
+    /// one's item where it is still the announced one (same end), with everything kept
+    /// beside it (its reports, its live reports and roster: none outlives its item).
     fn apply(&self, tx: &Tx<'_>, _due: &[Vec<u8>]) -> TxResult<Result<Applied<usize>>> {
         let mut deleted = 0;
         for key in &self.expiry_keys {
@@ -47,6 +48,7 @@ impl Command for Reclaim {
             if let Ok(Some(block)) = tx.read(kind, id)? {
                 if block.end == end {
                     tx.drop_reports(kind, id, &block)?;
+                    tx.drop_live(kind, id)?;
                     tx.items.remove(keys::item_key(kind, id))?;
                 }
             }
