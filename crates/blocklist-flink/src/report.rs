@@ -10,27 +10,13 @@
 //! a past block that ended after the failures means they were paid for (the block
 //! expired, or an operator lifted it), and they do not block again.
 
-use std::collections::BTreeMap;
-
 use blocklist::client::{segment, Failure as ClientFailure};
 use blocklist::daemons::Daemons;
+use blocklist::detector::{self, text};
+pub use blocklist::detector::{cause_text, Report, Sent};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-/// A block the watcher asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// `taskmanagers` or `nodes`.
-    pub kind: &'static str,
-    pub id: String,
-    pub action: String,
-    pub cause: String,
-    /// Unix ms.
-    pub end: i64,
-    /// The evidence kept with the live report (job, exception, the failures' times).
-    pub details: BTreeMap<String, String>,
-}
 
 /// What the daemon holds of an item, as far as this source is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,14 +27,6 @@ pub enum Held {
     Others,
     /// It is not blocked; its last block ended then (none: never blocked).
     No { last_end: Option<i64> },
-}
-
-/// The answer to a report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sent {
-    Blocked,
-    /// A guardrail, the allowlist or the request's shape refused it (4xx): the messages.
-    Refused(String),
 }
 
 #[derive(Deserialize)]
@@ -84,10 +62,6 @@ pub struct Daemon {
 
 fn is_404(failure: &ClientFailure) -> bool {
     matches!(failure, ClientFailure::Refused(m) if m.iter().any(|m| m.starts_with("404")))
-}
-
-fn text(failure: &ClientFailure) -> String {
-    failure.messages().join("; ")
 }
 
 impl Daemon {
@@ -130,25 +104,7 @@ impl Daemon {
     /// Asks for the block under `source`, merging into what is there. `Err` when the
     /// daemon could not be reached or could not answer (5xx): worth another try later.
     pub async fn send(&self, report: &Report, source: &str) -> Result<Sent, String> {
-        let body = json!([{
-            "id": report.id,
-            "action": report.action,
-            "cause": report.cause,
-            "endTimestamp": report.end,
-            "allowMerge": true,
-            "source": source,
-            "details": report.details,
-        }]);
-        let path = format!("/blocklist/{}", report.kind);
-        match self.daemons.send(Method::POST, &path, Some(&body)).await {
-            Ok(_) => Ok(Sent::Blocked),
-            Err(ClientFailure::Refused(messages))
-                if !messages.iter().any(|m| m.starts_with('5')) =>
-            {
-                Ok(Sent::Refused(messages.join("; ")))
-            }
-            Err(failure) => Err(text(&failure)),
-        }
+        detector::report(&self.daemons, report, source).await
     }
 
     /// The node task manager `id` is registered on, if it is.
@@ -178,36 +134,5 @@ impl Daemon {
             .await
             .map(|_| ())
             .map_err(|e| text(&e))
-    }
-}
-
-/// A cause's text for FLIP-224's merge: causes are joined with `,`, so a comma inside one
-/// would split it into parts; and at most `max` characters of it.
-pub fn cause_text(text: &str, max: usize) -> String {
-    let clean: String = text
-        .chars()
-        .map(|c| match c {
-            ',' => ';',
-            c if c.is_control() => ' ',
-            c => c,
-        })
-        .collect();
-    if clean.chars().count() <= max {
-        clean
-    } else {
-        let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cause_keeps_one_part_and_a_bound() {
-        assert_eq!(cause_text("a, b\nc", 100), "a; b c");
-        assert_eq!(cause_text("abcdef", 4), "abc…");
     }
 }

@@ -9,10 +9,12 @@
 //! - [`daemons`]: every daemon of a prefix, moved on from when one fails, for the binaries
 //!   beside a cluster;
 //! - [`sidecar`]: what the binaries beside a cluster share (their logs, `completion` and
-//!   `man`, their runtime and stop signal).
+//!   `man`, their runtime and stop signal);
+//! - [`detector`]: a detector's reports under its own source, and their retraction.
 
 pub mod client;
 pub mod daemons;
+pub mod detector;
 pub mod sidecar;
 pub mod sse;
 pub mod status;

@@ -48,12 +48,21 @@ pub struct DaemonArgs {
 impl DaemonArgs {
     /// The daemons, each with its clients.
     pub fn daemons(&self) -> Result<crate::daemons::Daemons, String> {
+        self.daemons_with_token(self.token_file.as_deref())
+    }
+
+    /// The daemons with the token of `token_file` instead (`None`: no token): a second
+    /// identity of the same binary (the bridge's detector beside its enforcer).
+    pub fn daemons_with_token(
+        &self,
+        token_file: Option<&std::path::Path>,
+    ) -> Result<crate::daemons::Daemons, String> {
         let tls = TlsFiles {
             cacert: self.cacert.clone(),
             cert: self.cert.clone(),
             key: self.key.clone(),
         };
-        crate::daemons::Daemons::new(&self.daemon, self.token_file.as_deref(), &tls)
+        crate::daemons::Daemons::new(&self.daemon, token_file, &tls)
     }
 }
 
