@@ -1,10 +1,11 @@
 //! What every Node should carry: the blocklist's node items as the bridge last learned
-//! them (a full reconcile, then each feed event). Until the first reconcile has marked
-//! every Node it knows nothing, and nothing is changed on its account: the bridge never
-//! acts on what it cannot see, and the Nodes' watch does not race that reconcile for the
-//! same Nodes (which would cost a 409 and a second patch each). The Nodes the watch saw
-//! meanwhile are remembered with their `resourceVersion`, and those changed since the
-//! reconcile's listing are put right once it is done ([`Desired::take_deferred`]).
+//! them (a full reconcile's listing, then each feed event, applied also while that
+//! reconcile marks the Nodes). Before the first listing it knows nothing, and nothing is
+//! changed on its account: the bridge never acts on what it cannot see. Until the first
+//! reconcile has marked every Node, the Nodes' watch does not race it for the same Nodes
+//! (which would cost a 409 and a second patch each): the Nodes it saw meanwhile are
+//! remembered with their `resourceVersion`, and those changed since the reconcile's
+//! listing are put right once it is done ([`Desired::take_deferred`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,12 +17,21 @@ use crate::marking::Block;
 /// Node name → the `resourceVersion` it was seen at.
 pub type Versions = HashMap<String, Option<String>>;
 
-#[derive(Default)]
 pub struct Desired {
-    /// `None` until the first reconcile has marked every Node.
+    /// `None` until the first listing.
     blocks: Mutex<Option<HashMap<String, Block>>>,
-    /// Nodes the watch saw before that: to put right after it.
-    deferred: Mutex<Versions>,
+    /// Nodes the watch saw before the first reconcile marked every Node: to put right
+    /// after it; `None` once it did (the watch acts on what it sees).
+    deferred: Mutex<Option<Versions>>,
+}
+
+impl Default for Desired {
+    fn default() -> Desired {
+        Desired {
+            blocks: Mutex::new(None),
+            deferred: Mutex::new(Some(Versions::new())),
+        }
+    }
 }
 
 /// What the bridge knows of a Node's block.
@@ -36,11 +46,6 @@ impl Desired {
     /// Every node item, from a full listing.
     pub fn replace(&self, all: HashMap<String, Block>) {
         *self.blocks.lock().expect("not poisoned") = Some(all);
-    }
-
-    /// Whether a first listing was taken.
-    pub fn known(&self) -> bool {
-        self.blocks.lock().expect("not poisoned").is_some()
     }
 
     /// Node `id`'s item after a feed event (`None`: unblocked).
@@ -76,22 +81,25 @@ impl Desired {
         Some(evacuating)
     }
 
-    /// [`Desired::of`] for `node` as the watch saw it; when nothing is known yet, the Node
-    /// is remembered for [`Desired::take_deferred`].
+    /// [`Desired::of`] for `node` as the watch saw it; before the first reconcile marked
+    /// every Node, [`Known::Nothing`], and the Node is remembered for
+    /// [`Desired::take_deferred`].
     pub fn of_seen(&self, node: &Node) -> Known {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let known = self.of(&name);
-        if let Known::Nothing = known {
-            self.deferred
-                .lock()
-                .expect("not poisoned")
-                .insert(name, node.metadata.resource_version.clone());
+        if let Some(deferred) = self.deferred.lock().expect("not poisoned").as_mut() {
+            deferred.insert(name, node.metadata.resource_version.clone());
+            return Known::Nothing;
         }
-        known
+        self.of(&name)
     }
 
-    /// The Nodes the watch saw before the first reconcile was done, once.
+    /// The Nodes the watch saw before the first reconcile was done, once: from now on
+    /// the watch acts on what it sees.
     pub fn take_deferred(&self) -> Versions {
-        std::mem::take(&mut *self.deferred.lock().expect("not poisoned"))
+        self.deferred
+            .lock()
+            .expect("not poisoned")
+            .take()
+            .unwrap_or_default()
     }
 }

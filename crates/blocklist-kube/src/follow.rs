@@ -1,6 +1,7 @@
 //! Following the daemon's change feed, so a block reaches its Node as soon as it is
-//! durable: list-then-watch (a full [`reconcile`] gives the revision to watch from),
-//! each node event applied to its Node, a broken stream resumed from the last event's id
+//! durable: list-then-watch (a full reconcile's listing gives the revision to watch
+//! from; its Nodes are marked while the feed is followed, so a block never waits for a
+//! long reconcile: [`crate::reconcile`]), each node event applied to its Node, a broken stream resumed from the last event's id
 //! (`Last-Event-ID`: no gap, no repeat, whichever daemon of a prefix answers), and a 410
 //! (the revision is older than the daemon keeps) or every `resync` a full reconcile
 //! again. Task manager events go to the pods' labels ([`crate::pods`]).
@@ -17,7 +18,7 @@ use crate::events::Why;
 use crate::marking::Block;
 use crate::nodes;
 use crate::pods::Labels;
-use crate::reconcile::reconcile;
+use crate::reconcile;
 
 /// How long after a failure (the daemon or the API server unreachable) the bridge tries
 /// again.
@@ -36,12 +37,9 @@ pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
     bridge.leader.decided().await;
     loop {
         leading.borrow_and_update();
-        // The full pass gives the revision the feed resumes after.
-        let mut revision = match reconcile(bridge).await {
-            Ok(counts) => {
-                tracing::info!(?counts, "reconciled");
-                counts.revision
-            }
+        // The full listing gives the revision the feed resumes after.
+        let listing = match reconcile::list(bridge).await {
+            Ok(listing) => listing,
             Err(e) => {
                 // Nothing is changed in the cluster from what the bridge cannot see.
                 tracing::warn!(error = %e, "reconcile failed; nothing changed");
@@ -49,40 +47,53 @@ pub async fn run(bridge: &Bridge, labels: &Labels, resync: Duration) {
                 continue;
             }
         };
-        if let Err(e) = labels.reconcile(bridge).await {
-            tracing::warn!(error = %e, "could not label the blocked task managers' pods; the next resync retries");
-        }
+        let revision = listing.revision;
         bridge
             .metrics
             .feed_revision
             .set(i64::try_from(revision).unwrap_or(i64::MAX));
         let resync_at = Instant::now() + resync;
-        while Instant::now() < resync_at {
-            match Box::pin(follow(
-                bridge,
-                labels,
-                &mut revision,
-                resync_at,
-                &mut leading,
-            ))
-            .await
-            {
-                Ok(Ended::Resync) => {}
-                Ok(Ended::Leading) => {
-                    tracing::info!("leading now: reconciling");
-                    break;
-                }
-                Err(FeedError::Gone) => {
-                    tracing::warn!(
-                        revision,
-                        "the daemon no longer keeps the feed from here; listing again"
-                    );
-                    break;
-                }
-                Err(FeedError::Other(e)) => {
-                    tracing::warn!(error = %e, revision, "the feed broke; resuming");
-                    tokio::time::sleep(PAUSE).await;
-                }
+        let marking = async {
+            let counts = Box::pin(reconcile::mark(bridge, listing)).await;
+            tracing::info!(?counts, "reconciled");
+            if let Err(e) = labels.reconcile(bridge).await {
+                tracing::warn!(error = %e, "could not label the blocked task managers' pods; the next resync retries");
+            }
+        };
+        // The feed is followed while the Nodes are marked; the next listing waits for both.
+        tokio::join!(
+            marking,
+            feed(bridge, labels, revision, resync_at, &mut leading)
+        );
+    }
+}
+
+/// Follows the feed from after `revision` until the resync is due, this replica comes to
+/// lead, or the daemon no longer keeps the feed from there.
+async fn feed(
+    bridge: &Bridge,
+    labels: &Labels,
+    mut revision: u64,
+    resync_at: Instant,
+    leading: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    while Instant::now() < resync_at {
+        match Box::pin(follow(bridge, labels, &mut revision, resync_at, leading)).await {
+            Ok(Ended::Resync) => {}
+            Ok(Ended::Leading) => {
+                tracing::info!("leading now: reconciling");
+                return;
+            }
+            Err(FeedError::Gone) => {
+                tracing::warn!(
+                    revision,
+                    "the daemon no longer keeps the feed from here; listing again"
+                );
+                return;
+            }
+            Err(FeedError::Other(e)) => {
+                tracing::warn!(error = %e, revision, "the feed broke; resuming");
+                tokio::time::sleep(PAUSE).await;
             }
         }
     }
@@ -180,6 +191,9 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
         _ => return,
     }
     bridge.desired.set(&block.id, blocks.then(|| block.clone()));
+    if !blocks {
+        bridge.conditions.ended(&block.id);
+    }
     if blocks && block.evacuates() {
         bridge.wake_evacuation(); // an upgrade of a Node tainted already
     }
@@ -189,9 +203,9 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
     match node {
         Ok(Some(node)) => {
             let untainted = wanted.is_none() && bridge.marking.carries(&node);
-            nodes::apply(bridge, node, wanted, Why::Blocklist).await;
+            nodes::apply(bridge, node, Why::Blocklist).await;
             if untainted {
-                retry_held(bridge).await;
+                Box::pin(retry_held(bridge)).await;
             }
         }
         Ok(None) => {
@@ -209,7 +223,7 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
 /// is room.
 async fn retry_held(bridge: &Bridge) {
     for name in bridge.ceiling.held() {
-        let Known::Block(Some(block)) = bridge.desired.of(&name) else {
+        let Known::Block(Some(_)) = bridge.desired.of(&name) else {
             continue;
         };
         let node = bridge.nodes.get_opt(&name).await;
@@ -217,9 +231,7 @@ async fn retry_held(bridge: &Bridge) {
         let Ok(Some(node)) = node else {
             continue;
         };
-        if let nodes::Outcome::HeldBack(_) =
-            nodes::apply(bridge, node, Some(&block), Why::Blocklist).await
-        {
+        if let nodes::Outcome::HeldBack(_) = nodes::apply(bridge, node, Why::Blocklist).await {
             return; // no room left
         }
     }

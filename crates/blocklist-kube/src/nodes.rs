@@ -1,12 +1,16 @@
-//! Writing a Node's marking: a merge patch computed from the Node read, carrying its
-//! `resourceVersion`; on a 409 (someone changed the Node since — another controller's
-//! taint, say) the Node is read again and the patch recomputed, so their change stays. A
-//! new taint asks the ceiling first ([`crate::ceiling`]).
+//! Writing a Node's marking: a merge patch computed from the Node read and what the
+//! blocklist wants of it now ([`crate::desired`]), carrying the Node's `resourceVersion`;
+//! on a 409 (someone changed the Node since — another controller's taint, or the bridge
+//! itself applying a newer block from the feed while a reconcile marks the same Node)
+//! the Node is read again and the patch recomputed from the newest block, so their change
+//! stays and an older block never overwrites a newer one. A new taint asks the ceiling
+//! first ([`crate::ceiling`]).
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 
 use crate::bridge::Bridge;
+use crate::desired::Known;
 use crate::events::Why;
 use crate::marking::{self, Block};
 use crate::metrics::now_ms;
@@ -17,20 +21,23 @@ const CONFLICT_RETRIES: usize = 5;
 
 pub use crate::bridge::Outcome;
 
-/// Makes Node `node` (as read) carry `block` (`None`: nothing of the bridge's), writes an
-/// Event for the reason `why` after a change, and records the outcome (the statuses, the
-/// metrics).
-pub async fn apply(bridge: &Bridge, node: Node, block: Option<&Block>, why: Why) -> Outcome {
+/// Makes Node `node` (as read) carry what the blocklist wants of it as the bridge knows
+/// it at the moment of writing (nothing of the bridge's when it is not blocked; nothing
+/// done before the first listing), writes an Event for the reason `why` after a change,
+/// and records the outcome (the statuses, the metrics).
+pub async fn apply(bridge: &Bridge, node: Node, why: Why) -> Outcome {
     if !bridge.leader.acting() {
         // Only the leader writes; a replica that takes over reconciles first.
         return Outcome::Unchanged;
     }
     let name = node.metadata.name.clone().unwrap_or_default();
-    let outcome = write(bridge, node, block, why).await;
+    let Some((outcome, block)) = write(bridge, node, why).await else {
+        return Outcome::Unchanged;
+    };
     if let Err(e) = &outcome {
         tracing::warn!(node = %name, error = %e, "could not mark the Node; the next event or resync retries");
     }
-    bridge.record(&name, block, &outcome);
+    bridge.record(&name, block.as_ref(), &outcome);
     bridge
         .metrics
         .nodes_tainted
@@ -38,15 +45,35 @@ pub async fn apply(bridge: &Bridge, node: Node, block: Option<&Block>, why: Why)
     outcome.unwrap_or(Outcome::Unchanged)
 }
 
+/// The outcome of making `node` carry its block, and the block it was made to carry;
+/// `None` before the first listing.
 async fn write(
     bridge: &Bridge,
-    mut node: Node,
-    block: Option<&Block>,
+    node: Node,
     why: Why,
+) -> Option<(Result<Outcome, String>, Option<Block>)> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let Known::Block(mut wanted) = bridge.desired.of(&name) else {
+        return None;
+    };
+    let outcome = attempt(bridge, node, why, &mut wanted).await;
+    Some((outcome, wanted))
+}
+
+/// [`write`]'s attempts, each with the block wanted then (left in `wanted`).
+async fn attempt(
+    bridge: &Bridge,
+    mut node: Node,
+    why: Why,
+    wanted: &mut Option<Block>,
 ) -> Result<Outcome, String> {
     let (api, marking, metrics) = (&bridge.nodes, &bridge.marking, &bridge.metrics);
     let name = node.metadata.name.clone().unwrap_or_default();
     for _ in 0..CONFLICT_RETRIES {
+        if let Known::Block(now) = bridge.desired.of(&name) {
+            *wanted = now;
+        }
+        let block = wanted.as_ref();
         let carries = marking.carries(&node);
         let Some(patch) = marking::patch(&node, marking, block) else {
             // It matches: tainted as blocked, or free of the bridge's marks (and of any

@@ -15,6 +15,7 @@ use blocklist_kube::events::Why;
 use blocklist_kube::marking::{Block, Marking};
 use blocklist_kube::nodes::{self, Outcome};
 use common::*;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use reqwest::StatusCode;
@@ -120,12 +121,16 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
         end_timestamp: i64::MAX,
         revision: 1,
         last_report_timestamp: 0,
+        held_by: Vec::new(),
     };
     // No daemon: this bridge only patches.
     let daemon = DaemonClient::new(&["http://127.0.0.1:9".into()], None, &TlsFiles::default())
         .expect("a client");
     let bridge = Bridge::new("test".into(), daemon, &client(&kube).await, marking, 100);
-    let outcome = nodes::apply(&bridge, read, Some(&block), Why::Blocklist).await;
+    bridge
+        .desired
+        .replace(std::collections::HashMap::from([("n1".to_owned(), block)]));
+    let outcome = nodes::apply(&bridge, read, Why::Blocklist).await;
     assert_eq!(outcome, Outcome::Written);
     assert_eq!(node_patches_answered(&kube, "409"), conflicts + 1.0);
     let (others, ours) = taints(&kube, "n1");
@@ -488,4 +493,71 @@ async fn the_bridge_converges_after_its_own_kill_and_the_api_servers_restart() {
     })
     .await;
     drop(bridge);
+}
+
+/// A block acknowledged while the bridge's first full reconcile of a large cluster is
+/// still marking its Nodes reaches its Node through the feed at once, not when that
+/// reconcile ends (as at every leader change: the new leader's first reconcile).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_block_during_the_first_reconcile_does_not_wait_for_it() {
+    const NODES: usize = 1_200;
+    const BLOCKED: usize = 1_000;
+    let Some(kube) = KubeApiServer::start("blocklist-kube first reconcile") else {
+        return;
+    };
+    let api: Api<Node> = Api::all(client(&kube).await);
+    let names: Vec<String> = (0..NODES).map(|i| format!("n{i:04}")).collect();
+    let made: Vec<_> = futures::stream::iter(names.iter().chain(&["late".to_owned()]))
+        .map(|name| {
+            let api = api.clone();
+            let node: Node =
+                serde_json::from_value(json!({"metadata": {"name": name}})).expect("a Node");
+            async move { api.create(&kube::api::PostParams::default(), &node).await }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(made.iter().all(Result::is_ok), "every Node made");
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    let blocks: Vec<Value> = names[..BLOCKED]
+        .iter()
+        .map(|n| item(n, "MARK_BLOCKED", "disk"))
+        .collect();
+    let (status, body) = daemon.post("/blocklist/nodes", Value::Array(blocks)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let log = ws.tmp.path().join("bridge.log");
+    let (_bridge, probes) = spawn_bridge(&kube, &daemon.url(""), FEED_ONLY, &log);
+    eventually("the first reconcile to taint blocked Nodes", || async {
+        bridge_metric(&probes, "blocklist_kube_taints_applied_total").await >= 1.0
+    })
+    .await;
+    // The Nodes not blocked when it listed were passed first: only the feed taints `late`.
+    let (status, body) = daemon
+        .post(
+            "/blocklist/nodes",
+            json!([item("late", "MARK_BLOCKED", "psu")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let acknowledged = std::time::Instant::now();
+    eventually("late to be tainted", || async {
+        taints(&kube, "late").1.is_some()
+    })
+    .await;
+    let latency = acknowledged.elapsed();
+    let marked = bridge_metric(&probes, "blocklist_kube_taints_applied_total").await;
+    assert!(
+        !ready(&probes).await,
+        "late's taint waited for the reconcile to end: {latency:?} ({marked} tainted by then)"
+    );
+    eprintln!(
+        "block → taint during the first reconcile: {latency:?} ({marked} of {BLOCKED} marked then)"
+    );
+    eventually("the first reconcile to end", || ready(&probes)).await;
+    assert_eq!(
+        bridge_metric(&probes, "blocklist_kube_nodes_tainted").await,
+        (BLOCKED + 1) as f64
+    );
 }
