@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
 use crate::ceiling::Ceiling;
+use crate::conditions::Conditions;
 use crate::daemon::{Daemon, Status};
 use crate::desired::Desired;
 use crate::events::Events;
@@ -42,6 +43,8 @@ pub struct Bridge {
     pub reporter: Reporter,
     pub events: Events,
     pub metrics: Metrics,
+    /// The Node conditions that block their Node (`--condition`).
+    pub conditions: Conditions,
     /// Set once the first full reconcile finished (`/readyz`).
     pub ready: AtomicBool,
     /// Whether this replica may write ([`crate::leader`]).
@@ -74,6 +77,7 @@ impl Bridge {
             ceiling: Ceiling::new(max_tainted_percent),
             reporter: Reporter::default(),
             metrics: Metrics::default(),
+            conditions: Conditions::off(),
             ready: AtomicBool::new(false),
             leader: Leadership::new(None),
             missing: Mutex::default(),
@@ -91,6 +95,12 @@ impl Bridge {
     /// Until [`Bridge::wake_evacuation`].
     pub async fn evacuation_woken(&self) {
         self.evacuation.notified().await;
+    }
+
+    /// The bridge with `conditions` detected.
+    #[must_use]
+    pub fn with_conditions(self, conditions: Conditions) -> Bridge {
+        Bridge { conditions, ..self }
     }
 
     /// The bridge with `leader` deciding whether it may write.

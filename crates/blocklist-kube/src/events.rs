@@ -3,7 +3,9 @@
 //! `TaintRestored` when the bridge put back a taint taken off by hand while the block
 //! stands (to unblock a node, remove it from the blocklist). An evacuation adds `Evicted`
 //! and the warning `EvictionWaiting` (a PodDisruptionBudget says not now) on each pod, and
-//! `Evacuated` on the node. `kubectl describe` shows them. An Event that cannot be written
+//! `Evacuated` on the node. A condition the bridge reports as a detector adds
+//! `ConditionBlocked`, the warning `ConditionRefused` (a guardrail said no) and
+//! `ConditionCleared` on its Node. `kubectl describe` shows them. An Event that cannot be written
 //! is logged, never retried: it is a courtesy, the taint is the state.
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
@@ -142,6 +144,26 @@ impl Events {
         self.publish(&event, pod).await;
     }
 
+    /// About Node `name`'s condition ([`crate::conditions`]): `ConditionBlocked`,
+    /// `ConditionRefused` (a `warning`), `ConditionCleared`.
+    pub async fn condition(&self, name: &str, reason: &str, warning: bool, note: &str) {
+        if self.marking.dry_run {
+            return;
+        }
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note.chars().take(1024).collect()),
+            action: "Report".into(),
+            secondary: None,
+        };
+        self.publish(&event, &node_reference(name)).await;
+    }
+
     /// Node `name` holds none of the work its evacuation evicts any more.
     pub async fn evacuated(&self, name: &str, block: &Block) {
         let event = Event {
@@ -151,13 +173,17 @@ impl Events {
             action: "Evict".into(),
             secondary: None,
         };
-        let node = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(name.to_owned()),
-            ..ObjectReference::default()
-        };
-        self.publish(&event, &node).await;
+        self.publish(&event, &node_reference(name)).await;
+    }
+}
+
+/// A reference to Node `name`, for an Event about it.
+fn node_reference(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.to_owned()),
+        ..ObjectReference::default()
     }
 }
 

@@ -21,12 +21,15 @@
 //! - `evacuation`: the work moved off what is blocked with evacuation, paced, through
 //!   `eviction` (the Eviction API), of the pods `evictable` says are work, from the cache
 //!   `workload` keeps;
+//! - `conditions`: the Node conditions an operator names, reported to the daemon as a
+//!   detector while they hold, retracted when they clear;
 //! - `leader`: one replica acts, elected through a Lease;
 //! - `report`: the statuses sent to the daemon (`PUT /enforcement/{name}`);
 //! - `metrics`, `serve`: `/metrics`, `/healthz`, `/readyz`.
 
 pub mod bridge;
 pub mod ceiling;
+pub mod conditions;
 pub mod daemon;
 pub mod desired;
 pub mod evacuation;

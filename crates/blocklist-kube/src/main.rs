@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use blocklist::sidecar::{self, Command, DaemonArgs, LogFormat};
 use blocklist_kube::bridge::Bridge;
+use blocklist_kube::conditions::{spec, Conditions, Spec};
 use blocklist_kube::daemon::Daemon;
 use blocklist_kube::evacuation::{Evacuation, Settings};
 use blocklist_kube::leader::{default_identity, Election, Leadership};
@@ -172,7 +173,25 @@ struct Args {
     #[arg(long, env = "BLOCKLIST_KUBE_IDENTITY")]
     identity: Option<String>,
 
-    /// Reconcile once and exit, without following the feed.
+    /// A Node condition that blocks its Node while it holds, repeatable (or `;`-separated
+    /// in the variable): TYPE[,status=True|False|Unknown][,hold=1m][,action=block|evacuate]
+    /// [,duration=1h|permanent]. Reported as a detector under NAME/condition/TYPE once
+    /// held past its hold (default 1m), retracted when it clears. None by default.
+    #[arg(
+        long = "condition",
+        env = "BLOCKLIST_KUBE_CONDITIONS",
+        value_name = "SPEC",
+        value_delimiter = ';'
+    )]
+    conditions: Vec<Spec>,
+
+    /// A file holding the bearer token the conditions are reported with (its first line):
+    /// a token of role `detector` named as --name. Needed with --condition when the
+    /// daemons take tokens; the --token-file's (an enforcer's) never blocks.
+    #[arg(long, env = "BLOCKLIST_KUBE_DETECTOR_TOKEN_FILE", value_name = "PATH")]
+    detector_token_file: Option<PathBuf>,
+
+    /// Reconcile once and exit, without following the feed (no condition is reported).
     #[arg(long)]
     once: bool,
 
@@ -199,8 +218,37 @@ fn main() -> ExitCode {
     sidecar::run("blocklist-kube", run(args))
 }
 
+/// The conditions to report, with the daemons as the detector.
+fn conditions(args: &Args) -> Result<Conditions, String> {
+    if args.conditions.is_empty() {
+        return Ok(Conditions::off());
+    }
+    spec::distinct(&args.conditions)?;
+    let conditions = Conditions::new(&args.name, args.conditions.clone(), None);
+    for spec in &args.conditions {
+        blocklistd::model::validate_source(&conditions.source(&spec.kind))
+            .map_err(|e| format!("--name and --condition {} make the source: {e}", spec.kind))?;
+    }
+    if args.connection.token_file.is_some() && args.detector_token_file.is_none() {
+        return Err(format!(
+            "--condition needs --detector-token-file: a token of role detector named {} \
+             (the --token-file's, an enforcer's, never blocks)",
+            args.name
+        ));
+    }
+    let daemons = args
+        .connection
+        .daemons_with_token(args.detector_token_file.as_deref())?;
+    Ok(Conditions::new(
+        &args.name,
+        args.conditions.clone(),
+        Some(daemons),
+    ))
+}
+
 async fn run(args: Args) -> Result<(), String> {
     blocklistd::enforcement::validate_enforcer(&args.name).map_err(|e| format!("--name: {e}"))?;
+    let conditions = conditions(&args)?;
     let config = match &args.kubeconfig {
         Some(path) => {
             let file =
@@ -241,7 +289,8 @@ async fn run(args: Args) -> Result<(), String> {
             marking,
             args.max_tainted_nodes_percent,
         )
-        .with_leadership(Leadership::new(election)),
+        .with_leadership(Leadership::new(election))
+        .with_conditions(conditions),
     );
     if args.once {
         let counts = reconcile(&bridge).await?;
@@ -304,6 +353,9 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             },
             evacuation.run(&bridge, &labels),
+            bridge
+                .conditions
+                .run(&bridge.leader, &bridge.metrics, &bridge.events),
         );
     };
     tokio::select! {

@@ -84,6 +84,10 @@ pub struct Block {
     /// start of the block-to-taint latency).
     #[serde(default)]
     pub last_report_timestamp: i64,
+    /// The sources whose live reports hold it, when not `source` alone (a listing's; the
+    /// feed's items leave it out).
+    #[serde(default)]
+    pub held_by: Vec<String>,
 }
 
 /// The action that asks for the running work to leave too.
@@ -227,6 +231,7 @@ mod tests {
             end_timestamp: 1_767_225_600_000,
             revision: 42,
             last_report_timestamp: 0,
+            held_by: Vec::new(),
         }
     }
 

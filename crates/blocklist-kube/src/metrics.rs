@@ -36,6 +36,9 @@ pub struct Metrics {
     pub nodes_evacuating: Gauge,
     pub block_to_empty_seconds: Histogram,
     pub leader: Gauge,
+    /// Reports and retractions of Node conditions, by condition and outcome.
+    pub condition_reports: Family<Vec<(String, String)>, Counter>,
+    pub condition_to_report_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -65,6 +68,9 @@ impl Default for Metrics {
             // 0.1 s to about 55 min.
             block_to_empty_seconds: Histogram::new(exponential_buckets(0.1, 2.0, 16)),
             leader: Gauge::default(),
+            condition_reports: Family::default(),
+            // 1 ms to about 16 s.
+            condition_to_report_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -163,6 +169,16 @@ impl Default for Metrics {
             "1 while this replica leads (it acts), 0 while it follows",
             metrics.leader.clone(),
         );
+        r.register(
+            "condition_reports",
+            "Node conditions sent to the daemon, by condition and outcome: reported, refused (a guardrail or the allowlist), ended (a block of the episode was ended since: not reported again), retracted, failed (the daemon unreachable: tried again)",
+            metrics.condition_reports.clone(),
+        );
+        r.register(
+            "condition_to_report_seconds",
+            "From a Node condition counting (its lastTransitionTime plus its hold) to its report's acknowledgement",
+            metrics.condition_to_report_seconds.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -187,6 +203,16 @@ impl Metrics {
     pub fn eviction(&self, outcome: &str) {
         self.evictions
             .get_or_create(&vec![("outcome".into(), outcome.into())])
+            .inc();
+    }
+
+    /// Counts one report or retraction of a Node condition by its outcome.
+    pub fn condition(&self, condition: &str, outcome: &str) {
+        self.condition_reports
+            .get_or_create(&vec![
+                ("condition".into(), condition.into()),
+                ("outcome".into(), outcome.into()),
+            ])
             .inc();
     }
 

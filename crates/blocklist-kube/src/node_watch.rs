@@ -2,7 +2,7 @@
 //! Node created after its block gets its taint, and a taint or annotation of the bridge's
 //! removed or changed by hand is put back (to unblock, remove the item from the
 //! blocklist). A Node that already matches costs no write: the bridge's own patches come
-//! back as events that change nothing.
+//! back as events that change nothing. Its conditions go to [`crate::conditions`].
 
 use futures::StreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -23,18 +23,26 @@ pub async fn run(bridge: &Bridge) {
         let node = match event {
             Ok(Event::Apply(node) | Event::InitApply(node)) => node,
             Ok(Event::Delete(node)) => {
-                bridge
-                    .ceiling
-                    .gone(node.metadata.name.as_deref().unwrap_or_default());
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                bridge.ceiling.gone(name);
+                bridge.conditions.gone(name);
                 continue;
             }
-            Ok(_) => continue,
+            Ok(Event::Init) => {
+                bridge.conditions.listing_started();
+                continue;
+            }
+            Ok(Event::InitDone) => {
+                bridge.conditions.listing_done();
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "the Nodes' watch failed; it resumes");
                 continue;
             }
         };
         let name = node.metadata.name.clone().unwrap_or_default();
+        bridge.conditions.seen(&node);
         bridge.ceiling.seen(&name, bridge.marking.carries(&node));
         let Known::Block(block) = bridge.desired.of_seen(&node) else {
             continue;
@@ -43,6 +51,6 @@ pub async fn run(bridge: &Bridge) {
             continue;
         }
         tracing::info!(node = %name, "the Node does not carry what the blocklist says; putting it right");
-        nodes::apply(bridge, node, block.as_ref(), Why::Drift).await;
+        nodes::apply(bridge, node, Why::Drift).await;
     }
 }

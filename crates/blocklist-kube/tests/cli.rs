@@ -34,6 +34,11 @@ const FLAGS: &[(&str, Option<&str>)] = &[
         Some("BLOCKLIST_KUBE_MAX_TAINTED_NODES_PERCENT"),
     ),
     ("--dry-run", Some("BLOCKLIST_KUBE_DRY_RUN")),
+    ("--condition", Some("BLOCKLIST_KUBE_CONDITIONS")),
+    (
+        "--detector-token-file",
+        Some("BLOCKLIST_KUBE_DETECTOR_TOKEN_FILE"),
+    ),
     ("--once", None),
     ("--listen", Some("BLOCKLIST_KUBE_LISTEN")),
     ("--log-format", Some("BLOCKLIST_KUBE_LOG_FORMAT")),
@@ -69,7 +74,9 @@ fn help_completion_and_the_manual_page_name_every_flag() {
     }
 }
 
-/// A ceiling past 100 % and a name that cannot be a path segment are refused at start.
+/// A ceiling past 100 %, a name that cannot be a path segment, a condition that does not
+/// parse or is given twice, and a condition without the detector's token beside the
+/// enforcer's are refused at start, before any cluster is reached.
 #[test]
 fn bad_flags_are_refused_with_what_is_wrong() {
     let out = std::process::Command::new(BRIDGE)
@@ -88,4 +95,32 @@ fn bad_flags_are_refused_with_what_is_wrong() {
         stderr.contains("--name") && stderr.contains("'/'"),
         "{stderr}"
     );
+    for (args, says) in [
+        (
+            &["--condition", "KernelDeadlock,hold=soon"][..],
+            "hold \"soon\"",
+        ),
+        (
+            &[
+                "--condition",
+                "KernelDeadlock",
+                "--condition",
+                "KernelDeadlock",
+            ][..],
+            "given twice",
+        ),
+        (
+            &["--condition", "KernelDeadlock", "--token-file", "/dev/null"][..],
+            "--condition needs --detector-token-file",
+        ),
+    ] {
+        let out = std::process::Command::new(BRIDGE)
+            .args(args)
+            .arg("--once")
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
