@@ -236,6 +236,36 @@ async fn a_paused_writer_is_fenced() {
     );
 }
 
+/// A lone writer paused past its lease (a stalled VM, a long GC) finds the writer key
+/// gone and nobody to take it: it steps down and wins the key again as a replica would,
+/// and writes on with everything it acknowledged before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_writer_paused_past_its_lease_writes_again() {
+    let Some(cluster) = EtcdCluster::start(1, "etcd_store lone paused writer") else {
+        return;
+    };
+    let ws = Workspace::new();
+    let alone = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
+    assert_eq!(add(&alone, "nodes", "before").await, StatusCode::CREATED);
+    signal(alone.pid(), "-STOP");
+    std::thread::sleep(Duration::from_secs(LEASE_SECS + 2));
+    signal(alone.pid(), "-CONT");
+    eventually("the lone writer to write again", || async {
+        add(&alone, "nodes", "after").await == StatusCode::CREATED
+    })
+    .await;
+    assert_eq!(
+        ids(&alone.listing().await["blockedNodes"]),
+        ["after", "before"]
+    );
+    let (status, body) = alone.get("/readyz").await;
+    assert_eq!(
+        (status, &body["etcd"]),
+        (StatusCode::OK, &json!("writer")),
+        "{body}"
+    );
+}
+
 /// The fence itself, without the lease's help: another owner of the writer key (made by
 /// hand, as a writer elected after this one's lease ended would) while this writer's lease
 /// lives. Its next write is refused by etcd's compare of the key's create revision.

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::http::{Auth, Forwarder, Stop};
 use crate::store::{Election, Store, StoreConfig, StoreError};
 
-/// How often a writer that lost its lease looks whether another daemon holds the key.
+/// How often a writer that lost its lease looks whether the key is still its own.
 const DEPOSED_POLL: Duration = Duration::from_millis(250);
 
 /// How long a replica's open, or its takeover, that failed on etcd waits before it is
@@ -131,8 +131,9 @@ pub(super) async fn run(
                     () = daemon.stop.fired() => Observed::Stopping,
                     () = taken_from(&daemon.election) => {
                         tracing::warn!(
-                            "another daemon holds the writer key now (this daemon's lease \
-                             ended): stepping down to a replica"
+                            "the writer key is another daemon's now, or nobody's (this \
+                             daemon's lease ended): stepping down to a replica, which \
+                             campaigns for it"
                         );
                         Observed::KeyTaken
                     }
@@ -226,7 +227,10 @@ async fn wait(stop: &Stop) -> Observed {
     }
 }
 
-/// Returns once this daemon is not the writer and another daemon holds the writer key.
+/// Returns once this daemon is not the writer and the writer key is not its own: another
+/// daemon holds it, or nobody does (its lease ended while the daemon was paused, and no
+/// replica took the key: a lone writer, which would otherwise wait for a taker forever and
+/// refuse every write meanwhile; as a replica it campaigns and wins the key again).
 async fn taken_from(election: &Election) {
     loop {
         tokio::time::sleep(DEPOSED_POLL).await;
@@ -234,10 +238,10 @@ async fn taken_from(election: &Election) {
             continue;
         }
         let election = election.clone();
-        let another = tokio::task::spawn_blocking(move || election.held_by_another())
+        let lost = tokio::task::spawn_blocking(move || election.not_held_by_this())
             .await
             .expect("reading the writer key does not panic");
-        if matches!(another, Ok(true)) {
+        if matches!(lost, Ok(true)) {
             return;
         }
     }

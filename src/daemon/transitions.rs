@@ -7,8 +7,8 @@
 //! The rules: a failure before the first role serves stops the daemon (a daemon that
 //! cannot start says so); once serving, etcd's failures are waited out (a replica keeps
 //! serving while its takeover is retried; a writer stepping down retries its replica's
-//! open), and anything else stops it. A writer whose key another daemon took steps down to
-//! a replica. A stop ends whatever role is running.
+//! open), and anything else stops it. A writer whose key another daemon took, or whose
+//! lease ended with nobody taking the key, steps down to a replica (which campaigns). A stop ends whatever role is running.
 
 /// Where the daemon stands among its roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +40,7 @@ pub(super) enum Observed {
     ReplicaFailed { on_etcd: bool },
     /// A wait before another try ended.
     Waited,
-    /// Another daemon holds the writer key now: this daemon's lease ended.
+    /// The writer key is another daemon's now, or nobody's: this daemon's lease ended.
     KeyTaken,
     /// The daemon is stopping.
     Stopping,

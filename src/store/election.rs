@@ -33,10 +33,11 @@ impl Election {
         match *self.never {}
     }
 
-    /// Whether another daemon holds the writer key now (a linearizable read).
-    pub fn held_by_another(&self) -> Result<bool> {
+    /// Whether the writer key holds another daemon's announcement, or nothing (a
+    /// linearizable read).
+    pub fn not_held_by_this(&self) -> Result<bool> {
         #[cfg(feature = "etcd")]
-        return self.etcd.held_by_another();
+        return self.etcd.not_held_by_this();
         #[cfg(not(feature = "etcd"))]
         match *self.never {}
     }

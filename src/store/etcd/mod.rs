@@ -435,11 +435,10 @@ impl Etcd {
         })
     }
 
-    /// Whether the writer key holds another daemon's announcement.
-    pub fn held_by_another(&self) -> Result<bool, StoreError> {
-        Ok(self
-            .writer()?
-            .is_some_and(|value| value != self.config.name))
+    /// Whether the writer key holds anything but this daemon's announcement: another
+    /// daemon's, or nothing (this daemon's lease ended, and nobody took the key yet).
+    pub fn not_held_by_this(&self) -> Result<bool, StoreError> {
+        Ok(self.writer()?.is_none_or(|value| value != self.config.name))
     }
 
     /// Ends a campaign that waits for another writer's lease ([`Etcd::campaign`] returns
