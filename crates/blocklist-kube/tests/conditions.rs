@@ -301,12 +301,9 @@ async fn a_storm_is_capped_a_new_leader_reports_nothing_twice_and_a_dead_daemon_
     }
 
     // The daemon down: a cleared condition and a new one change nothing on the Nodes.
-    // (Paused, not killed, so it comes back at the same address. Not on etcd: a lone
-    // writer paused past its 2 s lease there waits for another daemon to take the key
-    // before it campaigns again, which no other daemon here does.)
-    if !on_etcd() {
-        daemon_down_and_back(&kube, &daemon, held[0]["id"].as_str().unwrap()).await;
-    }
+    // (Paused, not killed, so it comes back at the same address; on etcd, past its 2 s
+    // lease, so it comes back as a candidate that steps down and wins the key again.)
+    daemon_down_and_back(&kube, &daemon, held[0]["id"].as_str().unwrap()).await;
     for n in &names[..10] {
         set_condition(&kube, n, "KernelDeadlock", "False");
     }
