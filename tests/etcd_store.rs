@@ -248,7 +248,7 @@ async fn a_lone_writer_paused_past_its_lease_writes_again() {
     let alone = spawn(&ws, &on_etcd(&cluster, "/t/"), 1).listening();
     assert_eq!(add(&alone, "nodes", "before").await, StatusCode::CREATED);
     signal(alone.pid(), "-STOP");
-    std::thread::sleep(Duration::from_secs(LEASE_SECS + 2));
+    tokio::time::sleep(Duration::from_secs(LEASE_SECS + 2)).await;
     signal(alone.pid(), "-CONT");
     eventually("the lone writer to write again", || async {
         add(&alone, "nodes", "after").await == StatusCode::CREATED

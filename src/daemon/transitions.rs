@@ -8,7 +8,8 @@
 //! cannot start says so); once serving, etcd's failures are waited out (a replica keeps
 //! serving while its takeover is retried; a writer stepping down retries its replica's
 //! open), and anything else stops it. A writer whose key another daemon took, or whose
-//! lease ended with nobody taking the key, steps down to a replica (which campaigns). A stop ends whatever role is running.
+//! lease ended with nobody taking the key, steps down to a replica (which campaigns). A
+//! stop ends whatever role is running.
 
 /// Where the daemon stands among its roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

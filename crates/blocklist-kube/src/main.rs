@@ -224,11 +224,6 @@ fn conditions(args: &Args) -> Result<Conditions, String> {
         return Ok(Conditions::off());
     }
     spec::distinct(&args.conditions)?;
-    let conditions = Conditions::new(&args.name, args.conditions.clone(), None);
-    for spec in &args.conditions {
-        blocklistd::model::validate_source(&conditions.source(&spec.kind))
-            .map_err(|e| format!("--name and --condition {} make the source: {e}", spec.kind))?;
-    }
     if args.connection.token_file.is_some() && args.detector_token_file.is_none() {
         return Err(format!(
             "--condition needs --detector-token-file: a token of role detector named {} \
@@ -239,11 +234,12 @@ fn conditions(args: &Args) -> Result<Conditions, String> {
     let daemons = args
         .connection
         .daemons_with_token(args.detector_token_file.as_deref())?;
-    Ok(Conditions::new(
-        &args.name,
-        args.conditions.clone(),
-        Some(daemons),
-    ))
+    let conditions = Conditions::new(&args.name, args.conditions.clone(), Some(daemons));
+    for spec in &args.conditions {
+        blocklistd::model::validate_source(&conditions.source(&spec.kind))
+            .map_err(|e| format!("--name and --condition {} make the source: {e}", spec.kind))?;
+    }
+    Ok(conditions)
 }
 
 async fn run(args: Args) -> Result<(), String> {

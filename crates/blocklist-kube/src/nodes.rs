@@ -60,7 +60,8 @@ async fn write(
     Some((outcome, wanted))
 }
 
-/// [`write`]'s attempts, each with the block wanted then (left in `wanted`).
+/// [`write`]'s attempts: the first with `wanted`, each after a 409 with the block wanted
+/// then (left in `wanted`).
 async fn attempt(
     bridge: &Bridge,
     mut node: Node,
@@ -70,9 +71,6 @@ async fn attempt(
     let (api, marking, metrics) = (&bridge.nodes, &bridge.marking, &bridge.metrics);
     let name = node.metadata.name.clone().unwrap_or_default();
     for _ in 0..CONFLICT_RETRIES {
-        if let Known::Block(now) = bridge.desired.of(&name) {
-            *wanted = now;
-        }
         let block = wanted.as_ref();
         let carries = marking.carries(&node);
         let Some(patch) = marking::patch(&node, marking, block) else {
@@ -140,7 +138,13 @@ async fn attempt(
                 let reread = api.get_opt(&name).await;
                 metrics.api("get", &reread);
                 match reread.map_err(|e| e.to_string())? {
-                    Some(now) => node = now,
+                    Some(now) => {
+                        node = now;
+                        // Whoever changed it may be the bridge itself, with a newer block.
+                        if let Known::Block(newest) = bridge.desired.of(&name) {
+                            *wanted = newest;
+                        }
+                    }
                     None => {
                         bridge.ceiling.gone(&name);
                         return Ok(Outcome::Missing);

@@ -224,7 +224,8 @@ fn item_json(id: &str, action: &str, cause: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_storm_is_capped_a_new_leader_reports_nothing_twice_and_a_dead_daemon_changes_nothing() {
+async fn a_storm_is_capped_a_new_leader_reports_nothing_twice_and_an_unreachable_daemon_changes_nothing(
+) {
     let Some(kube) = KubeApiServer::start("blocklist-kube condition storm") else {
         return;
     };

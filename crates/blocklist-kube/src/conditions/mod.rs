@@ -212,7 +212,7 @@ impl Conditions {
     /// Sends what is due, for as long as the bridge runs, while this replica leads (as
     /// `leader` says), telling `metrics` and the Nodes' `events`.
     pub async fn run(&self, leader: &Leadership, metrics: &Metrics, events: &Events) {
-        let bridge = Told { metrics, events };
+        let told = Told { metrics, events };
         let Some(daemons) = &self.daemons else {
             return;
         };
@@ -250,7 +250,7 @@ impl Conditions {
                 steps
             };
             let failed = futures::stream::iter(steps)
-                .map(|step| self.send(&bridge, daemons, step))
+                .map(|step| self.send(&told, daemons, step))
                 .buffer_unordered(IN_FLIGHT)
                 .fold(false, |failed, ok| async move { failed || !ok })
                 .await;
@@ -263,24 +263,21 @@ impl Conditions {
     }
 
     /// Sends one step; `false` when the daemon could not be reached (tried again later).
-    async fn send(&self, bridge: &Told<'_>, daemons: &Daemons, step: Step) -> bool {
+    async fn send(&self, told: &Told<'_>, daemons: &Daemons, step: Step) -> bool {
         match step {
             Step::Report {
                 key,
                 sick,
                 counted,
                 check,
-            } => {
-                self.report(bridge, daemons, key, sick, counted, check)
-                    .await
-            }
-            Step::Retract { key } => self.retract(bridge, daemons, key).await,
+            } => self.report(told, daemons, key, sick, counted, check).await,
+            Step::Retract { key } => self.retract(told, daemons, key).await,
         }
     }
 
     async fn report(
         &self,
-        bridge: &Told<'_>,
+        told: &Told<'_>,
         daemons: &Daemons,
         key: Key,
         sick: Sick,
@@ -297,7 +294,7 @@ impl Conditions {
                 Ok(false) => {}
                 Ok(true) => {
                     tracing::info!(%node, condition = %kind, "a block of this episode ended since it counted: not reported again");
-                    bridge.metrics.condition(kind, "ended");
+                    told.metrics.condition(kind, "ended");
                     self.remember(&key, sick.since, Fate::Ended, false);
                     return true;
                 }
@@ -332,15 +329,15 @@ impl Conditions {
         match detector::report(daemons, &report, &source).await {
             Ok(Sent::Blocked) => {
                 tracing::info!(%node, condition = %kind, %source, "a sick condition reported");
-                bridge.metrics.condition(kind, "reported");
+                told.metrics.condition(kind, "reported");
                 if !check {
                     #[expect(clippy::cast_precision_loss, reason = "milliseconds, far below 2^52")]
                     let seconds = (now_ms() - counted).max(0) as f64 / 1000.0;
-                    bridge.metrics.condition_to_report_seconds.observe(seconds);
+                    told.metrics.condition_to_report_seconds.observe(seconds);
                 }
                 self.state().known.held.insert(key.clone());
                 self.remember(&key, sick.since, Fate::Reported, true);
-                bridge
+                told
                     .events
                     .condition(node, "ConditionBlocked", false, &format!(
                         "condition {marker} since {} ({}: {}) held past {}: reported to the blocklist as {source} ({})",
@@ -355,10 +352,9 @@ impl Conditions {
             }
             Ok(Sent::Refused(why)) => {
                 tracing::warn!(%node, condition = %kind, %why, "the daemon refused the condition's report; asked again in 5 minutes");
-                bridge.metrics.condition(kind, "refused");
+                told.metrics.condition(kind, "refused");
                 self.remember(&key, sick.since, Fate::Refused(now_ms()), false);
-                bridge
-                    .events
+                told.events
                     .condition(
                         node,
                         "ConditionRefused",
@@ -370,28 +366,27 @@ impl Conditions {
             }
             Err(e) => {
                 tracing::warn!(%node, condition = %kind, error = %e, "could not report the condition; trying again");
-                bridge.metrics.condition(kind, "failed");
+                told.metrics.condition(kind, "failed");
                 false
             }
         }
     }
 
-    async fn retract(&self, bridge: &Told<'_>, daemons: &Daemons, key: Key) -> bool {
+    async fn retract(&self, told: &Told<'_>, daemons: &Daemons, key: Key) -> bool {
         let (node, kind) = &key;
         let source = self.source(kind);
         match detector::retract(daemons, "nodes", node, &source).await {
             Ok(outcome) => {
                 tracing::info!(%node, condition = %kind, ?outcome, "a cleared condition's report retracted");
                 self.forget(&key);
-                bridge.metrics.condition(kind, "retracted");
+                told.metrics.condition(kind, "retracted");
                 if outcome != Retracted::Absent {
                     let left = if outcome == Retracted::Ended {
                         "the block ended"
                     } else {
                         "other reports still hold the block"
                     };
-                    bridge
-                        .events
+                    told.events
                         .condition(
                             node,
                             "ConditionCleared",
@@ -406,7 +401,7 @@ impl Conditions {
             }
             Err(e) => {
                 tracing::warn!(%node, condition = %kind, error = %e, "could not retract the condition's report; trying again");
-                bridge.metrics.condition(kind, "failed");
+                told.metrics.condition(kind, "failed");
                 false
             }
         }

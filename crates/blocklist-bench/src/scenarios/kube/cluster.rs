@@ -411,6 +411,19 @@ pub(super) async fn until_seen(
     }
 }
 
+/// For each `(node, since)`, how long after `since` its taint was seen ([`until_seen`]).
+pub(super) async fn tainted_after<N: AsRef<str>>(
+    seen: &Seen,
+    sent: &[(N, Instant)],
+) -> Result<Vec<Duration>, String> {
+    let mut latencies = Vec::with_capacity(sent.len());
+    for (node, since) in sent {
+        let tainted = until_seen(seen, node.as_ref(), true, *since).await?;
+        latencies.push(tainted.saturating_duration_since(*since));
+    }
+    Ok(latencies)
+}
+
 /// The directory of server `name`'s binaries, built from its Go module by
 /// `tests/servers/build` when they are missing or older than the module.
 pub(in crate::scenarios) fn built(name: &str) -> Result<PathBuf, String> {

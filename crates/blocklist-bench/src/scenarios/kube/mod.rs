@@ -26,7 +26,7 @@ use crate::report::{Role, Row, Target};
 
 use super::Bench;
 use cluster::{
-    block_nodes, ms, percentile, registered, spawn_bridge, until_seen, wait_ready, watch_taints,
+    block_nodes, ms, percentile, registered, spawn_bridge, tainted_after, wait_ready, watch_taints,
     Cluster,
 };
 
@@ -138,11 +138,7 @@ impl Bench {
             .await?;
             sent.push((id, at));
         }
-        let mut latencies = Vec::with_capacity(TIMED_BLOCKS);
-        for (id, at) in &sent {
-            let tainted = until_seen(&seen, id, true, *at).await?;
-            latencies.push(tainted.saturating_duration_since(*at));
-        }
+        let mut latencies = tainted_after(&seen, &sent).await?;
         latencies.sort();
         let at = |p: f64| {
             #[expect(

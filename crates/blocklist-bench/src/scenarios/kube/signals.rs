@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use super::cluster::{block_nodes, get_text, until_seen, Cluster, Seen};
+use super::cluster::{block_nodes, get_text, tainted_after, Cluster, Seen};
 
 /// The condition the bridge is told to block on (`--condition`), and its hold.
 pub(super) const CONDITION: &str = "BenchKernelDeadlock";
@@ -51,15 +51,7 @@ pub(super) async fn during_reconcile(
         }
         sent.push((id, at));
     }
-    let mut latencies = Vec::with_capacity(ids.len());
-    for (id, at) in sent {
-        latencies.push(
-            until_seen(seen, id, true, at)
-                .await?
-                .saturating_duration_since(at),
-        );
-    }
-    Ok((latencies, early))
+    Ok((tainted_after(seen, &sent).await?, early))
 }
 
 /// Turns [`CONDITION`] sick on each of `ids` at `rate` a second (its
@@ -99,15 +91,7 @@ pub(super) async fn conditions(
         }
         due.push((id, counts));
     }
-    let mut latencies = Vec::with_capacity(ids.len());
-    for (id, counts) in due {
-        latencies.push(
-            until_seen(seen, id, true, counts)
-                .await?
-                .saturating_duration_since(counts),
-        );
-    }
-    Ok(latencies)
+    tainted_after(seen, &due).await
 }
 
 async fn ready(http: &reqwest::Client, probes: &str) -> bool {
