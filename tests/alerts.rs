@@ -1,4 +1,4 @@
-//! The alerting rules of `docs/deploy/alerts.yaml`: `promtool check rules` finds them
+//! The alerting rules of `charts/blocklistd/files/alerts.yaml`: `promtool check rules` finds them
 //! sound; their unit tests (`alerts.test.yaml`, run by `promtool test rules`) pass and make
 //! every alert fire in one case and stay silent in another; each names a runbook section of
 //! docs/operations.md that exists; and every selector of the daemon's rules selects series
@@ -27,7 +27,7 @@ fn the_rules_are_sound_and_their_unit_tests_pass() {
         return;
     }
     for (command, file) in [("check", "alerts.yaml"), ("test", "alerts.test.yaml")] {
-        let path = deploy_file(file);
+        let path = chart_file(&format!("files/{file}"));
         let output = promtool(&[command, "rules", path.to_str().unwrap()]);
         assert!(
             output.status.success(),
@@ -97,7 +97,7 @@ fn every_alert_fires_and_stays_silent_in_its_tests_and_has_a_runbook() {
     let Some(alerts) = every_alert(test) else {
         return;
     };
-    let Some(tests) = yaml_documents(&deploy_file("alerts.test.yaml"), test) else {
+    let Some(tests) = yaml_documents(&chart_file("files/alerts.test.yaml"), test) else {
         return;
     };
     let tests = tests[0]["tests"].as_array().expect("tests").clone();

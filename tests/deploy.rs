@@ -1,12 +1,14 @@
-//! The example deployments in `docs/deploy/` are what they say: the systemd unit passes
-//! `systemd-analyze verify`; the Kubernetes manifests parse and hold the objects
-//! `docs/deploy/README.md` promises (a StatefulSet of three spread replicas probed over
-//! https on `/readyz` and `/healthz`, each advertising its stable name of the headless
-//! Service, a Service for clients, a disruption budget, every certificate, key and CA from
-//! the Secrets they document, etcd over TLS); the certificates of `certificates.yaml` name
-//! every host the daemons are reached at, by each other, by the bridge and by Prometheus;
-//! the `PrometheusRule` holds the rules of `alerts.yaml`; and every flag and `BLOCKLISTD_*`
-//! variable the unit or the manifests use is one `blocklistd --help` knows.
+//! The deployments are what they say: the systemd unit (`docs/deploy/blocklistd.service`)
+//! passes `systemd-analyze verify`; the Helm chart (`charts/blocklistd`), rendered by a real
+//! `helm template`, makes the objects its README promises — for the production example, a
+//! StatefulSet of three spread replicas probed over https on `/readyz` and `/healthz`, each
+//! advertising its stable name of the headless Service, a Service for clients, a disruption
+//! budget, every certificate, key and CA from the Secrets it documents, etcd over TLS; for
+//! the sled example, the store on a claim the release's upgrades and removal keep — its
+//! certificates name every host the daemons are reached at, by each other, by the bridge and
+//! by Prometheus; its `PrometheusRule` holds the rules of `files/alerts.yaml`; it makes no
+//! Secret (tokens are the operator's); and every flag and `BLOCKLISTD_*` variable the unit
+//! or the chart uses is one `blocklistd --help` knows.
 
 mod common;
 
@@ -112,15 +114,6 @@ fn the_systemd_unit_verifies_and_uses_only_known_flags() {
     assert_known("blocklistd.service", &flags, &variables);
 }
 
-/// The namespace the manifests are applied in (the bridge's bindings and the certificates'
-/// names say it).
-const NAMESPACE: &str = "blocklist";
-
-/// The documents of `docs/deploy/<name>` as JSON, one value per YAML document.
-fn documents(name: &str, test: &str) -> Option<Vec<Value>> {
-    yaml_documents(&deploy_file(name), test)
-}
-
 fn all_of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
     documents.iter().filter(|d| d["kind"] == kind).collect()
 }
@@ -152,7 +145,7 @@ fn strings(value: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Each `--flag value` of `args` (every flag of the manifests takes a value).
+/// Each `--flag value` of `args` (every flag the chart passes the daemons takes a value).
 fn flag_values(args: &[String]) -> BTreeMap<String, String> {
     let mut values = BTreeMap::new();
     for (i, arg) in args.iter().enumerate() {
@@ -239,25 +232,40 @@ fn daemon_pod(documents: &[Value]) -> (&Value, &Value) {
     (pod, &pod["containers"][0])
 }
 
+/// A Deployment's pod spec and its one container.
+fn deployment_pod<'a>(documents: &'a [Value], name: &str) -> (&'a Value, &'a Value) {
+    let pod = &named(documents, "Deployment", name)["spec"]["template"]["spec"];
+    (pod, &pod["containers"][0])
+}
+
 #[test]
-fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags() {
-    let test = "the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags";
-    let (Some(documents), Some(certificates)) = (
-        documents("kubernetes.yaml", test),
-        documents("certificates.yaml", test),
-    ) else {
+fn the_production_example_runs_three_spread_replicas_over_tls_with_known_flags() {
+    let test = "the_production_example_runs_three_spread_replicas_over_tls_with_known_flags";
+    let Some(documents) = rendered(Some("etcd-tls"), test) else {
         return;
     };
+    let certificates = &documents;
     assert!(
-        all_of_kind(&documents, "Deployment").is_empty(),
+        all_of_kind(&documents, "Deployment")
+            .iter()
+            .all(
+                |d| d["spec"]["template"]["spec"]["containers"][0]["command"][0]
+                    != "/usr/local/bin/blocklistd"
+            ),
         "the daemons are a StatefulSet"
     );
+    // Tokens are the operator's Secrets, never values the chart writes out.
+    assert!(all_of_kind(&documents, "Secret").is_empty());
     let set = of_kind(&documents, "StatefulSet");
     let spec = &set["spec"];
     assert_eq!(spec["replicas"], 3);
     assert_eq!(spec["updateStrategy"]["type"], "RollingUpdate");
-    let labels = &spec["template"]["metadata"]["labels"];
-    assert_eq!(&spec["selector"]["matchLabels"], labels);
+    // The selector's labels, which the pods carry (with others that may change).
+    let labels = &spec["selector"]["matchLabels"];
+    let pod_labels = &spec["template"]["metadata"]["labels"];
+    for (key, value) in labels.as_object().expect("matchLabels") {
+        assert_eq!(&pod_labels[key], value, "the pods' {key}");
+    }
     let (pod, container) = daemon_pod(&documents);
     let spread: Vec<&Value> = pod["topologySpreadConstraints"]
         .as_array()
@@ -338,7 +346,11 @@ fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags(
     assert_eq!(&clients[0]["spec"]["selector"], labels);
     assert_eq!(clients[0]["spec"]["ports"][0]["targetPort"], port_name);
     assert_ne!(clients[0]["spec"]["publishNotReadyAddresses"], true);
-    let budget = of_kind(&documents, "PodDisruptionBudget");
+    let budget = named(
+        &documents,
+        "PodDisruptionBudget",
+        set["metadata"]["name"].as_str().unwrap(),
+    );
     assert_eq!(&budget["spec"]["selector"]["matchLabels"], labels);
     assert_eq!(budget["spec"]["maxUnavailable"], 1);
 
@@ -356,11 +368,10 @@ fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags(
         mounted(pod, container, path).unwrap_or_else(|| panic!("{flag} {path}: not mounted"))
     };
     let tokens = source("--token-file");
-    let secret = named(&documents, "Secret", &tokens.1);
-    assert!(
-        secret["stringData"][&tokens.2].is_string(),
-        "the Secret has no {}",
-        tokens.2
+    assert_eq!(
+        (tokens.0.as_str(), tokens.1.as_str(), tokens.2.as_str()),
+        ("Secret", "blocklistd-tokens", "tokens"),
+        "the token file is the example's tokens.existingSecret"
     );
     // The daemons' certificate, key and peer CA: one kubernetes.io/tls Secret.
     let (cert, key, peer_ca) = (
@@ -386,10 +397,10 @@ fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags(
         (&etcd_cert.1, "tls.key")
     );
     assert_eq!(etcd_ca.2, "ca.crt");
-    // The Secrets the file does not hold are cert-manager's, from certificates.yaml.
+    // The certificates' Secrets are cert-manager's, from the chart's Certificates.
     for made in [&cert.1, &etcd_cert.1] {
         assert!(
-            all_of_kind(&certificates, "Certificate")
+            all_of_kind(certificates, "Certificate")
                 .iter()
                 .any(|c| c["spec"]["secretName"] == made.as_str()),
             "no Certificate makes the Secret {made}"
@@ -428,7 +439,7 @@ fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags(
         .filter(|name| name.starts_with("BLOCKLISTD_"))
         .map(str::to_owned)
         .collect();
-    assert_known("kubernetes.yaml", &flag_names, &variables);
+    assert_known("the chart's StatefulSet", &flag_names, &variables);
 }
 
 /// The daemons' certificate names every host they are reached at — each pod's advertised
@@ -438,20 +449,17 @@ fn the_kubernetes_manifests_run_three_spread_replicas_over_tls_with_known_flags(
 #[test]
 fn the_certificates_name_every_host_the_daemons_are_reached_at() {
     let test = "the_certificates_name_every_host_the_daemons_are_reached_at";
-    let (Some(daemons), Some(certificates), Some(bridge), Some(monitoring)) = (
-        documents("kubernetes.yaml", test),
-        documents("certificates.yaml", test),
-        documents("blocklist-kube.yaml", test),
-        documents("monitoring.yaml", test),
-    ) else {
+    let Some(documents) = rendered(Some("etcd-tls"), test) else {
         return;
     };
-    let binding = of_kind(&bridge, "ClusterRoleBinding");
+    let (daemons, certificates, bridge, monitoring) =
+        (&documents, &documents, &documents, &documents);
+    let binding = of_kind(bridge, "ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
-    let (pod, container) = daemon_pod(&daemons);
+    let (pod, container) = daemon_pod(daemons);
     let flags = flag_values(&strings(&container["args"]));
     let (_, tls_secret, _) = mounted(pod, container, &flags["--tls-cert"]).unwrap();
-    let certificate = all_of_kind(&certificates, "Certificate")
+    let certificate = all_of_kind(certificates, "Certificate")
         .into_iter()
         .find(|c| c["spec"]["secretName"] == tls_secret.as_str())
         .expect("the daemons' Certificate");
@@ -462,7 +470,7 @@ fn the_certificates_name_every_host_the_daemons_are_reached_at() {
             "the daemons' certificate does not name {host}: {names:?}"
         );
     };
-    let set = of_kind(&daemons, "StatefulSet");
+    let set = of_kind(daemons, "StatefulSet");
     for ordinal in 0..set["spec"]["replicas"].as_u64().unwrap() {
         let pod_name = format!("{}-{ordinal}", set["metadata"]["name"].as_str().unwrap());
         let url = flags["--advertise-url"]
@@ -474,13 +482,13 @@ fn the_certificates_name_every_host_the_daemons_are_reached_at() {
     for usage in ["server auth", "client auth"] {
         assert!(usages.contains(&usage.to_owned()), "{usages:?}");
     }
-    // Its issuer is a CA of this file, the daemons' own.
+    // Its issuer is a CA the chart makes, the daemons' own.
     let issuer = named(
-        &certificates,
+        certificates,
         "Issuer",
         certificate["spec"]["issuerRef"]["name"].as_str().unwrap(),
     );
-    let ca = all_of_kind(&certificates, "Certificate")
+    let ca = all_of_kind(certificates, "Certificate")
         .into_iter()
         .find(|c| c["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"])
         .expect("the daemons' CA made here");
@@ -488,16 +496,14 @@ fn the_certificates_name_every_host_the_daemons_are_reached_at() {
 
     // The bridge: https to the clients' Service under a name the certificate holds,
     // verified with the daemons' CA.
-    let clients = all_of_kind(&daemons, "Service")
+    let clients = all_of_kind(daemons, "Service")
         .into_iter()
         .find(|s| s["spec"]["clusterIP"] != "None")
         .expect("the clients' Service");
-    let (bridge_pod, bridge_container) = {
-        let pod = &of_kind(&bridge, "Deployment")["spec"]["template"]["spec"];
-        (pod, &pod["containers"][0])
-    };
+    let (bridge_pod, bridge_container) = deployment_pod(bridge, "blocklistd-kube");
     let env = env_values(bridge_container);
-    for url in env["BLOCKLIST_SERVER"].split(',') {
+    let bridge_flags = flag_values(&strings(&bridge_container["args"]));
+    for url in bridge_flags["--daemon"].split(',') {
         let (host, port) = host_and_port(url);
         named_host(&host);
         let service = host.split('.').next().unwrap();
@@ -511,7 +517,12 @@ fn the_certificates_name_every_host_the_daemons_are_reached_at() {
     );
 
     // Prometheus: the daemons' https port, their CA, a name the certificate holds.
-    let monitor = named(&monitoring, "PodMonitor", "blocklistd");
+    let monitor = named(monitoring, "PodMonitor", "blocklistd");
+    assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "blocklistd",
+        "the alerts select job=\"blocklistd\""
+    );
     let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
     assert_eq!(endpoint["port"], container["ports"][0]["name"]);
     assert_eq!(endpoint["scheme"], "https");
@@ -521,17 +532,28 @@ fn the_certificates_name_every_host_the_daemons_are_reached_at() {
     named_host(endpoint["tlsConfig"]["serverName"].as_str().unwrap());
     assert_eq!(
         &monitor["spec"]["selector"]["matchLabels"],
-        &of_kind(&daemons, "StatefulSet")["spec"]["selector"]["matchLabels"]
+        &of_kind(daemons, "StatefulSet")["spec"]["selector"]["matchLabels"]
     );
-    let bridge_monitor = named(&monitoring, "PodMonitor", "blocklist-kube");
-    assert_eq!(
-        bridge_monitor["spec"]["podMetricsEndpoints"][0]["port"],
-        bridge_container["ports"][0]["name"]
-    );
+    for (monitor, job) in [
+        ("blocklistd-kube", "blocklist-kube"),
+        ("blocklistd-flink", "blocklist-flink"),
+    ] {
+        let monitor = named(monitoring, "PodMonitor", monitor);
+        assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");
+        assert_eq!(
+            monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], job,
+            "the alerts select job=\"{job}\""
+        );
+        let (_, container) = deployment_pod(bridge, monitor["metadata"]["name"].as_str().unwrap());
+        assert_eq!(
+            monitor["spec"]["podMetricsEndpoints"][0]["port"],
+            container["ports"][0]["name"]
+        );
+    }
 
     // etcd's client certificate: for clients, its CN the etcd user.
     let (_, etcd_secret, _) = mounted(pod, container, &flags["--etcd-cert"]).unwrap();
-    let etcd = all_of_kind(&certificates, "Certificate")
+    let etcd = all_of_kind(certificates, "Certificate")
         .into_iter()
         .find(|c| c["spec"]["secretName"] == etcd_secret.as_str())
         .expect("the etcd client Certificate");
@@ -539,22 +561,152 @@ fn the_certificates_name_every_host_the_daemons_are_reached_at() {
     assert!(etcd["spec"]["commonName"].is_string());
 }
 
-/// The `PrometheusRule` of `monitoring.yaml` holds exactly the groups of `alerts.yaml`, the
-/// rule file `promtool` checks and tests.
+/// The chart's `PrometheusRule` holds exactly the groups of `files/alerts.yaml`, the rule
+/// file `promtool` checks and tests.
 #[test]
 fn the_prometheus_rule_holds_the_rules_of_alerts_yaml() {
     let test = "the_prometheus_rule_holds_the_rules_of_alerts_yaml";
-    let Some(monitoring) = documents("monitoring.yaml", test) else {
+    let Some(monitoring) = rendered(Some("etcd-tls"), test) else {
         return;
     };
     let rule = of_kind(&monitoring, "PrometheusRule");
-    let alerts = documents("alerts.yaml", test).unwrap();
+    let alerts = yaml_documents(&chart_file("files/alerts.yaml"), test).unwrap();
     assert_eq!(alerts.len(), 1, "alerts.yaml: one document");
     let groups = alerts[0]["groups"].as_array().expect("alerts.yaml: groups");
     assert!(!groups.is_empty(), "alerts.yaml: no groups");
     assert!(
         rule["spec"]["groups"] == alerts[0]["groups"],
-        "the PrometheusRule in monitoring.yaml is not alerts.yaml: copy its groups under \
-         `spec:` (`sed -n '/^groups:/,$p' docs/deploy/alerts.yaml | sed 's/^/  /'`)"
+        "the chart's PrometheusRule is not files/alerts.yaml"
+    );
+    // Without the bridge and the watcher, only the daemons' group: the others' absence
+    // alerts would fire for ever.
+    let Some(alone) = rendered_with(
+        None,
+        &[
+            "monitoring.prometheusRule.enabled=true",
+            "bridge.enabled=false",
+        ],
+        test,
+    ) else {
+        return;
+    };
+    let names: Vec<&Value> = of_kind(&alone, "PrometheusRule")["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| &g["name"])
+        .collect();
+    assert_eq!(names, ["blocklistd"]);
+}
+
+/// The sled example keeps its store where upgrades, scaling and removal leave it: one
+/// daemon (sled is one process's database), its `--data-dir` the mount of the StatefulSet's
+/// `data` claim template, retained when the release goes or scales down, the template's
+/// labels only the selector's (a claim template is immutable: a label that changes with
+/// the chart's version would make every upgrade fail); TLS from the example's Secret.
+#[test]
+fn the_sled_example_keeps_its_store_on_a_claim_the_release_never_drops() {
+    let test = "the_sled_example_keeps_its_store_on_a_claim_the_release_never_drops";
+    let Some(documents) = rendered(Some("sled"), test) else {
+        return;
+    };
+    let set = of_kind(&documents, "StatefulSet");
+    assert_eq!(set["spec"]["replicas"], 1);
+    let (pod, container) = daemon_pod(&documents);
+    let flags = flag_values(&strings(&container["args"]));
+    assert_eq!(flags["--store"], "sled");
+    assert!(!flags.contains_key("--advertise-url"), "{flags:?}");
+    assert!(
+        !flags.keys().any(|f| f.starts_with("--etcd")),
+        "etcd flags on sled: {flags:?}"
+    );
+    let claims = set["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .expect("a claim template");
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    let claim = &claims[0];
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == claim["metadata"]["name"])
+        .expect("the claim mounted");
+    assert_eq!(mount["mountPath"], flags["--data-dir"].as_str());
+    assert_ne!(mount["readOnly"], true);
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "20Gi");
+    assert_eq!(claim["spec"]["storageClassName"], "standard");
+    assert_eq!(
+        &claim["metadata"]["labels"], &set["spec"]["selector"]["matchLabels"],
+        "the claim template's labels are the selector's alone"
+    );
+    let retention = &set["spec"]["persistentVolumeClaimRetentionPolicy"];
+    assert_eq!(retention["whenDeleted"], "Retain");
+    assert_eq!(retention["whenScaled"], "Retain");
+    // The example's own Secret, no cert-manager object.
+    assert_eq!(
+        mounted(pod, container, &flags["--tls-cert"]),
+        Some(("Secret".into(), "blocklistd-tls".into(), "tls.crt".into()))
+    );
+    assert!(all_of_kind(&documents, "Certificate").is_empty());
+    assert!(all_of_kind(&documents, "Issuer").is_empty());
+    let flag_names: Vec<String> = flags.keys().cloned().collect();
+    let variables: Vec<String> = env_values(container)
+        .into_keys()
+        .filter(|name| name.starts_with("BLOCKLISTD_"))
+        .collect();
+    assert_known("the sled example's StatefulSet", &flag_names, &variables);
+}
+
+/// Every guardrail the chart takes becomes its flag (`maxBlockedNodesPercent`:
+/// `--max-blocked-nodes-percent`), one `blocklistd --help` knows: each of
+/// `values.schema.json`'s `guardrails` set at once.
+#[test]
+fn every_guardrail_value_is_a_flag_blocklistd_knows() {
+    let test = "every_guardrail_value_is_a_flag_blocklistd_knows";
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_file("values.schema.json")).expect("the schema"),
+    )
+    .expect("JSON");
+    let names: Vec<&String> = schema["properties"]["guardrails"]["properties"]
+        .as_object()
+        .expect("guardrails")
+        .keys()
+        .collect();
+    assert!(names.len() >= 13, "{names:?}");
+    let sets: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let value = if *name == "permanentBlocks" {
+                "forbidden"
+            } else {
+                "1"
+            };
+            format!("guardrails.{name}={value}")
+        })
+        .collect();
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let Some(documents) = rendered_with(None, &sets, test) else {
+        return;
+    };
+    let (_, container) = daemon_pod(&documents);
+    let flags = flag_values(&strings(&container["args"]));
+    for name in &names {
+        let flag = name.chars().fold("--".to_owned(), |mut flag, c| {
+            if c.is_ascii_uppercase() {
+                flag.push('-');
+            }
+            flag.push(c.to_ascii_lowercase());
+            flag
+        });
+        assert!(
+            flags.contains_key(&flag),
+            "guardrails.{name}: no {flag} in {flags:?}"
+        );
+    }
+    let flag_names: Vec<String> = flags.into_keys().collect();
+    assert_known(
+        "the guardrails' flags",
+        &flag_names,
+        &["BLOCKLISTD_SHUTDOWN_TIMEOUT".into()],
     );
 }

@@ -21,8 +21,9 @@ use super::{available, Ca, EtcdCluster, EtcdRelease, DEADLINE};
 /// The administrator's bearer token (group `system:masters`).
 pub const ADMIN_TOKEN: &str = "blocklistd-test-admin";
 
-/// The bearer token of the bridge's service account, `blocklist:blocklist-kube`: it has the
-/// rights RBAC grants that account, and no others.
+/// The bearer token of the bridge's service account, `blocklist:blocklistd-kube` (the chart's
+/// name for it as the tests render it): it has the rights RBAC grants that account, and no
+/// others.
 pub const BRIDGE_TOKEN: &str = "blocklistd-test-bridge";
 
 /// Administrators of their own names (in `system:masters`), one bearer token each:
@@ -101,7 +102,7 @@ impl KubeApiServer {
             &tokens,
             format!(
                 "{ADMIN_TOKEN},admin,admin-uid,\"system:masters\"\n\
-                 {BRIDGE_TOKEN},system:serviceaccount:blocklist:blocklist-kube,bridge-uid,\
+                 {BRIDGE_TOKEN},system:serviceaccount:blocklist:blocklistd-kube,bridge-uid,\
                  \"system:serviceaccounts,system:serviceaccounts:blocklist\"\n{named}"
             ),
         )

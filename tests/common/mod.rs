@@ -2,6 +2,7 @@
 //! spoken to over real HTTP.
 //!
 //! - `process`: starting, killing and stopping the daemon; its offline subcommands;
+//! - `chart`: the Helm chart rendered by a real `helm`, and its examples;
 //! - `alerting`: real Prometheus and Alertmanager processes, and a scrape target to flip;
 //! - `etcd`: an etcd cluster of the test's own (`--store etcd`);
 //! - `flink`: a real Flink cluster (a `JobManager` and task managers of chosen ids in one JVM)
@@ -24,6 +25,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod alerting;
+mod chart;
 mod etcd;
 mod flink;
 mod http;
@@ -44,6 +46,7 @@ mod tools;
 use std::time::{Duration, Instant};
 
 pub use alerting::*;
+pub use chart::*;
 pub use etcd::*;
 pub use flink::*;
 pub use http::*;

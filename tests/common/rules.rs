@@ -1,4 +1,4 @@
-//! The alerting rules (`docs/deploy/alerts.yaml`) run by `promtool` against what a real
+//! The alerting rules (`charts/blocklistd/files/alerts.yaml`) run by `promtool` against what a real
 //! process exports: its `/metrics` text becomes the input of a `promtool test rules` file,
 //! which asserts that every selector of a group's rules (a metric's name and its label
 //! matchers, `outcome="won"` included) selects some of those series, and that no alert of
@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::{available, runs, yaml_documents};
+use super::{available, chart_file, runs, yaml_documents};
 
 /// A file of `docs/deploy/`.
 pub fn deploy_file(name: &str) -> PathBuf {
@@ -33,7 +33,7 @@ pub fn have_promtool(test: &str) -> bool {
 
 /// The alerts of `group` in alerts.yaml: each one's name and expression.
 pub fn alerts_of(group: &str, test: &str) -> Option<Vec<(String, String)>> {
-    let rules = yaml_documents(&deploy_file("alerts.yaml"), test)?;
+    let rules = yaml_documents(&chart_file("files/alerts.yaml"), test)?;
     let groups = rules[0]["groups"].as_array().expect("groups").clone();
     let group = groups
         .iter()
@@ -140,7 +140,7 @@ pub fn feed_through_the_rules(
     let labels = format!(r#"job="{job}", namespace="test", instance="under-test""#);
     let mut file = format!(
         "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: 'up{{{labels}}}'\n        values: '1x10'\n",
-        deploy_file("alerts.yaml").display()
+        chart_file("files/alerts.yaml").display()
     );
     for line in scrape
         .lines()
@@ -193,7 +193,7 @@ pub fn feed_through_the_rules(
 
 /// Every alert of the rule file, for the checks of its tests and runbook.
 pub fn every_alert(test: &str) -> Option<Vec<Value>> {
-    let rules = yaml_documents(&deploy_file("alerts.yaml"), test)?;
+    let rules = yaml_documents(&chart_file("files/alerts.yaml"), test)?;
     Some(
         rules[0]["groups"]
             .as_array()

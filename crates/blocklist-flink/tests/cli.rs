@@ -122,15 +122,18 @@ fn bad_flags_are_refused_with_what_is_wrong() {
     refused(&["--flink", "http://jm:8081", "--poll", "0s"], &["--poll"]);
 }
 
-/// Every flag and `BLOCKLIST_*` variable the watcher's manifest uses is one
-/// `blocklist-flink --help` knows.
+/// Every flag and `BLOCKLIST_*` variable of the watcher's Deployment, as the chart's
+/// production example renders it (`charts/blocklistd`), is one `blocklist-flink --help`
+/// knows.
 #[test]
-fn the_watchers_manifest_uses_only_flags_and_variables_it_knows() {
-    let unknown = unknown_to_help(
-        Path::new(WATCHER),
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy/blocklist-flink.yaml"),
-        10,
-    );
+fn the_watchers_deployment_uses_only_flags_and_variables_it_knows() {
+    let test = "the_watchers_deployment_uses_only_flags_and_variables_it_knows";
+    let Some(objects) = rendered(Some("etcd-tls"), test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let deployment = object(&objects, "Deployment", "blocklistd-flink");
+    let unknown = unknown_to_help(Path::new(WATCHER), &object_file(dir.path(), deployment), 10);
     assert!(
         unknown.is_empty(),
         "unknown to `blocklist-flink --help`: {unknown:?}"

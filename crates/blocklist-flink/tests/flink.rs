@@ -199,7 +199,7 @@ async fn the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is() {
     let reports = "blocklist_flink_reports_total{kind=\"taskmanagers\",outcome=\"blocked\"}";
     assert_eq!(watcher.metric(reports).await, 2.0);
 
-    // The alerting rules of its group (docs/deploy/alerts.yaml) select its series, and none
+    // The alerting rules of its group (charts/blocklistd/files/alerts.yaml) select its series, and none
     // fires while it is healthy.
     let test = "the_task_manager_that_keeps_failing_is_blocked_and_nothing_else_is";
     if have_promtool(test) {

@@ -1,4 +1,4 @@
-//! The bridge's side of the alerting rules (`docs/deploy/alerts.yaml`, group
+//! The bridge's side of the alerting rules (`charts/blocklistd/files/alerts.yaml`, group
 //! `blocklist-kube`): a real bridge's `/metrics`, against a real kube-apiserver and daemon,
 //! once it has tainted a blocked node and evacuated it, has series for every selector of
 //! the group's rules (`evictions_total{outcome="evicted"}` appears with the first eviction),

@@ -1,11 +1,19 @@
-//! Every manifest in `docs/deploy/` is accepted by a real kube-apiserver: each object is
-//! created with server-side dry run (`?dryRun=All`: validated, strictly as to fields, and
-//! admitted; not stored) in the namespace the manifests name, so a field the API does not
-//! know, a bad value or a wrong reference fails here rather than at an operator's
-//! `kubectl apply`. The objects of other projects' kinds (cert-manager's `Certificate` and
-//! `Issuer`, the Prometheus Operator's `PrometheusRule` and `PodMonitor`) are checked
-//! against those projects' own custom resource definitions, created first for real, as
-//! their releases publish them (`tests/crds/fetch`).
+//! The Helm chart (`charts/blocklistd`) on a real kube-apiserver, with a real `helm` (built
+//! from its Go module):
+//! - every object `helm template` makes, of the default values and of each example, is
+//!   accepted with server-side dry run (`?dryRun=All&fieldValidation=Strict`: validated,
+//!   strictly as to fields, and admitted; not stored) — cert-manager's and the Prometheus
+//!   Operator's kinds against those projects' own CRDs, created first (`tests/crds/fetch`);
+//! - `helm install` of the production example creates every object, and `helm upgrade` to a
+//!   newer chart keeps the etcd prefix and endpoints;
+//! - `helm upgrade` of the sled example to a newer chart and image is accepted (nothing
+//!   immutable changed), keeps the StatefulSet and its claim template, and a real daemon run
+//!   with the pod's arguments before and after the upgrade, on one directory standing for
+//!   the claim, keeps every block;
+//! - the bridge's Deployment uses only flags `blocklist-kube --help` knows.
+//!
+//! No kubelet runs: pods are never started; the bridge's RBAC, as the chart renders it, is
+//! exercised by the bridge itself in `rbac.rs`.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -16,24 +24,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 use support::{create, ENDPOINTS};
 
-/// The namespace the deployment's objects go to (the bridge's `ClusterRoleBinding` names it).
-const NAMESPACE: &str = "blocklist";
-
-/// Files in `docs/deploy/` that are no Kubernetes objects: the Prometheus rule files of the
-/// alerts and their unit tests (promtool's formats; `monitoring.yaml` carries the same rules
-/// as a `PrometheusRule`), the example rules that block what they name and Alertmanager's
-/// route to the daemons' webhook (Prometheus' and Alertmanager's own formats,
-/// `tests/alerts.rs` checks them), and the systemd unit.
-const NOT_MANIFESTS: [&str; 4] = [
-    "alerts.yaml",
-    "alerts.test.yaml",
-    "blocking-rules.yaml",
-    "alertmanager.yaml",
-];
-
-/// `tests/crds/fetch`: the directory of the CRDs the manifests use, copied out of their
+/// `tests/crds/fetch`: the directory of the CRDs the chart uses, copied out of their
 /// projects' release modules through the Go module proxy.
 fn crds() -> Result<PathBuf, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/crds/fetch");
@@ -52,9 +47,9 @@ fn crds() -> Result<PathBuf, String> {
     ))
 }
 
-/// POSTs `body` (YAML; `@file` reads a file) to `path` on the API server: the answer's
-/// status code and body.
-fn post_yaml(kube: &KubeApiServer, path: &str, body: &str) -> (String, String) {
+/// POSTs `body` (YAML or JSON; `@file` reads a file) to `path` on the API server: the
+/// answer's status code and body.
+fn post(kube: &KubeApiServer, path: &str, body: &str) -> (String, String) {
     let answer = kube
         .curl(&[
             "-s",
@@ -72,8 +67,8 @@ fn post_yaml(kube: &KubeApiServer, path: &str, body: &str) -> (String, String) {
     (code.to_owned(), body.to_owned())
 }
 
-/// Creates each CRD in `dir` (for real: the dry runs need them stored) and waits until the
-/// API server serves its kind (its condition `Established`).
+/// Creates each CRD in `dir` (for real: the dry runs and installs need them stored) and
+/// waits until the API server serves its kind (its condition `Established`).
 fn create_crds(kube: &KubeApiServer, dir: &Path) -> Vec<String> {
     let collection = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     let mut names = Vec::new();
@@ -84,9 +79,9 @@ fn create_crds(kube: &KubeApiServer, dir: &Path) -> Vec<String> {
         .collect();
     files.sort();
     for file in files {
-        let (code, body) = post_yaml(kube, collection, &format!("@{}", file.display()));
+        let (code, body) = post(kube, collection, &format!("@{}", file.display()));
         assert_eq!(code, "201", "creating the CRD {}: {body}", file.display());
-        let created: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let created: Value = serde_json::from_str(&body).expect("JSON");
         names.push(
             created["metadata"]["name"]
                 .as_str()
@@ -97,7 +92,7 @@ fn create_crds(kube: &KubeApiServer, dir: &Path) -> Vec<String> {
     let started = Instant::now();
     for name in &names {
         loop {
-            let crd: serde_json::Value = kube
+            let crd: Value = kube
                 .curl(&["-sf", &format!("{}{collection}/{name}", kube.url)])
                 .and_then(|text| serde_json::from_str(&text).ok())
                 .unwrap_or_default();
@@ -119,83 +114,96 @@ fn create_crds(kube: &KubeApiServer, dir: &Path) -> Vec<String> {
     names
 }
 
-#[test]
-fn every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run() {
-    let test = "every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run";
-    let crd_dir = match crds() {
-        Ok(dir) => dir,
-        Err(why) => {
-            available(&why, false, test);
-            return;
+/// An API server holding the namespace [`NAMESPACE`] and, with `crds`, the CRDs the chart
+/// uses; `None` (after the skip-or-fail rule) when one of them cannot be had here.
+fn cluster(test: &str, with_crds: bool) -> Option<KubeApiServer> {
+    let crd_dir = if with_crds {
+        match crds() {
+            Ok(dir) => Some(dir),
+            Err(why) => {
+                available(&why, false, test);
+                return None;
+            }
         }
+    } else {
+        None
     };
-    let Some(kube) = KubeApiServer::start("the manifests") else {
-        return;
-    };
+    let kube = KubeApiServer::start(test)?;
     let namespace =
         format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{NAMESPACE}"}}}}"#);
     create(&kube, "/api/v1/namespaces", &namespace);
-    let crds = create_crds(&kube, &crd_dir);
-    assert!(crds.len() >= 4, "{crds:?}");
+    if let Some(dir) = crd_dir {
+        let crds = create_crds(&kube, &dir);
+        assert!(crds.len() >= 5, "{crds:?}");
+    }
+    Some(kube)
+}
 
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy");
+/// The collection of `kind` in [`NAMESPACE`].
+fn collection(kind: &str) -> String {
+    let (_, path) = ENDPOINTS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .unwrap_or_else(|| panic!("no endpoint for {kind}: add it to ENDPOINTS"));
+    path.replace("{ns}", NAMESPACE)
+}
+
+#[test]
+fn every_object_of_every_example_is_accepted_by_the_api_server_with_server_side_dry_run() {
+    let test =
+        "every_object_of_every_example_is_accepted_by_the_api_server_with_server_side_dry_run";
+    let Some(helm) = helm(test) else {
+        return;
+    };
+    let Some(kube) = cluster(test, true) else {
+        return;
+    };
     let mut checked = Vec::new();
     let mut refused = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("docs/deploy")
-        .map(|e| e.expect("an entry").path())
-        .collect();
-    files.sort();
-    for path in files {
-        let file = path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        if path.extension().is_none_or(|e| e != "yaml") || NOT_MANIFESTS.contains(&file.as_str()) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).expect("the manifest");
+    let examples = examples();
+    for values in std::iter::once(None).chain(examples.iter().map(Some)) {
+        let label = values.map_or("defaults".to_owned(), |f| {
+            f.file_name().unwrap().to_string_lossy().into_owned()
+        });
+        let files: Vec<&Path> = values.map(PathBuf::as_path).into_iter().collect();
+        let text = render(&helm, &files, &[]).unwrap_or_else(|e| panic!("{label}: {e}"));
         for document in text.split("\n---\n") {
-            let kind = document
-                .lines()
-                .find_map(|l| l.strip_prefix("kind: "))
-                .unwrap_or_else(|| panic!("{file}: a document without a kind"));
-            let (_, collection) = ENDPOINTS
-                .iter()
-                .find(|(k, _)| *k == kind)
-                .unwrap_or_else(|| panic!("{file}: no endpoint for {kind}: add it to ENDPOINTS"));
-            let path = format!(
-                "{}?dryRun=All&fieldValidation=Strict",
-                collection.replace("{ns}", NAMESPACE)
-            );
+            let Some(kind) = document.lines().find_map(|l| l.strip_prefix("kind: ")) else {
+                continue; // a template that made nothing
+            };
+            let path = format!("{}?dryRun=All&fieldValidation=Strict", collection(kind));
             // A custom resource's kind is served a moment after its CRD is established.
             let started = Instant::now();
             let (code, body) = loop {
-                let (code, body) = post_yaml(&kube, &path, document);
+                let (code, body) = post(&kube, &path, document);
                 if code != "404" || started.elapsed() > DEADLINE {
                     break (code, body);
                 }
                 std::thread::sleep(Duration::from_millis(200));
             };
             if code != "201" && code != "200" {
-                refused.push(format!("{file}: {kind}: {code} {body}"));
+                refused.push(format!("{label}: {kind}: {code} {body}"));
             }
-            checked.push(format!("{file}: {kind}"));
+            checked.push(kind.to_owned());
         }
     }
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
     for expected in [
-        "kubernetes.yaml: StatefulSet",
-        "kubernetes.yaml: Service",
-        "blocklist-kube.yaml: Deployment",
-        "blocklist-kube.yaml: ClusterRole",
-        "blocklist-flink.yaml: Deployment",
-        "blocklist-flink.yaml: Secret",
-        "certificates.yaml: Certificate",
-        "certificates.yaml: Issuer",
-        "monitoring.yaml: PrometheusRule",
-        "monitoring.yaml: PodMonitor",
+        "StatefulSet",
+        "Service",
+        "PodDisruptionBudget",
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "NetworkPolicy",
+        "Certificate",
+        "Issuer",
+        "PrometheusRule",
+        "PodMonitor",
+        "AlertmanagerConfig",
     ] {
         assert!(
             checked.iter().any(|c| c == expected),
@@ -203,21 +211,21 @@ fn every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run() {
         );
     }
 
-    // The CRDs validate for real: a field cert-manager does not know is refused, as one
-    // of Kubernetes' own kinds would be.
-    let certificates =
-        std::fs::read_to_string(dir.join("certificates.yaml")).expect("certificates.yaml");
-    let certificate = certificates
+    // The CRDs validate for real: a field cert-manager does not know is refused, as one of
+    // Kubernetes' own kinds would be.
+    let text = render(&helm, &[], &[]).expect("the defaults render");
+    let certificate = text
         .split("\n---\n")
         .find(|d| d.lines().any(|l| l == "kind: Certificate"))
         .expect("a Certificate");
     let misspelt =
         certificate.replacen("\nspec:\n", "\nspec:\n  subjectAltNames: [blocklistd]\n", 1);
     assert_ne!(misspelt, certificate);
-    let (code, body) = post_yaml(
+    let (code, body) = post(
         &kube,
         &format!(
-            "/apis/cert-manager.io/v1/namespaces/{NAMESPACE}/certificates?dryRun=All&fieldValidation=Strict"
+            "{}?dryRun=All&fieldValidation=Strict",
+            collection("Certificate")
         ),
         &misspelt,
     );
@@ -227,14 +235,362 @@ fn every_manifest_is_accepted_by_the_api_server_with_server_side_dry_run() {
     );
 }
 
-/// Every flag and `BLOCKLIST_*` variable the bridge's manifest uses is one
-/// `blocklist-kube --help` knows.
+/// `helm ARGS --kubeconfig <the administrator's>`, which must succeed: its stdout.
+fn helm_on(helm: &Path, kube: &KubeApiServer, args: &[&str]) -> String {
+    let kubeconfig = kube.kubeconfig("helm", ADMIN_TOKEN);
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", kubeconfig.to_str().unwrap()]);
+    let output = run_helm(helm, &all);
+    assert!(
+        output.status.success(),
+        "helm {}:\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A copy of the chart in `dir` whose `Chart.yaml` says `version` and `appVersion`: the
+/// next release of the chart and of the binaries, for an upgrade.
+fn chart_at_version(dir: &Path, version: &str) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("mkdir");
+        for entry in std::fs::read_dir(from).expect("read_dir") {
+            let entry = entry.expect("an entry");
+            let target = to.join(entry.file_name());
+            if entry.file_type().expect("its type").is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).expect("copy");
+            }
+        }
+    }
+    let to = dir.join("blocklistd");
+    copy(&chart_dir(), &to);
+    let meta = to.join("Chart.yaml");
+    let text = std::fs::read_to_string(&meta).expect("Chart.yaml");
+    let text: String = text
+        .lines()
+        .map(|line| {
+            if line.starts_with("version: ") {
+                format!("version: {version}")
+            } else if line.starts_with("appVersion: ") {
+                format!("appVersion: \"{version}\"")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&meta, text + "\n").expect("Chart.yaml");
+    to
+}
+
+/// The stored object of `kind` named `name` in [`NAMESPACE`] (`None`: not there).
+fn stored(kube: &KubeApiServer, kind: &str, name: &str) -> Option<Value> {
+    let path = collection(kind);
+    kube.curl(&["-sf", &format!("{}{path}/{name}", kube.url)])
+        .and_then(|text| serde_json::from_str(&text).ok())
+}
+
 #[test]
-fn the_bridges_manifest_uses_only_flags_and_variables_it_knows() {
+fn helm_installs_the_production_example_and_an_upgrade_keeps_its_etcd_prefix() {
+    let test = "helm_installs_the_production_example_and_an_upgrade_keeps_its_etcd_prefix";
+    let Some(helm) = helm(test) else {
+        return;
+    };
+    let (Some(objects), Some(kube)) = (rendered(Some("etcd-tls"), test), cluster(test, true))
+    else {
+        return;
+    };
+    let example = example("etcd-tls");
+    let chart = chart_dir();
+    helm_on(
+        &helm,
+        &kube,
+        &[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            example.to_str().unwrap(),
+        ],
+    );
+    // Every object of the rendering is stored, the release's.
+    let mut missing = Vec::new();
+    for object in &objects {
+        let kind = object["kind"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        match stored(&kube, kind, name) {
+            Some(found) => assert_eq!(
+                found["metadata"]["labels"]["app.kubernetes.io/managed-by"], "Helm",
+                "{kind} {name}"
+            ),
+            None => missing.push(format!("{kind} {name}")),
+        }
+    }
+    assert!(missing.is_empty(), "not created: {missing:?}");
+    assert!(objects.len() >= 20, "{} objects", objects.len());
+
+    let before = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let next = chart_at_version(dir.path(), "0.2.0");
+    helm_on(
+        &helm,
+        &kube,
+        &[
+            "upgrade",
+            RELEASE,
+            next.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            example.to_str().unwrap(),
+            "--set",
+            "replicas=5",
+        ],
+    );
+    let after = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
+    assert_eq!(
+        after["metadata"]["uid"], before["metadata"]["uid"],
+        "replaced"
+    );
+    assert_eq!(after["spec"]["replicas"], 5);
+    let container = |set: &Value| set["spec"]["template"]["spec"]["containers"][0].clone();
+    assert!(container(&after)["image"]
+        .as_str()
+        .unwrap()
+        .ends_with(":0.2.0"));
+    let env = |set: &Value, name: &str| {
+        container(set)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    for name in ["BLOCKLISTD_ETCD_PREFIX", "BLOCKLISTD_ETCD_ENDPOINTS"] {
+        assert!(env(&before, name).is_some(), "{name}");
+        assert_eq!(env(&after, name), env(&before, name), "{name} changed");
+    }
+    let history = helm_on(
+        &helm,
+        &kube,
+        &["history", RELEASE, "--namespace", NAMESPACE],
+    );
+    assert!(
+        history.contains("superseded") && history.contains("deployed"),
+        "{history}"
+    );
+}
+
+/// The daemon run as the pod of `set` (a stored StatefulSet) would run it: its container's
+/// arguments, with the pod's paths moved into `root` (`/etc/blocklistd/…` to `root/etc/…`)
+/// and its data dir the one of `ws` (the claim's mount); `--listen` and `--data-dir` are
+/// the test's. Returns the daemon and the data dir the pod's arguments named.
+fn daemon_as_the_pod(ws: &mut Workspace, root: &Path, set: &Value) -> (Starting, String) {
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string").to_owned())
+        .collect();
+    let mut kept = Vec::new();
+    let mut data_dir = String::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--data-dir" => data_dir = args.next().cloned().unwrap_or_default(),
+            "--listen" => {
+                args.next();
+            }
+            _ => kept.push(arg.replace("/etc/blocklistd/", &format!("{}/etc/", root.display()))),
+        }
+    }
+    let kept: Vec<&str> = kept.iter().map(String::as_str).collect();
+    let log = root.join(format!("daemon-{}.log", std::process::id()));
+    (Daemon::spawn(&ws.data_dir(), &log, &kept), data_dir)
+}
+
+/// An https client trusting `ca`, sending `token`.
+fn client_with_token(ca: &Ca, token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("a header"),
+    );
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap())
+        .default_headers(headers)
+        .timeout(DEADLINE)
+        .build()
+        .expect("a client")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_of_the_sled_example_keeps_its_store_and_every_block() {
+    let test = "an_upgrade_of_the_sled_example_keeps_its_store_and_every_block";
+    if skip_on_etcd("the sled example's store") {
+        return;
+    }
+    let Some(helm) = helm(test) else {
+        return;
+    };
+    let Some(kube) = cluster(test, false) else {
+        return;
+    };
+    let example = example("sled");
+    let chart = chart_dir();
+    helm_on(
+        &helm,
+        &kube,
+        &[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            example.to_str().unwrap(),
+        ],
+    );
+    let before = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
+
+    // What the pod mounts, made here: the token file and the daemons' TLS Secret's keys.
+    let mut ws = Workspace::new();
+    let root = ws.tmp.path().to_owned();
+    let ca = Ca::new("the chart's daemons");
+    for (dir, files) in [
+        (
+            "auth",
+            vec![("tokens", "the-admin-token name=ops role=admin\n".to_owned())],
+        ),
+        ("tls", {
+            let issued = ca.daemon(&["127.0.0.1", "localhost"]);
+            vec![
+                ("tls.crt", issued.cert_pem),
+                ("tls.key", issued.key_pem),
+                ("ca.crt", ca.pem.clone()),
+            ]
+        }),
+    ] {
+        let dir = root.join("etc").join(dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).expect("write");
+        }
+    }
+    let https = || client_with_token(&ca, "the-admin-token");
+    let (starting, data_dir) = daemon_as_the_pod(&mut ws, &root, &before);
+    let daemon = starting.listening().over_https(https(), https());
+    let blocks = json!([
+        item("n1", "MARK_BLOCKED", "disk errors"),
+        {"id": "n2", "action": "MARK_BLOCKED_AND_EVACUATE_TASKS", "cause": "ECC", "timeout": 3_600_000},
+    ]);
+    let (status, body) = daemon.post("/blocklist/nodes", blocks).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = daemon
+        .post(
+            "/blocklist/taskmanagers",
+            json!([item("tm-1", "MARK_BLOCKED", "slow")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let listing = |body: &Value| {
+        let mut items: Vec<(String, String, String)> = ["blockedNodes", "blockedTaskManagers"]
+            .iter()
+            .flat_map(|kind| body[*kind].as_array().cloned().unwrap_or_default())
+            .map(|i| {
+                (
+                    i["id"].as_str().unwrap_or_default().to_owned(),
+                    i["action"].as_str().unwrap_or_default().to_owned(),
+                    i["endTimestamp"].to_string(),
+                )
+            })
+            .collect();
+        items.sort();
+        items
+    };
+    let held = listing(&daemon.listing().await);
+    assert_eq!(held.len(), 3, "{held:?}");
+    // A rollout stops the pod with SIGTERM.
+    assert!(daemon.terminate().success());
+
+    // The next chart and binaries, and changed values: accepted (nothing immutable
+    // changed), the same StatefulSet, the same claim template.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let next = chart_at_version(dir.path(), "0.2.0");
+    helm_on(
+        &helm,
+        &kube,
+        &[
+            "upgrade",
+            RELEASE,
+            next.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            example.to_str().unwrap(),
+            "--set",
+            "resources.limits.memory=3Gi",
+            "--set",
+            "guardrails.maxBlockedNodesPercent=20",
+            "--set",
+            "logFormat=text",
+        ],
+    );
+    let after = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
+    assert_eq!(
+        after["metadata"]["uid"], before["metadata"]["uid"],
+        "replaced"
+    );
+    assert_eq!(
+        after["spec"]["volumeClaimTemplates"], before["spec"]["volumeClaimTemplates"],
+        "the claim template changed"
+    );
+    assert_ne!(
+        after["spec"]["template"], before["spec"]["template"],
+        "the upgrade changed nothing the pods run"
+    );
+    assert!(after["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .ends_with(":0.2.0"));
+
+    // The daemon as the upgraded pod runs it, on the same claim: every block, as it was.
+    let (starting, data_dir_after) = daemon_as_the_pod(&mut ws, &root, &after);
+    assert_eq!(data_dir_after, data_dir, "the data dir moved");
+    let claim_mount = after["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == after["spec"]["volumeClaimTemplates"][0]["metadata"]["name"])
+        .map(|m| m["mountPath"].clone());
+    assert_eq!(claim_mount, Some(Value::String(data_dir.clone())));
+    let daemon = starting.listening().over_https(https(), https());
+    assert_eq!(listing(&daemon.listing().await), held);
+}
+
+/// Every flag and `BLOCKLIST_*` variable of the bridge's Deployment, as the production
+/// example renders it (every flag the chart can pass), is one `blocklist-kube --help` knows.
+#[test]
+fn the_bridges_deployment_uses_only_flags_and_variables_it_knows() {
+    let test = "the_bridges_deployment_uses_only_flags_and_variables_it_knows";
+    let Some(objects) = rendered(Some("etcd-tls"), test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let deployment = object(&objects, "Deployment", "blocklistd-kube");
     let unknown = unknown_to_help(
         Path::new(env!("CARGO_BIN_EXE_blocklist-kube")),
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy/blocklist-kube.yaml"),
-        6,
+        &object_file(dir.path(), deployment),
+        12,
     );
     assert!(
         unknown.is_empty(),

@@ -251,8 +251,8 @@ pub async fn ready(probes: &str) -> bool {
         .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
 }
 
-/// The collection of each kind the manifests hold (`{ns}`: the namespace), so a manifest
-/// of a new kind fails until it is listed here.
+/// The collection of each kind the chart makes (`{ns}`: the namespace), so an object of a
+/// new kind fails until it is listed here.
 pub const ENDPOINTS: &[(&str, &str)] = &[
     ("Secret", "/api/v1/namespaces/{ns}/secrets"),
     ("ConfigMap", "/api/v1/namespaces/{ns}/configmaps"),
@@ -280,6 +280,10 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
         "RoleBinding",
         "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     ),
+    (
+        "NetworkPolicy",
+        "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+    ),
     // The kinds of the CRDs `tests/crds/fetch` brings: cert-manager's, the Prometheus
     // Operator's.
     ("Issuer", "/apis/cert-manager.io/v1/namespaces/{ns}/issuers"),
@@ -294,5 +298,9 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     (
         "PrometheusRule",
         "/apis/monitoring.coreos.com/v1/namespaces/{ns}/prometheusrules",
+    ),
+    (
+        "AlertmanagerConfig",
+        "/apis/monitoring.coreos.com/v1alpha1/namespaces/{ns}/alertmanagerconfigs",
     ),
 ];
