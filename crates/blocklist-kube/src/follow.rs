@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use blocklist::enforcer::ItemEvent;
 use blocklist::sse::{SseEvent, SseParser};
-use serde::Deserialize;
 
 use crate::bridge::Bridge;
 use crate::daemon::FeedError;
@@ -24,12 +24,6 @@ use crate::reconcile;
 /// How long after a failure (the daemon or the API server unreachable) the bridge tries
 /// again.
 const PAUSE: Duration = Duration::from_secs(1);
-
-/// The field of an item event the bridge reads first.
-#[derive(Deserialize)]
-struct Kind {
-    kind: Option<String>,
-}
 
 /// Follows the feed for as long as the bridge runs. A replica that comes to lead
 /// reconciles at once (as a follower it wrote nothing).
@@ -159,47 +153,29 @@ async fn follow(
 /// Applies an item's event: a node's to its Node, a task manager's to its pod's label;
 /// every other event is not the bridge's.
 async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
-    let blocks = match event.event.as_str() {
-        "added" | "merged" | "updated" => true,
-        "removed" | "expired" => false,
-        _ => return,
-    };
-    let Ok(Kind { kind: Some(kind) }) = serde_json::from_str::<Kind>(&event.data) else {
+    let Some(ItemEvent { kind, block, id }) = ItemEvent::of(event) else {
         return;
-    };
-    let block: Block = match serde_json::from_str(&event.data) {
-        Ok(block @ Block { revision: 1.., .. }) => block,
-        Ok(block) => Block {
-            revision: event.id.unwrap_or_default(),
-            ..block
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, data = %event.data, "an item event the bridge cannot read");
-            return;
-        }
     };
     match kind.as_str() {
         "node" => {}
         "taskmanager" => {
-            labels
-                .set(bridge, &block.id, blocks.then_some(&block))
-                .await;
-            if blocks && block.evacuates() {
+            labels.set(bridge, &id, block.as_ref()).await;
+            if block.as_ref().is_some_and(Block::evacuates) {
                 bridge.wake_evacuation();
             }
             return;
         }
         _ => return,
     }
-    bridge.desired.set(&block.id, blocks.then(|| block.clone()));
-    if !blocks {
-        bridge.conditions.ended(&block.id);
+    bridge.desired.set(&id, block.clone());
+    if block.is_none() {
+        bridge.conditions.ended(&id);
     }
-    if blocks && block.evacuates() {
+    if block.as_ref().is_some_and(Block::evacuates) {
         bridge.wake_evacuation(); // an upgrade of a Node tainted already
     }
-    let wanted = blocks.then_some(&block);
-    let node = bridge.nodes.get_opt(&block.id).await;
+    let wanted = block.as_ref();
+    let node = bridge.nodes.get_opt(&id).await;
     bridge.metrics.api("get", &node);
     match node {
         Ok(Some(node)) => {
@@ -210,12 +186,12 @@ async fn apply(bridge: &Bridge, labels: &Labels, event: &SseEvent) {
             }
         }
         Ok(None) => {
-            tracing::info!(node = %block.id, "the blocklist names a node that is not a Node of this cluster");
-            bridge.record(&block.id, wanted, &Ok(nodes::Outcome::Missing));
+            tracing::info!(node = %id, "the blocklist names a node that is not a Node of this cluster");
+            bridge.record(&id, wanted, &Ok(nodes::Outcome::Missing));
         }
         Err(e) => {
-            tracing::warn!(node = %block.id, error = %e, "could not read the Node; the next resync retries");
-            bridge.record(&block.id, wanted, &Err(e.to_string()));
+            tracing::warn!(node = %id, error = %e, "could not read the Node; the next resync retries");
+            bridge.record(&id, wanted, &Err(e.to_string()));
         }
     }
 }

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The bridge's own names on a Node.
@@ -63,56 +62,21 @@ const ANNOTATIONS: [&str; 4] = ["cause", "source", "end", "revision"];
 /// bridge's marks by an unblock.
 const PROGRESS: &str = "evacuation";
 
-/// The `endTimestamp` of a permanent item (Java's `Long.MAX_VALUE`).
-const PERMANENT: i64 = i64::MAX;
+pub use blocklist::enforcer::{Block, EVACUATE, PERMANENT};
 
-/// A node item as the daemon lists it (the fields the bridge shows).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Block {
-    pub id: String,
-    pub action: String,
-    pub cause: String,
-    #[serde(default)]
-    pub source: String,
-    pub end_timestamp: i64,
-    /// The revision of the change that made the item what it is (a feed event's data may
-    /// leave it out: then the event's id, which is that revision).
-    #[serde(default)]
-    pub revision: u64,
-    /// Unix ms of the block's last report: when the daemon took the add or merge in (the
-    /// start of the block-to-taint latency).
-    #[serde(default)]
-    pub last_report_timestamp: i64,
-    /// The sources whose live reports hold it, when not `source` alone (a listing's; the
-    /// feed's items leave it out).
-    #[serde(default)]
-    pub held_by: Vec<String>,
-}
-
-/// The action that asks for the running work to leave too.
-pub const EVACUATE: &str = "MARK_BLOCKED_AND_EVACUATE_TASKS";
-
-impl Block {
-    /// Whether the block asks for evacuation.
-    pub fn evacuates(&self) -> bool {
-        self.action == EVACUATE
-    }
-
-    /// The annotations' values, by name after the prefix.
-    fn annotations(&self) -> BTreeMap<&'static str, String> {
-        let end = if self.end_timestamp == PERMANENT {
-            "permanent".to_owned()
-        } else {
-            rfc3339(self.end_timestamp)
-        };
-        BTreeMap::from([
-            ("cause", self.cause.clone()),
-            ("source", self.source.clone()),
-            ("end", end),
-            ("revision", self.revision.to_string()),
-        ])
-    }
+/// The annotations' values of `block`, by name after the prefix.
+fn annotations(block: &Block) -> BTreeMap<&'static str, String> {
+    let end = if block.end_timestamp == PERMANENT {
+        "permanent".to_owned()
+    } else {
+        rfc3339(block.end_timestamp)
+    };
+    BTreeMap::from([
+        ("cause", block.cause.clone()),
+        ("source", block.source.clone()),
+        ("end", end),
+        ("revision", block.revision.to_string()),
+    ])
 }
 
 /// Unix milliseconds as RFC 3339 in UTC, to the second (`2026-01-01T00:00:00Z`).
@@ -150,7 +114,7 @@ pub fn patch(node: &Node, marking: &Marking, block: Option<&Block>) -> Option<Va
             .any(|(a, b)| a.value != b.value || a.effect != b.effect);
 
     let present = node.metadata.annotations.clone().unwrap_or_default();
-    let wanted_annotations = block.map(Block::annotations).unwrap_or_default();
+    let wanted_annotations = block.map(annotations).unwrap_or_default();
     let mut annotations = serde_json::Map::new();
     for name in ANNOTATIONS {
         let key = format!("{}{name}", marking.annotation_prefix);
@@ -318,8 +282,7 @@ mod tests {
             time_added: None,
         }]);
         node.metadata.annotations = Some(
-            block("MARK_BLOCKED")
-                .annotations()
+            annotations(&block("MARK_BLOCKED"))
                 .into_iter()
                 .map(|(k, v)| (format!("blocklistd.io/{k}"), v))
                 .collect(),

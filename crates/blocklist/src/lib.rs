@@ -1,5 +1,6 @@
 //! The library of the `blocklist` client: what talks to a daemon, shared by the command
-//! line (`src/main.rs`) and the bridges that act on the blocklist (`blocklist-kube`).
+//! line (`src/main.rs`) and the binaries beside a cluster (`blocklist-kube`,
+//! `blocklist-yarn`, `blocklist-flink`).
 //!
 //! - [`client`]: HTTP to one daemon: its base URL, TLS (a CA, a client certificate), the
 //!   bearer token, writes retried with their `Idempotency-Key`, and every outcome mapped
@@ -10,11 +11,14 @@
 //!   beside a cluster;
 //! - [`sidecar`]: what the binaries beside a cluster share (their logs, `completion` and
 //!   `man`, their runtime and stop signal);
-//! - [`detector`]: a detector's reports under its own source, and their retraction.
+//! - [`detector`]: a detector's reports under its own source, and their retraction;
+//! - [`enforcer`]: an enforcer's side of the daemons: the blocked items, the feed's item
+//!   events, the membership and the enforcer's statuses.
 
 pub mod client;
 pub mod daemons;
 pub mod detector;
+pub mod enforcer;
 pub mod sidecar;
 pub mod sse;
 pub mod status;
