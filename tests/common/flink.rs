@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, LazyLock};
 use std::time::Duration;
 
-use super::{available, build_server, metric, runs, workspace_binary, Daemon, DEADLINE};
+use super::{available, build_server, runs, workspace_binary, Daemon, Sidecar, DEADLINE};
 
 /// The watcher's binary: Cargo names it to its own package's tests; another member's
 /// tests (the bridge's loop) find it beside them, where `cargo test --workspace` builds it.
@@ -176,91 +176,25 @@ impl Drop for Flink {
     }
 }
 
-/// The watcher, killed (SIGKILL) on drop.
-pub struct Watcher {
-    child: Child,
-    pub addr: String,
-    pub log: PathBuf,
-}
+/// The watcher: a [`Sidecar`].
+pub type Watcher = Sidecar;
 
-impl Watcher {
+impl Sidecar {
     /// `blocklist-flink` following `flink` (named `test`) for `daemon` (unless `extra` names
     /// the daemons), polling every 200 ms.
     pub fn start(dir: &Path, flink: &str, daemon: &Daemon, extra: &[&str]) -> Watcher {
-        let log = dir.join(format!(
-            "watcher-{}.log",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let mut child = Command::new(&*WATCHER)
-            .args(["--flink", &format!("test={flink}")])
-            .args(if extra.contains(&"--daemon") {
-                vec![]
-            } else {
-                vec!["--daemon".to_owned(), daemon.url("")]
-            })
-            .args(["--listen", "127.0.0.1:0", "--poll", "200ms"])
-            .args(extra)
-            .env("RUST_LOG", "info,blocklist_flink=debug")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start blocklist-flink");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next().and_then(Result::ok));
-            for _ in lines {}
-        });
-        let first = rx.recv_timeout(DEADLINE).ok().flatten().unwrap_or_else(|| {
-            panic!(
-                "the watcher did not start:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )
-        });
-        let addr = first
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("the watcher said {first:?}"))
-            .to_owned();
-        Watcher { child, addr, log }
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The watcher's `/metrics` text.
-    pub async fn scrape(&self) -> String {
-        reqwest::get(format!("http://{}/metrics", self.addr))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
-    pub async fn metric(&self, name_and_labels: &str) -> f64 {
-        metric(&self.scrape().await, name_and_labels)
-    }
-
-    pub async fn ready(&self) -> bool {
-        reqwest::get(format!("http://{}/readyz", self.addr))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-    }
-
-    pub fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut args = vec!["--flink".to_owned(), format!("test={flink}")];
+        if !extra.contains(&"--daemon") {
+            args.extend(["--daemon".to_owned(), daemon.url("")]);
+        }
+        args.extend(["--listen", "127.0.0.1:0", "--poll", "200ms"].map(str::to_owned));
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Sidecar::spawn(
+            &WATCHER,
+            dir,
+            "watcher",
+            &args,
+            "info,blocklist_flink=debug",
+        )
     }
 }

@@ -8,6 +8,8 @@
 //! - `flink`: a real Flink cluster (a `JobManager` and task managers of chosen ids in one JVM)
 //!   and the Flink watcher;
 //! - `kube`: a kube-apiserver of the test's own, on an etcd member of its own;
+//! - `yarn`: a YARN ResourceManager of the test's own (`MiniYARNCluster`), and an
+//!   application master that asks for containers on command;
 //! - `http`: JSON requests and the pieces of their answers;
 //! - `sse`: the change feed's client;
 //! - `proxy`: a TCP proxy a test cuts, for a partition;
@@ -20,6 +22,7 @@
 //! - `tools`: the external tools some tests need, the servers built from Go modules
 //!   (`tests/servers/build`), and the skip-or-fail rule when one is missing;
 //! - `terminal`: a binary run on a pseudo-terminal, and what it drew;
+//! - `sidecar`: a binary beside the daemon (the Flink watcher, the YARN bridge), started;
 //! - `shell`: the completion scripts and manual pages both binaries print, checked.
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
@@ -39,9 +42,11 @@ mod raw;
 mod replicas;
 mod rules;
 mod shell;
+mod sidecar;
 mod sse;
 mod terminal;
 mod tools;
+mod yarn;
 
 use std::time::{Duration, Instant};
 
@@ -60,9 +65,11 @@ pub use raw::*;
 pub use replicas::*;
 pub use rules::*;
 pub use shell::*;
+pub use sidecar::*;
 pub use sse::*;
 pub use terminal::*;
 pub use tools::*;
+pub use yarn::*;
 
 /// How long anything in a test may take before it counts as hung.
 pub const DEADLINE: Duration = Duration::from_secs(20);
