@@ -132,3 +132,18 @@ pub fn unknown_to_help(bin: &Path, manifest: &Path, least: usize) -> Vec<String>
     let known = words(&help);
     used.into_iter().filter(|w| !known.contains(w)).collect()
 }
+
+/// Runs `bin` with `args` (and `--listen 127.0.0.1:0`), which must fail at start with every
+/// one of `says` on stderr.
+pub fn refuses(bin: &Path, args: &[&str], says: &[&str]) {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?}: {stderr}");
+    for part in says {
+        assert!(stderr.contains(part), "{args:?}: {part} in {stderr}");
+    }
+}

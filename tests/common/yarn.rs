@@ -121,17 +121,22 @@ impl Yarn {
         hosts
     }
 
-    /// `curl` of the REST API at `path` (under `/ws/v1/cluster`) as the admin: the JSON.
-    pub fn get(&self, path: &str) -> Value {
-        let out = Command::new("curl")
-            .args(["-sf", "-H", "Accept: application/json"])
+    /// `curl ARGS` of the REST API at `path` (under `/ws/v1/cluster`) as the admin.
+    fn curl(&self, args: &[&str], path: &str) -> std::process::Output {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        Command::new("curl")
+            .args(args)
             .arg(format!(
-                "{}/ws/v1/cluster{path}{}user.name={YARN_ADMIN}",
-                self.rest,
-                if path.contains('?') { "&" } else { "?" }
+                "{}/ws/v1/cluster{path}{separator}user.name={YARN_ADMIN}",
+                self.rest
             ))
             .output()
-            .expect("curl");
+            .expect("curl")
+    }
+
+    /// `GET` of `path`: the JSON.
+    pub fn get(&self, path: &str) -> Value {
+        let out = self.curl(&["-sf", "-H", "Accept: application/json"], path);
         assert!(
             out.status.success(),
             "GET {path}: {}",
@@ -140,23 +145,23 @@ impl Yarn {
         serde_json::from_slice(&out.stdout).expect("JSON")
     }
 
-    /// `POST` of `body` (JSON) to `path` as the admin: the HTTP code.
+    /// `POST` of `body` (JSON) to `path`: the HTTP code.
     pub fn post(&self, path: &str, body: &str) -> String {
-        let out = Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-XPOST"])
-            .args([
+        let out = self.curl(
+            &[
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-XPOST",
                 "-H",
                 "Content-Type: application/json",
                 "--data-binary",
                 body,
-            ])
-            .arg(format!(
-                "{}/ws/v1/cluster{path}{}user.name={YARN_ADMIN}",
-                self.rest,
-                if path.contains('?') { "&" } else { "?" }
-            ))
-            .output()
-            .expect("curl");
+            ],
+            path,
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 

@@ -60,7 +60,7 @@ struct Args {
     /// The scenario to run, or `all`; or `ab` followed by the scenarios to compare two
     /// daemons on (`--daemon OLD --daemon NEW`).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(
-        ["all", "ab", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "list-pages", "expire", "idle", "restart", "footprint", "failover", "kube", "kube-evacuation", "alerts", "flink"]
+        ["all", "ab", "add", "add-keyed", "add-batch", "merge-hot", "feed", "check", "check-under-storm", "list", "list-pages", "expire", "idle", "restart", "footprint", "failover", "kube", "kube-evacuation", "alerts", "flink", "yarn"]
     ))]
     scenario: String,
 

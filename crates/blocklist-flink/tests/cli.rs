@@ -84,18 +84,7 @@ fn help_completion_and_the_manual_page_name_every_flag() {
 /// Each refused before anything is polled, naming the flag.
 #[test]
 fn bad_flags_are_refused_with_what_is_wrong() {
-    let refused = |args: &[&str], says: &[&str]| {
-        let out = std::process::Command::new(WATCHER)
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .output()
-            .expect("run");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}: {stderr}");
-        for part in says {
-            assert!(stderr.contains(part), "{args:?}: {part} in {stderr}");
-        }
-    };
+    let refused = |args: &[&str], says: &[&str]| refuses(Path::new(WATCHER), args, says);
     refused(&[], &["--flink"]);
     refused(&["--flink", "ftp://jm"], &["--flink ftp://jm", "http://"]);
     refused(

@@ -114,9 +114,8 @@ async fn follow(
     let mut response = bridge.daemon.feed(*revision).await?;
     let mut parser = SseParser::default();
     loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let next = tokio::select! {
-            next = tokio::time::timeout(left, response.chunk()) => next,
+        let events = tokio::select! {
+            events = bridge.daemon.next_events(&mut response, &mut parser, until) => events?,
             Ok(()) = leading.changed() => {
                 if *leading.borrow_and_update() {
                     return Ok(Ended::Leading);
@@ -124,20 +123,11 @@ async fn follow(
                 continue;
             }
         };
-        let chunk = match next {
-            Err(_) => return Ok(Ended::Resync),
-            Ok(Ok(Some(chunk))) => chunk,
-            Ok(Ok(None)) => {
-                bridge.daemon.feed_broke();
-                return Err(FeedError::Other("the stream ended".into()));
-            }
-            Ok(Err(e)) => {
-                bridge.daemon.feed_broke();
-                return Err(FeedError::Other(e.to_string()));
-            }
+        let Some(events) = events else {
+            return Ok(Ended::Resync);
         };
         bridge.metrics.feed_alive();
-        for event in parser.push(&chunk) {
+        for event in events {
             Box::pin(apply(bridge, labels, &event)).await;
             if let Some(id) = event.id {
                 *revision = id;

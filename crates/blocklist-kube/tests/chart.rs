@@ -251,6 +251,31 @@ fn helm_on(helm: &Path, kube: &KubeApiServer, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `helm install` (`verb` "install") or `helm upgrade` ("upgrade") of `chart` as [`RELEASE`]
+/// in [`NAMESPACE`] with the values file `values` and the `--set` pairs `sets`.
+fn release(
+    helm: &Path,
+    kube: &KubeApiServer,
+    verb: &str,
+    chart: &Path,
+    values: &Path,
+    sets: &[&str],
+) {
+    let mut args = vec![
+        verb,
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        values.to_str().unwrap(),
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    helm_on(helm, kube, &args);
+}
+
 /// A copy of the chart in `dir` whose `Chart.yaml` says `version` and `appVersion`: the
 /// next release of the chart and of the binaries, for an upgrade.
 fn chart_at_version(dir: &Path, version: &str) -> PathBuf {
@@ -305,20 +330,7 @@ fn helm_installs_the_production_example_and_an_upgrade_keeps_its_etcd_prefix() {
         return;
     };
     let example = example("etcd-tls");
-    let chart = chart_dir();
-    helm_on(
-        &helm,
-        &kube,
-        &[
-            "install",
-            RELEASE,
-            chart.to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            example.to_str().unwrap(),
-        ],
-    );
+    release(&helm, &kube, "install", &chart_dir(), &example, &[]);
     // Every object of the rendering is stored, the release's.
     let mut missing = Vec::new();
     for object in &objects {
@@ -338,21 +350,7 @@ fn helm_installs_the_production_example_and_an_upgrade_keeps_its_etcd_prefix() {
     let before = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
     let dir = tempfile::tempdir().expect("temp dir");
     let next = chart_at_version(dir.path(), "0.2.0");
-    helm_on(
-        &helm,
-        &kube,
-        &[
-            "upgrade",
-            RELEASE,
-            next.to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            example.to_str().unwrap(),
-            "--set",
-            "replicas=5",
-        ],
-    );
+    release(&helm, &kube, "upgrade", &next, &example, &["replicas=5"]);
     let after = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
     assert_eq!(
         after["metadata"]["uid"], before["metadata"]["uid"],
@@ -446,20 +444,7 @@ async fn an_upgrade_of_the_sled_example_keeps_its_store_and_every_block() {
         return;
     };
     let example = example("sled");
-    let chart = chart_dir();
-    helm_on(
-        &helm,
-        &kube,
-        &[
-            "install",
-            RELEASE,
-            chart.to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            example.to_str().unwrap(),
-        ],
-    );
+    release(&helm, &kube, "install", &chart_dir(), &example, &[]);
     let before = stored(&kube, "StatefulSet", RELEASE).expect("the StatefulSet");
 
     // What the pod mounts, made here: the token file and the daemons' TLS Secret's keys.
@@ -526,22 +511,15 @@ async fn an_upgrade_of_the_sled_example_keeps_its_store_and_every_block() {
     // changed), the same StatefulSet, the same claim template.
     let dir = tempfile::tempdir().expect("temp dir");
     let next = chart_at_version(dir.path(), "0.2.0");
-    helm_on(
+    release(
         &helm,
         &kube,
+        "upgrade",
+        &next,
+        &example,
         &[
-            "upgrade",
-            RELEASE,
-            next.to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            example.to_str().unwrap(),
-            "--set",
             "resources.limits.memory=3Gi",
-            "--set",
             "guardrails.maxBlockedNodesPercent=20",
-            "--set",
             "logFormat=text",
         ],
     );

@@ -57,22 +57,13 @@ async fn follow(bridge: &Bridge, revision: &mut u64, until: Instant) -> Result<(
     let mut response = bridge.daemon.feed(*revision).await?;
     bridge.current(true);
     let mut parser = SseParser::default();
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let chunk = match tokio::time::timeout(left, response.chunk()).await {
-            Err(_) => return Ok(()),
-            Ok(Ok(Some(chunk))) => chunk,
-            Ok(Ok(None)) => {
-                bridge.daemon.feed_broke();
-                return Err(FeedError::Other("the stream ended".into()));
-            }
-            Ok(Err(e)) => {
-                bridge.daemon.feed_broke();
-                return Err(FeedError::Other(e.to_string()));
-            }
-        };
+    while let Some(events) = bridge
+        .daemon
+        .next_events(&mut response, &mut parser, until)
+        .await?
+    {
         bridge.metrics.feed_alive();
-        for event in parser.push(&chunk) {
+        for event in events {
             if let Some(item) = ItemEvent::of(&event) {
                 if item.kind == "node" {
                     bridge.changed(&item.id, item.block);
@@ -84,4 +75,5 @@ async fn follow(bridge: &Bridge, revision: &mut u64, until: Instant) -> Result<(
             }
         }
     }
+    Ok(())
 }

@@ -25,7 +25,7 @@ pub fn list<T: DeserializeOwned>(answer: &Value, path: &[&str]) -> Result<Vec<T>
                 return Err(format!(
                     "{}: expected an object, found {}",
                     path[..depth].join("."),
-                    kind(other)
+                    blocklistd::validate::type_name(other)
                 ))
             }
         }
@@ -49,17 +49,6 @@ pub fn list<T: DeserializeOwned>(answer: &Value, path: &[&str]) -> Result<Vec<T>
 /// The strings at `path`: like [`list`], and a lone string is a list of one.
 pub fn strings(answer: &Value, path: &[&str]) -> Result<Vec<String>, String> {
     list(answer, path)
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! every daemon of the prefix, moved on from when one fails).
 
 use std::path::Path;
+use std::time::Instant;
 
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -13,7 +14,7 @@ use serde_json::Value;
 
 use crate::client::{refusal, revision_header, segment, Failure, TlsFiles};
 use crate::daemons::Daemons;
-use crate::sse::SseEvent;
+use crate::sse::{SseEvent, SseParser};
 
 /// A blocked item as the daemon lists it and the feed carries it (the fields an enforcer
 /// shows).
@@ -216,6 +217,30 @@ impl Daemon {
     /// to another.
     pub fn feed_broke(&self) {
         self.daemons.failed();
+    }
+
+    /// The events of the next bytes of the feed `response` (opened by [`Daemon::feed`]),
+    /// read with `parser`: `Ok(None)` once `until` comes first. A stream that ended or
+    /// failed is the current daemon's failure ([`Daemon::feed_broke`]).
+    pub async fn next_events(
+        &self,
+        response: &mut reqwest::Response,
+        parser: &mut SseParser,
+        until: Instant,
+    ) -> Result<Option<Vec<SseEvent>>, FeedError> {
+        let left = until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, response.chunk()).await {
+            Err(_) => Ok(None),
+            Ok(Ok(Some(chunk))) => Ok(Some(parser.push(&chunk))),
+            Ok(Ok(None)) => {
+                self.feed_broke();
+                Err(FeedError::Other("the stream ended".into()))
+            }
+            Ok(Err(e)) => {
+                self.feed_broke();
+                Err(FeedError::Other(e.to_string()))
+            }
+        }
     }
 
     /// A write with a JSON body.

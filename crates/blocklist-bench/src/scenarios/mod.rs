@@ -26,7 +26,9 @@
 //!   membership, and its evacuation; the alert loop from a metric's change to a Node's
 //!   taint, with real Prometheus and Alertmanager;
 //! - `flink` (not part of `all`): the Flink watcher, from a task failure in a real Flink
-//!   to the blocked task manager, and its cost polling 200 jobs (recorded payloads).
+//!   to the blocked task manager, and its cost polling 200 jobs (recorded payloads);
+//! - `yarn` (not part of `all`): the YARN bridge against a stand-in ResourceManager of
+//!   1,000 NodeManagers, from a block to its NodeManager's partition changed.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -52,6 +54,7 @@ mod reference;
 mod storm;
 mod workers;
 mod write;
+mod yarn;
 
 use fixture::Fixture;
 use reference::References;
@@ -150,6 +153,7 @@ impl Bench {
             "kube-evacuation" => self.kube_evacuation().await,
             "alerts" => self.alerts().await,
             "flink" => self.flink().await,
+            "yarn" => self.yarn().await,
             other => Err(format!("unknown scenario {other:?}")),
         }
     }

@@ -2,7 +2,6 @@
 //! JVM, driven over its stdin), the watcher run as a process, its `/metrics`, and the
 //! daemon's change feed for one task manager.
 
-use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
-use super::super::kube::cluster::{built, log, Killed};
+use super::super::kube::cluster::{built, log, spawn_sibling, Killed};
 
 /// How long the cluster may take to start (a JVM, a `JobManager`, four task managers): the
 /// harness's own tests allow the same.
@@ -147,34 +146,14 @@ pub(super) fn spawn_watcher(
     dir: &Path,
     log_name: &str,
 ) -> Result<(Killed, String), String> {
-    let bin = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .with_file_name("blocklist-flink");
-    if !bin.is_file() {
-        return Err(format!(
-            "no watcher at {}: build it with `cargo build --release -p blocklist-flink`",
-            bin.display()
-        ));
-    }
-    let mut watcher = Command::new(&bin)
-        .args(["--flink", &format!("bench={flink}"), "--daemon", daemon])
-        .args(["--poll", "1s", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(log(dir, log_name)?)
-        .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    let mut line = String::new();
-    let stdout = watcher.stdout.take().ok_or("the watcher's stdout")?;
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let watcher = Killed(watcher);
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .ok_or_else(|| format!("the watcher said {line:?}"))?;
-    Ok((watcher, format!("http://{addr}/metrics")))
+    let cluster = format!("bench={flink}");
+    let all = [
+        &["--flink", &cluster, "--daemon", daemon, "--poll", "1s"][..],
+        args,
+    ]
+    .concat();
+    let (watcher, url) = spawn_sibling("blocklist-flink", &all, dir, log_name)?;
+    Ok((watcher, format!("{url}/metrics")))
 }
 
 /// One scrape of the watcher's `/metrics`.

@@ -475,41 +475,59 @@ pub(super) fn spawn_bridge(
     dir: &Path,
     log_name: &str,
 ) -> Result<(Killed, String), String> {
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let all = [
+        &["--daemon", daemon][..],
+        args,
+        &["--kubeconfig", &kubeconfig],
+    ]
+    .concat();
+    spawn_sibling("blocklist-kube", &all, dir, log_name)
+}
+
+/// `name`, a binary next to the bench's (`blocklist-kube`, `blocklist-flink`,
+/// `blocklist-yarn`), with `args` and `--listen 127.0.0.1:0`, its log in `dir/<log_name>`:
+/// the process, and the URL of the address it says it listens on (`http://…`).
+pub(in crate::scenarios) fn spawn_sibling(
+    name: &str,
+    args: &[&str],
+    dir: &Path,
+    log_name: &str,
+) -> Result<(Killed, String), String> {
     let bin = std::env::current_exe()
         .map_err(|e| e.to_string())?
-        .with_file_name("blocklist-kube");
+        .with_file_name(name);
     if !bin.is_file() {
         return Err(format!(
-            "no bridge at {}: build it with `cargo build --release -p blocklist-kube`",
+            "no {name} at {}: build it with `cargo build --release -p {name}`",
             bin.display()
         ));
     }
-    let mut bridge = Command::new(&bin)
-        .args(["--listen", "127.0.0.1:0", "--daemon", daemon])
+    let mut child = Command::new(&bin)
+        .args(["--listen", "127.0.0.1:0"])
         .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
         .stdout(Stdio::piped())
         .stderr(log(dir, log_name)?)
         .spawn()
         .map_err(|e| format!("{}: {e}", bin.display()))?;
     let mut line = String::new();
-    let stdout = bridge.stdout.take().ok_or("the bridge's stdout")?;
+    let stdout = child.stdout.take().ok_or("its stdout")?;
     std::io::BufReader::new(stdout)
         .read_line(&mut line)
         .map_err(|e| e.to_string())?;
-    let bridge = Killed(bridge);
-    let probes = format!(
-        "http://{}",
-        line.trim()
-            .strip_prefix("listening on ")
-            .ok_or("the bridge's address")?
-    );
-    Ok((bridge, probes))
+    let child = Killed(child);
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or_else(|| format!("{name} said {line:?}"))?;
+    Ok((child, format!("http://{addr}")))
 }
 
 /// Until the bridge at `probes` answers `/readyz`, for at most two minutes.
-pub(super) async fn wait_ready(http: &reqwest::Client, probes: &str) -> Result<(), String> {
+pub(in crate::scenarios) async fn wait_ready(
+    http: &reqwest::Client,
+    probes: &str,
+) -> Result<(), String> {
     let started = Instant::now();
     while !http
         .get(format!("{probes}/readyz"))
@@ -552,7 +570,7 @@ pub(super) async fn get_json<T: serde::de::DeserializeOwned>(
 
 /// Blocks the nodes `ids` with `action` on the daemon at `base`, past its caps
 /// (`?force=true`: these scenarios measure the bridge, not the daemon's guardrails).
-pub(super) async fn block_nodes(
+pub(in crate::scenarios) async fn block_nodes(
     http: &reqwest::Client,
     base: &str,
     ids: &[String],
