@@ -27,6 +27,8 @@ pub struct Yarn {
     pub rest: String,
     /// Every NodeManager's id (`host:port`), in the order of the hosts asked for.
     pub nodes: Vec<String>,
+    /// With https: the CA (PEM) of the REST API's certificate.
+    pub ca: Option<PathBuf>,
     dir: tempfile::TempDir,
 }
 
@@ -35,6 +37,16 @@ impl Yarn {
     /// entry, a host named twice has two); `None` (after the skip-or-fail rule) when it
     /// cannot be built here.
     pub fn start(hosts: &[&str], test: &str) -> Option<Yarn> {
+        Yarn::start_with(hosts, &[], test)
+    }
+
+    /// [`Yarn::start`], its REST API over https only, with a certificate of a CA made for it
+    /// ([`Yarn::ca`]).
+    pub fn start_https(hosts: &[&str], test: &str) -> Option<Yarn> {
+        Yarn::start_with(hosts, &["--https"], test)
+    }
+
+    fn start_with(hosts: &[&str], extra: &[&str], test: &str) -> Option<Yarn> {
         let dir = match build_server("yarn-3.4") {
             Ok(dir) => dir,
             Err(why) => {
@@ -49,6 +61,7 @@ impl Yarn {
             .arg("0")
             .arg("--nodes")
             .arg(hosts.join(","))
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -70,6 +83,7 @@ impl Yarn {
             lines,
             rest: String::new(),
             nodes: Vec::new(),
+            ca: None,
             dir: work,
         };
         let ready = yarn.answer(DEADLINE * 6);
@@ -78,6 +92,7 @@ impl Yarn {
             .as_str()
             .expect("rest")
             .clone_into(&mut yarn.rest);
+        yarn.ca = ready["ca"].as_str().map(PathBuf::from);
         yarn.nodes = ready["nodes"]
             .as_array()
             .expect("nodes")
@@ -124,8 +139,11 @@ impl Yarn {
     /// `curl ARGS` of the REST API at `path` (under `/ws/v1/cluster`) as the admin.
     fn curl(&self, args: &[&str], path: &str) -> std::process::Output {
         let separator = if path.contains('?') { '&' } else { '?' };
-        Command::new("curl")
-            .args(args)
+        let mut curl = Command::new("curl");
+        if let Some(ca) = &self.ca {
+            curl.arg("--cacert").arg(ca);
+        }
+        curl.args(args)
             .arg(format!(
                 "{}/ws/v1/cluster{path}{separator}user.name={YARN_ADMIN}",
                 self.rest

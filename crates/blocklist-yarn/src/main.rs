@@ -89,6 +89,11 @@ struct Args {
     #[arg(long, env = "BLOCKLIST_YARN_POLL", default_value = "5s", value_parser = humantime::parse_duration)]
     poll: Duration,
 
+    /// How often the running applications' containers are read for the membership (a
+    /// request per application and two more each: not every --poll on a busy cluster).
+    #[arg(long, env = "BLOCKLIST_YARN_MEMBERSHIP_POLL", default_value = "10s", value_parser = humantime::parse_duration)]
+    membership_poll: Duration,
+
     /// Timeout of each request to the ResourceManager.
     #[arg(long, env = "BLOCKLIST_YARN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -137,8 +142,8 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), String> {
     blocklistd::enforcement::validate_enforcer(&args.name).map_err(|e| format!("--name: {e}"))?;
-    if args.poll.is_zero() || args.timeout.is_zero() {
-        return Err("--poll and --timeout must be longer than zero".into());
+    if args.poll.is_zero() || args.membership_poll.is_zero() || args.timeout.is_zero() {
+        return Err("--poll, --membership-poll and --timeout must be longer than zero".into());
     }
     let rm = ResourceManager::new(
         &args.resourcemanager,
@@ -184,7 +189,8 @@ async fn run(args: Args) -> Result<(), String> {
     let b = bridge.clone();
     tasks.spawn(async move { pass::run(&b).await });
     let b = bridge.clone();
-    tasks.spawn(async move { membership::run(&b).await });
+    let every = args.membership_poll;
+    tasks.spawn(async move { membership::run(&b, every).await });
     let b = bridge.clone();
     tasks.spawn(async move { evacuation::run(&b).await });
     tokio::select! {

@@ -14,15 +14,16 @@ use crate::rm::host_of;
 /// The prefix of YARN's container ids: the registrations the bridge keeps.
 const CONTAINER: &str = "container_";
 
-/// Keeps the membership current for as long as the bridge runs, every `--poll`.
-pub async fn run(bridge: &Bridge) {
+/// Keeps the membership current for as long as the bridge runs, `every`
+/// (`--membership-poll`).
+pub async fn run(bridge: &Bridge, every: std::time::Duration) {
     let mut known: Option<BTreeMap<String, String>> = None;
     loop {
         if let Err(e) = sync(bridge, &mut known).await {
             tracing::warn!(error = %e, "could not keep the membership current; retrying");
             known = None;
         }
-        tokio::time::sleep(bridge.poll).await;
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -404,6 +404,26 @@ mod tests {
     }
 
     #[test]
+    fn a_nodemanager_that_appears_for_a_blocked_host_is_labelled() {
+        let blocked = blocked(&[("z", 1)]);
+        let before = plan(
+            &blocked,
+            &[nm("a:1", None)],
+            &labels(&["blocklisted"]),
+            &settings(100),
+        );
+        assert_eq!(states(&before), [("z", "noTarget")]);
+        let after = plan(
+            &blocked,
+            &[nm("a:1", None), nm("z:7", None)],
+            &labels(&["blocklisted"]),
+            &settings(100),
+        );
+        assert_eq!(after.moves, [mv("z:7", None, Some("blocklisted"))]);
+        assert_eq!(states(&after), [("z", "enforced")]);
+    }
+
+    #[test]
     fn the_ceiling_holds_back_the_newest_blocks() {
         let nodes = [
             nm("a:1", None),

@@ -177,7 +177,7 @@ impl ResourceManager {
                     };
                     return Ok((status, value));
                 }
-                Err(e) => last = format!("{}: {e}", self.urls[at]),
+                Err(e) => last = format!("{}: {}", self.urls[at], blocklist::client::chain(&e)),
             }
         }
         Err(format!(

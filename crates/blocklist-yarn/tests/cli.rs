@@ -31,6 +31,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("--dry-run", "BLOCKLIST_YARN_DRY_RUN"),
     ("--resync", "BLOCKLIST_YARN_RESYNC"),
     ("--poll", "BLOCKLIST_YARN_POLL"),
+    ("--membership-poll", "BLOCKLIST_YARN_MEMBERSHIP_POLL"),
     ("--timeout", "BLOCKLIST_YARN_TIMEOUT"),
     ("--application-type", "BLOCKLIST_YARN_APPLICATION_TYPES"),
     (

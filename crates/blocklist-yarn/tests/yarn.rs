@@ -33,8 +33,8 @@ const HOSTS: [&str; 4] = [
 ];
 
 /// `blocklist-yarn` for `yarn` (unless `extra` names another ResourceManager) and the daemon
-/// at `daemon` (`http://…`), reading the ResourceManager every 300 ms, no ceiling unless
-/// `extra` sets one.
+/// at `daemon` (`http://…`), reading the ResourceManager every 300 ms (the containers too),
+/// no ceiling unless `extra` sets one.
 fn bridge(dir: &Path, yarn: &Yarn, daemon: &str, extra: &[&str]) -> Sidecar {
     let mut args: Vec<String> = Vec::new();
     if !extra.contains(&"--resourcemanager") {
@@ -49,6 +49,8 @@ fn bridge(dir: &Path, yarn: &Yarn, daemon: &str, extra: &[&str]) -> Sidecar {
             "--listen",
             "127.0.0.1:0",
             "--poll",
+            "300ms",
+            "--membership-poll",
             "300ms",
         ]
         .map(str::to_owned),
@@ -542,4 +544,48 @@ async fn an_evacuation_stops_the_nodes_containers_one_at_a_time_and_they_come_ba
     let again = yarn.ask(3);
     assert_eq!(Yarn::per_host(&again).get("worker-c"), None, "{again}");
     assert_eq!(again["pending"], 0, "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_resourcemanager_is_reached_verified_with_its_ca_and_not_without() {
+    let test = "an_https_resourcemanager_is_reached_verified_with_its_ca_and_not_without";
+    let _turn = CLUSTER.lock().await;
+    let Some(yarn) = Yarn::start_https(&HOSTS, test) else {
+        return;
+    };
+    assert!(yarn.rest.starts_with("https://"), "{}", yarn.rest);
+    let ca = yarn.ca.clone().expect("the CA");
+    let mut ws = Workspace::new();
+    let daemon = ws.start(&[]);
+    // Without the CA, the certificate is not trusted: nothing is read, nothing written.
+    let untrusting = bridge(ws.tmp.path(), &yarn, &daemon.url(""), &[]);
+    block(&daemon, "worker-c", "MARK_BLOCKED").await;
+    eventually("passes failing", || async {
+        untrusting
+            .metric("blocklist_yarn_passes_total{outcome=\"error\"}")
+            .await
+            >= 2.0
+    })
+    .await;
+    assert!(!untrusting.ready().await);
+    assert!(in_partition(&yarn, "worker-c", None));
+    assert!(
+        untrusting.log_text().contains("certificate"),
+        "{}",
+        untrusting.log_text()
+    );
+    untrusting.kill9();
+    // With it, the block goes through.
+    let ca = ca.to_string_lossy();
+    let trusting = bridge(
+        ws.tmp.path(),
+        &yarn,
+        &daemon.url(""),
+        &["--resourcemanager-cacert", &ca],
+    );
+    eventually("worker-c labelled over https", || async {
+        in_partition(&yarn, "worker-c", Some("blocklisted"))
+    })
+    .await;
+    eventually("ready", || trusting.ready()).await;
 }

@@ -25,6 +25,7 @@ import java.util.logging.LogManager;
 import java.util.logging.Logger;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonConfigurationKeys;
+import org.apache.hadoop.http.HttpConfig;
 import org.apache.hadoop.security.Groups;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.NodeState;
@@ -38,6 +39,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.QueueMetrics;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler;
 import org.apache.hadoop.yarn.webapp.WebApp;
+import org.apache.hadoop.yarn.webapp.util.WebAppUtils;
 
 /**
  * A real YARN 3.4 cluster in one JVM for the tests of blocklist-yarn, driven over stdin: one
@@ -46,7 +48,7 @@ import org.apache.hadoop.yarn.webapp.WebApp;
  *
  * <pre>
  * yarn-cluster [--dir] DIR [[--rest-port] PORT] --nodes HOST,HOST,... [--admin USER]
- *              [--memory-mb 4096] [--vcores 4] [--queue-admin-acl ACL] [--app-user flink]
+ *              [--memory-mb 4096] [--vcores 4] [--queue-admin-acl ACL] [--app-user flink] [--https]
  * </pre>
  *
  * <p>{@code --nodes 127.0.0.2,127.0.0.2,127.0.0.3} starts three NodeManagers, the first two on
@@ -61,7 +63,14 @@ import org.apache.hadoop.yarn.webapp.WebApp;
  * administrators are {@code --queue-admin-acl} (default " ", nobody: the YARN admins still are).
  * Everything is written under DIR.
  *
- * <p>Stdout is the protocol: one JSON line {@code {"ready":true,"rest":URL,"admin":USER,
+ * <p>{@code --https}: the REST API is served over https only ({@code yarn.http.policy=HTTPS_ONLY},
+ * on the same 127.0.0.1:PORT), with a certificate for 127.0.0.1 and localhost signed by a CA made
+ * at start under DIR/tls (see {@link Tls}); the ready line's URL is then {@code
+ * https://127.0.0.1:PORT} and it carries {@code "ca"}, the path of that CA's PEM file. The
+ * NodeManagers' web apps stay on http: the certificate does not name their hosts, and nothing
+ * here calls them.
+ *
+ * <p>Stdout is the protocol: one JSON line {@code {"ready":true,"rest":URL,["ca":PEM,]"admin":USER,
  * "nodes":[node ids in the order of --nodes],"app":APPID}}, then one JSON line per command read
  * from stdin ({@code {"error":MESSAGE}} when it fails):
  *
@@ -99,6 +108,8 @@ public final class Cluster {
     private final int memoryMb;
     private final int vcores;
     private final String appUser;
+    /** With --https, the certificates the RM's web app serves; otherwise null. */
+    private final Tls tls;
     private final MiniYARNCluster yarn;
     private final List<NodeManager> nodeManagers = new ArrayList<>();
     private AppMaster appMaster;
@@ -127,6 +138,7 @@ public final class Cluster {
             System.setProperty("test.build.data", dir.resolve("data").toString());
             System.setProperty("hadoop.log.dir", dir.resolve("logs").toString());
             List<String> hosts = nameHosts(List.of(flags.get("nodes").split(",")), dir);
+            Tls tls = flags.containsKey("https") ? Tls.make(dir.resolve("tls")) : null;
             Cluster cluster =
                     new Cluster(
                             dir,
@@ -136,7 +148,8 @@ public final class Cluster {
                             Integer.parseInt(flags.getOrDefault("vcores", "4")),
                             Integer.parseInt(flags.getOrDefault("rest-port", "0")),
                             flags.getOrDefault("queue-admin-acl", " "),
-                            flags.getOrDefault("app-user", "flink"));
+                            flags.getOrDefault("app-user", "flink"),
+                            tls);
             ObjectNode ready = cluster.start();
             System.err.printf("yarn-cluster: ready in %.1f s%n", (System.nanoTime() - started) / 1e9);
             out.println(ready);
@@ -161,10 +174,14 @@ public final class Cluster {
         }
     }
 
-    /** DIR and PORT may also come first, without their flags: {@code yarn-cluster DIR 0 --nodes ...}. */
+    /**
+     * DIR and PORT may also come first, without their flags: {@code yarn-cluster DIR 0 --nodes ...}.
+     * A switch ({@code --https}) takes no value; it is in the map when given.
+     */
     private static Map<String, String> parseFlags(String[] args) {
         Set<String> known =
                 Set.of("dir", "nodes", "rest-port", "admin", "memory-mb", "vcores", "queue-admin-acl", "app-user");
+        Set<String> switches = Set.of("https");
         Map<String, String> flags = new HashMap<>();
         int i = 0;
         for (String positional : List.of("dir", "rest-port")) {
@@ -172,17 +189,23 @@ public final class Cluster {
                 flags.put(positional, args[i++]);
             }
         }
-        for (; i < args.length; i += 2) {
+        while (i < args.length) {
             String name = args[i].startsWith("--") ? args[i].substring(2) : null;
+            if (name != null && switches.contains(name)) {
+                flags.put(name, "true");
+                i += 1;
+                continue;
+            }
             if (name == null || !known.contains(name) || i + 1 >= args.length) {
                 throw new IllegalArgumentException(
                         "usage: yarn-cluster [--dir] DIR [[--rest-port] PORT] --nodes HOST,HOST,..."
                                 + " [--admin USER] [--memory-mb MB] [--vcores N] [--queue-admin-acl ACL]"
-                                + " [--app-user USER];"
+                                + " [--app-user USER] [--https];"
                                 + " not understood: "
                                 + args[i]);
             }
             flags.put(name, args[i + 1]);
+            i += 2;
         }
         if (!flags.containsKey("dir") || !flags.containsKey("nodes")) {
             throw new IllegalArgumentException("--dir and --nodes are required");
@@ -238,13 +261,15 @@ public final class Cluster {
             int vcores,
             int restPort,
             String queueAdminAcl,
-            String appUser) {
+            String appUser,
+            Tls tls) {
         this.dir = dir;
         this.hosts = hosts;
         this.admin = admin;
         this.memoryMb = memoryMb;
         this.vcores = vcores;
         this.appUser = appUser;
+        this.tls = tls;
 
         YarnConfiguration conf = new YarnConfiguration();
         // Every address given: with fixed ports, MiniYARNCluster leaves them alone, and a port 0 is
@@ -256,8 +281,15 @@ public final class Cluster {
         conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, "127.0.0.1:0");
         conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, "127.0.0.1:0");
         conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, "127.0.0.1:0");
-        conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, "127.0.0.1:" + restPort);
-        conf.set(YarnConfiguration.RM_WEBAPP_HTTPS_ADDRESS, "127.0.0.1:0");
+        // The REST port goes to the address of the scheme served; the other one is not bound.
+        conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, "127.0.0.1:" + (tls == null ? restPort : 0));
+        conf.set(YarnConfiguration.RM_WEBAPP_HTTPS_ADDRESS, "127.0.0.1:" + (tls == null ? 0 : restPort));
+        if (tls != null) {
+            // YARN's web apps serve one scheme or the other: with HTTPS_ONLY nothing listens for
+            // http, so a client that falls back to it fails rather than goes unnoticed.
+            conf.set(YarnConfiguration.YARN_HTTP_POLICY_KEY, HttpConfig.Policy.HTTPS_ONLY.name());
+            tls.configure(conf);
+        }
 
         conf.set(YarnConfiguration.RM_SCHEDULER, CapacityScheduler.class.getName());
         conf.set("yarn.scheduler.capacity.root.queues", "default");
@@ -316,7 +348,11 @@ public final class Cluster {
 
         ObjectNode ready = JSON.createObjectNode();
         ready.put("ready", true);
-        ready.put("rest", "http://" + rm.getConfig().get(YarnConfiguration.RM_WEBAPP_ADDRESS));
+        // The scheme and the address (its port bound, if it was 0) the RM's web app uses.
+        ready.put("rest", WebAppUtils.getRMWebAppURLWithScheme(rm.getConfig()));
+        if (tls != null) {
+            ready.put("ca", tls.caPem().toString());
+        }
         ready.put("admin", admin);
         ArrayNode ids = ready.putArray("nodes");
         for (NodeManager nm : nodeManagers) {
@@ -346,6 +382,9 @@ public final class Cluster {
         conf.set(YarnConfiguration.NM_ADDRESS, host + ":0");
         conf.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":0");
         conf.set(YarnConfiguration.NM_WEBAPP_ADDRESS, host + ":0");
+        // On http even with --https (the RM's configuration says HTTPS_ONLY): the certificate
+        // names the RM's address, not this host, and nothing here calls a NodeManager's web app.
+        conf.set(YarnConfiguration.YARN_HTTP_POLICY_KEY, HttpConfig.Policy.HTTP_ONLY.name());
         conf.set(YarnConfiguration.NM_LOCAL_DIRS, nmDir.resolve("local").toString());
         conf.set(YarnConfiguration.NM_LOG_DIRS, nmDir.resolve("logs").toString());
         conf.setInt(YarnConfiguration.NM_PMEM_MB, memoryMb);
