@@ -34,8 +34,12 @@ pub async fn run(bridge: &Bridge) {
             match pass(bridge, &blocked).await {
                 Ok(counts) => {
                     bridge.metrics.pass(started.elapsed(), true);
-                    if counts != Counts::default() {
+                    // A pass that wrote or failed says so; one that found nodes held back or
+                    // absent, as the last did, is every --poll: not worth a line each time.
+                    if counts.labelled + counts.returned + counts.failed > 0 {
                         tracing::info!(?counts, "pass");
+                    } else if counts != Counts::default() {
+                        tracing::debug!(?counts, "pass");
                     }
                     bridge
                         .ready
