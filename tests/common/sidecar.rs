@@ -80,10 +80,6 @@ impl Sidecar {
             .is_ok_and(|r| r.status().is_success())
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     pub fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -25,8 +25,6 @@ pub struct Yarn {
     lines: mpsc::Receiver<String>,
     /// `http://127.0.0.1:<port>`.
     pub rest: String,
-    /// Every NodeManager's id (`host:port`), in the order of the hosts asked for.
-    pub nodes: Vec<String>,
     /// With https: the CA (PEM) of the REST API's certificate.
     pub ca: Option<PathBuf>,
     dir: tempfile::TempDir,
@@ -82,7 +80,6 @@ impl Yarn {
             stdin,
             lines,
             rest: String::new(),
-            nodes: Vec::new(),
             ca: None,
             dir: work,
         };
@@ -93,12 +90,6 @@ impl Yarn {
             .expect("rest")
             .clone_into(&mut yarn.rest);
         yarn.ca = ready["ca"].as_str().map(PathBuf::from);
-        yarn.nodes = ready["nodes"]
-            .as_array()
-            .expect("nodes")
-            .iter()
-            .map(|n| n.as_str().expect("a node id").to_owned())
-            .collect();
         Some(yarn)
     }
 
@@ -210,14 +201,6 @@ impl Yarn {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("yarn.log")).unwrap_or_default()
-    }
-
-    pub fn work_dir(&self) -> PathBuf {
-        self.dir.path().to_owned()
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 }
 

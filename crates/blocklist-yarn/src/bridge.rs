@@ -124,11 +124,6 @@ impl Bridge {
         desired.current.then(|| desired.blocks.clone())
     }
 
-    /// Wakes the pass.
-    pub fn wake(&self) {
-        self.wake.notify_one();
-    }
-
     /// Waits until something wakes the pass, or `poll`.
     pub async fn woken(&self) {
         let _ = tokio::time::timeout(self.poll, self.wake.notified()).await;

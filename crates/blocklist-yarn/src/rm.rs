@@ -212,7 +212,7 @@ impl ResourceManager {
         infos
             .into_iter()
             .map(|info| {
-                let labels: Vec<String> = shape::list(&json!({ "l": info.node_labels }), &["l"])?;
+                let labels: Vec<String> = shape::list(&info.node_labels, &[])?;
                 if labels.len() > 1 {
                     return Err(format!(
                         "NodeManager {}: in several partitions {labels:?}",

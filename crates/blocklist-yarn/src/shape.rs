@@ -46,11 +46,6 @@ pub fn list<T: DeserializeOwned>(answer: &Value, path: &[&str]) -> Result<Vec<T>
         .collect()
 }
 
-/// The strings at `path`: like [`list`], and a lone string is a list of one.
-pub fn strings(answer: &Value, path: &[&str]) -> Result<Vec<String>, String> {
-    list(answer, path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,14 +76,13 @@ mod tests {
         assert!(ids(&json!({"nodes": ""})).is_empty());
         assert!(ids(&json!({"nodes": {"node": []}})).is_empty());
         assert!(ids(&json!({})).is_empty());
+        // A lone string is a list of one; a bare value reads with an empty path.
+        assert_eq!(list::<String>(&json!("gpu"), &[]).unwrap(), ["gpu"]);
         assert_eq!(
-            strings(&json!({"nodeLabels": "gpu"}), &["nodeLabels"]).unwrap(),
-            ["gpu"]
-        );
-        assert_eq!(
-            strings(&json!({"nodeLabels": ["gpu", "x"]}), &["nodeLabels"]).unwrap(),
+            list::<String>(&json!(["gpu", "x"]), &[]).unwrap(),
             ["gpu", "x"]
         );
+        assert!(list::<String>(&Value::Null, &[]).unwrap().is_empty());
     }
 
     #[test]
