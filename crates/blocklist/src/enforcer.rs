@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use futures::FutureExt;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -241,6 +242,36 @@ impl Daemon {
                 Err(FeedError::Other(e.to_string()))
             }
         }
+    }
+
+    /// Adds to `events` those of the feed `response` received already, without waiting,
+    /// until `max` are there: a burst (a storm's 1,000 retractions) is read whole, to be
+    /// applied at once, rather than one read for each. A stream that ended or failed is
+    /// the current daemon's failure, as in [`Daemon::next_events`]; `events` keeps what
+    /// was read before.
+    pub fn ready_events(
+        &self,
+        response: &mut reqwest::Response,
+        parser: &mut SseParser,
+        events: &mut Vec<SseEvent>,
+        max: usize,
+    ) -> Result<(), FeedError> {
+        while events.len() < max {
+            // A chunk's future that is not ready has taken nothing from the stream.
+            match response.chunk().now_or_never() {
+                None => return Ok(()),
+                Some(Ok(Some(chunk))) => events.extend(parser.push(&chunk)),
+                Some(Ok(None)) => {
+                    self.feed_broke();
+                    return Err(FeedError::Other("the stream ended".into()));
+                }
+                Some(Err(e)) => {
+                    self.feed_broke();
+                    return Err(FeedError::Other(e.to_string()));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A write with a JSON body.
