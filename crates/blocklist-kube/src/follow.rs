@@ -1,8 +1,9 @@
 //! Following the daemon's change feed, so a block reaches its Node as soon as it is
 //! durable: list-then-watch (a full reconcile's listing gives the revision to watch
 //! from; its Nodes are marked while the feed is followed, so a block never waits for a
-//! long reconcile: [`crate::reconcile`]), each node event applied to its Node, a broken
-//! stream resumed from the last event's id
+//! long reconcile: [`crate::reconcile`]), the node events that arrived together applied
+//! to their Nodes as one burst (several Nodes at once), a broken stream resumed from the
+//! last event's id
 //! (`Last-Event-ID`: no gap, no repeat, whichever daemon of a prefix answers), and a 410
 //! (the revision is older than the daemon keeps) or every `resync` a full reconcile
 //! again. Task manager events go to the pods' labels ([`crate::pods`]).
