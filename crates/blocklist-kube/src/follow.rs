@@ -262,14 +262,9 @@ mod tests {
 
     fn blocked(revision: u64) -> Block {
         Block {
-            id: String::new(),
             action: "MARK_BLOCKED".into(),
-            cause: String::new(),
-            source: String::new(),
-            end_timestamp: 0,
             revision,
-            last_report_timestamp: 0,
-            held_by: Vec::new(),
+            ..Block::default()
         }
     }
 

@@ -194,8 +194,7 @@ mod tests {
             source: "detector".into(),
             end_timestamp: 1_767_225_600_000,
             revision: 42,
-            last_report_timestamp: 0,
-            held_by: Vec::new(),
+            ..Block::default()
         }
     }
 

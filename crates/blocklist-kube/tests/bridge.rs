@@ -120,8 +120,7 @@ async fn a_taint_added_between_the_bridges_read_and_its_patch_survives() {
         source: "test".into(),
         end_timestamp: i64::MAX,
         revision: 1,
-        last_report_timestamp: 0,
-        held_by: Vec::new(),
+        ..Block::default()
     };
     // No daemon: this bridge only patches.
     let daemon = DaemonClient::new(&["http://127.0.0.1:9".into()], None, &TlsFiles::default())

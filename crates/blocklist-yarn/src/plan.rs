@@ -233,8 +233,7 @@ mod tests {
             source: "ops".into(),
             end_timestamp: i64::MAX,
             revision,
-            last_report_timestamp: 0,
-            held_by: Vec::new(),
+            ..Block::default()
         }
     }
 

@@ -19,7 +19,7 @@ use crate::sse::{SseEvent, SseParser};
 
 /// A blocked item as the daemon lists it and the feed carries it (the fields an enforcer
 /// shows).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Block {
     pub id: String,
@@ -232,15 +232,7 @@ impl Daemon {
         let left = until.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, response.chunk()).await {
             Err(_) => Ok(None),
-            Ok(Ok(Some(chunk))) => Ok(Some(parser.push(&chunk))),
-            Ok(Ok(None)) => {
-                self.feed_broke();
-                Err(FeedError::Other("the stream ended".into()))
-            }
-            Ok(Err(e)) => {
-                self.feed_broke();
-                Err(FeedError::Other(e.to_string()))
-            }
+            Ok(read) => self.events_of(read, parser).map(Some),
         }
     }
 
@@ -258,20 +250,32 @@ impl Daemon {
     ) -> Result<(), FeedError> {
         while events.len() < max {
             // A chunk's future that is not ready has taken nothing from the stream.
-            match response.chunk().now_or_never() {
-                None => return Ok(()),
-                Some(Ok(Some(chunk))) => events.extend(parser.push(&chunk)),
-                Some(Ok(None)) => {
-                    self.feed_broke();
-                    return Err(FeedError::Other("the stream ended".into()));
-                }
-                Some(Err(e)) => {
-                    self.feed_broke();
-                    return Err(FeedError::Other(e.to_string()));
-                }
-            }
+            let Some(read) = response.chunk().now_or_never() else {
+                return Ok(());
+            };
+            events.extend(self.events_of(read, parser)?);
         }
         Ok(())
+    }
+
+    /// The events of one read of the feed's stream, read with `parser`; a stream that
+    /// ended or failed is the current daemon's failure ([`Daemon::feed_broke`]).
+    fn events_of<B: AsRef<[u8]>>(
+        &self,
+        read: reqwest::Result<Option<B>>,
+        parser: &mut SseParser,
+    ) -> Result<Vec<SseEvent>, FeedError> {
+        match read {
+            Ok(Some(chunk)) => Ok(parser.push(chunk.as_ref())),
+            Ok(None) => {
+                self.feed_broke();
+                Err(FeedError::Other("the stream ended".into()))
+            }
+            Err(e) => {
+                self.feed_broke();
+                Err(FeedError::Other(e.to_string()))
+            }
+        }
     }
 
     /// A write with a JSON body.
